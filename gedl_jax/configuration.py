@@ -1,0 +1,278 @@
+"""Experiment configuration: defaults, the EDL variants as presets, and validation.
+
+The paper's point (Table unified_edl) is that EDL, I-EDL, R-EDL, RED and GEDL differ only in three
+choices: the prior (base rate `a`, strength `W`), the posterior update (evidence strength `tau`,
+i.e. the KL weight 1/tau and its schedule) and the training objective. Each choice is a config
+field here; a variant is a named set of field values (`VARIANTS`), never a code fork.
+
+Config files in `configs/` call `build_config(dataset, arg)`, where `arg` is the text after the
+colon of `--config=configs/mnist.py:gedl,quick`: a comma-separated list of one variant name and
+optional modifiers (`quick`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_collections
+
+# Allowed values of every enumerated field: validation errors list them.
+ALLOWED: dict[str, tuple[str, ...]] = {
+    "dataset": ("mnist", "fashion_mnist", "cifar10", "cifar100"),
+    "model": ("convnet", "vgg16"),
+    "evidence": ("softplus", "relu", "exp"),
+    "base_rate": ("uniform", "label_frequency"),
+    "prior_strength": ("fixed", "adaptive"),
+    "likelihood": ("digamma", "log", "mse", "mse_novar", "fisher_mse"),
+    "kl_target": ("all", "masked", "none"),
+    "kl_schedule": ("gedl_tau", "edl_anneal", "constant"),
+    "tau_reading": ("epoch", "step"),
+    "lr_schedule": ("cosine", "constant"),
+    "weight_decay_mode": ("l2", "decoupled"),
+    "compute_dtype": ("float32", "bfloat16"),
+}
+
+# Per-dataset protocol (variants.md section 8; paper Table implementation_details).
+DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
+    "mnist": dict(model="convnet", num_classes=10, learning_rate=1e-3, weight_decay=0.0,
+                  val_fraction=0.2, augment=False, ood_datasets=("kmnist", "fashion_mnist"),
+                  fisher_logdet_weight_iedl=0.005),
+    "fashion_mnist": dict(model="convnet", num_classes=10, learning_rate=1e-3, weight_decay=0.0,
+                          val_fraction=0.2, augment=False, ood_datasets=("mnist", "kmnist"),
+                          fisher_logdet_weight_iedl=0.005),
+    "cifar10": dict(model="vgg16", num_classes=10, learning_rate=1e-4, weight_decay=5e-4,
+                    val_fraction=0.05, augment=True, ood_datasets=("svhn_cropped", "cifar100"),
+                    fisher_logdet_weight_iedl=0.05),
+    "cifar100": dict(model="vgg16", num_classes=100, learning_rate=1e-4, weight_decay=5e-4,
+                     val_fraction=0.05, augment=True, ood_datasets=("svhn_cropped",),
+                     warmup_epochs=5, fisher_logdet_weight_iedl=0.05),
+}
+
+
+def _variant(**kw: Any) -> dict[str, Any]:
+    return kw
+
+
+# Each variant is the paper's Table unified_edl row, in the reference code's reading
+# (variants.md sections 1-4 and 9). "K" stands for the number of classes.
+VARIANTS: dict[str, dict[str, Any]] = {
+    # GEDL: adaptive W (Eq. weight_update), accumulated-strength tau (Eq. tau_schedule),
+    # unmasked KL to the per-sample prior Dir(W a) (Eq. elbo), digamma NLL (Prop. closed-form).
+    "gedl": _variant(evidence="softplus", prior_strength="adaptive", c_w=0.5, likelihood="digamma",
+                     kl_target="all", kl_schedule="gedl_tau", c_tau=100.0, tau_reading="epoch",
+                     red_regularizer_weight=0.0, fisher_logdet_weight=0.0),
+    # EDL as run in the I-EDL/R-EDL protocol (variants.md 1c): MSE with variance, W = K,
+    # KL on the masked target, annealed min(1, epoch/10).
+    "edl": _variant(evidence="softplus", prior_strength="fixed", prior_strength_value="K",
+                    likelihood="mse", kl_target="masked", kl_schedule="edl_anneal",
+                    red_regularizer_weight=0.0, fisher_logdet_weight=0.0),
+    # I-EDL (variants.md 2): Fisher-weighted MSE and variance + fisher_c * (-log det FIM).
+    "iedl": _variant(evidence="softplus", prior_strength="fixed", prior_strength_value="K",
+                     likelihood="fisher_mse", kl_target="masked", kl_schedule="edl_anneal",
+                     red_regularizer_weight=0.0, fisher_logdet_weight="iedl"),
+    # R-EDL (variants.md 3): lambda = 0.1 -> W = lambda K; MSE without the variance term;
+    # KL target Dir(lambda), true class reset to lambda.
+    "redl": _variant(evidence="softplus", prior_strength="fixed", prior_strength_value="0.1K",
+                     likelihood="mse_novar", kl_target="masked", kl_schedule="edl_anneal",
+                     red_regularizer_weight=0.0, fisher_logdet_weight=0.0),
+    # RED (variants.md 4): EDL's MSE loss + annealed masked KL + the correct-evidence regularizer
+    # -stopgrad(u) * logit_y on every sample; exp evidence with clamp 10 (RED's default).
+    "red": _variant(evidence="exp", prior_strength="fixed", prior_strength_value="K",
+                    likelihood="mse", kl_target="masked", kl_schedule="edl_anneal",
+                    red_regularizer_weight=1.0, fisher_logdet_weight=0.0),
+    # The four rows of the paper's ablation (Table ablation), all on the digamma objective.
+    "ablation_base": _variant(evidence="softplus", prior_strength="fixed",
+                              prior_strength_value="K", likelihood="digamma", kl_target="masked",
+                              kl_schedule="edl_anneal", red_regularizer_weight=0.0,
+                              fisher_logdet_weight=0.0),
+    "ablation_kl_all": _variant(evidence="softplus", prior_strength="fixed",
+                                prior_strength_value="K", likelihood="digamma", kl_target="all",
+                                kl_schedule="edl_anneal", red_regularizer_weight=0.0,
+                                fisher_logdet_weight=0.0),
+    "ablation_kl_all_tau": _variant(evidence="softplus", prior_strength="fixed",
+                                    prior_strength_value="K", likelihood="digamma",
+                                    kl_target="all", kl_schedule="gedl_tau", c_tau=100.0,
+                                    tau_reading="epoch", red_regularizer_weight=0.0,
+                                    fisher_logdet_weight=0.0),
+}
+VARIANTS["ablation_full"] = dict(VARIANTS["gedl"])
+
+MODIFIERS = ("quick",)
+
+
+def default_config(dataset: str) -> ml_collections.ConfigDict:
+    """All fields with their defaults (GEDL on `dataset`). Each field documents its meaning."""
+    if dataset not in DATASET_DEFAULTS:
+        raise ValueError(f"config.dataset={dataset!r} is not supported; allowed: "
+                         f"{sorted(DATASET_DEFAULTS)}")
+    d = DATASET_DEFAULTS[dataset]
+    c = ml_collections.ConfigDict()
+    c.variant = "gedl"                 # name of the variant preset applied (recorded in outputs)
+    # --- data ---
+    c.dataset = dataset                # in-distribution dataset (TFDS name)
+    c.data_dir = ""                    # folder with one subfolder per dataset; "" -> $GEDL_DATA_DIR
+    c.cache_dir = ""                   # decoded-array cache; "" -> $GEDL_CACHE_DIR or ~/.cache/gedl_jax
+    c.ood_datasets = ",".join(d["ood_datasets"])  # OOD test sets, comma-separated TFDS names
+                                       # ("" for none, e.g. where SVHN/CIFAR-100 are absent)
+    c.extra_ood = ""                   # extra OOD sets: comma-separated folders of IDX files
+    c.val_fraction = d["val_fraction"]  # fraction of the official train split held out
+    c.split_seed = -1                  # seed of the train/val permutation; -1 -> same as `seed`
+    c.normalize = False                # standardise with ID channel stats (reference: no)
+    c.augment = d["augment"]           # CIFAR flip + crop(pad 4) + rotation(15 deg), on device
+    c.train_examples = 0               # use only the first N training examples (0 = all)
+    # --- model ---
+    c.model = d["model"]               # "convnet" (MNIST) or "vgg16" (CIFAR, batch norm)
+    c.num_classes = d["num_classes"]   # K
+    c.compute_dtype = "float32"        # conv/matmul dtype; params and loss stay float32
+    # --- prior (Eq. e2alpha, weight_update) ---
+    c.evidence = "softplus"            # evidence activation e = f(logits)
+    c.exp_clip = 10.0                  # clamp of the logits for exp evidence
+    c.base_rate = "uniform"            # base rate a: uniform 1/K or training label frequencies
+    c.prior_strength = "adaptive"      # W fixed (EDL, R-EDL) or adaptive (GEDL)
+    c.prior_strength_value = "K"       # W when fixed: a number, "K" or "<x>K" (R-EDL: "0.1K")
+    c.c_w = 0.5                        # GEDL's C_w: limit of the adaptive W as evidence grows
+    # --- posterior update: KL weight 1/tau (Eq. elbo, tau_schedule) ---
+    c.kl_schedule = "gedl_tau"         # "gedl_tau", "edl_anneal" (min(1, epoch/10)), "constant"
+    c.kl_weight = 1.0                  # multiplier of the KL term (the constant when "constant")
+    c.annealing_epochs = 10.0          # EDL annealing length in epochs
+    c.c_tau = 100.0                    # GEDL's C_tau
+    c.tau_reading = "epoch"            # sum over epochs (default) or over steps (variants.md 9.2)
+    # --- objective ---
+    c.likelihood = "digamma"           # data term: digamma NLL, log, MSE (+/- var), Fisher MSE
+    c.kl_target = "all"                # KL(Dir(alpha)||Dir(Wa)) on all samples, EDL's masked, none
+    c.fisher_logdet_weight = 0.0       # I-EDL's weight of -log det of the Fisher information
+    c.red_regularizer_weight = 0.0     # RED's correct-evidence regularizer weight
+    c.warmup_epochs = d.get("warmup_epochs", 0)  # non-evidential (softmax CE) warm-up epochs
+    # --- optimisation (paper Table implementation_details) ---
+    c.learning_rate = d["learning_rate"]  # Adam peak learning rate
+    c.lr_schedule = "cosine"           # cosine decay to 0 over all steps, or constant
+    c.weight_decay = d["weight_decay"]  # 5e-4 on CIFAR
+    c.weight_decay_mode = "l2"         # "l2": added to the gradient before Adam (PyTorch Adam's
+                                       # weight_decay); "decoupled": AdamW
+    c.batch_size = 128                 # global batch, split over all devices
+    c.num_epochs = 200
+    c.grad_clip_norm = 0.0             # 0 = off
+    # --- loop ---
+    c.seed = 0                         # model init, data order, augmentation
+    c.seeds = ""                       # several seeds in one command: "0,1,2,3,4" -> workdir/seed_<s>
+    c.eval_batch_size = 1024
+    c.eval_every_epochs = 1            # validation accuracy every N epochs (best checkpoint)
+    c.log_every_steps = 100            # progress line / metrics fetch interval
+    c.checkpoint_every_steps = 0       # extra mid-epoch checkpoints (0 = only at epoch ends)
+    c.evaluate_at_end = True           # test + OOD evaluation of the best checkpoint
+    c.plots = True                     # write PNG plots at the end
+    c.distributed = False              # call jax.distributed.initialize() (multi-host)
+    return c
+
+
+def _parse_prior_strength(value: Any, num_classes: int) -> float:
+    """'K' -> K, '0.1K' -> 0.1 K, numbers as they are."""
+    if isinstance(value, (int, float)):
+        return float(value)
+    text = str(value).strip()
+    try:
+        if text.endswith("K"):
+            factor = text[:-1].strip()
+            return (float(factor) if factor else 1.0) * num_classes
+        return float(text)
+    except ValueError:
+        raise ValueError(f"config.prior_strength_value={value!r} must be a number, 'K' or "
+                         f"'<factor>K' (e.g. '0.1K' for R-EDL's lambda = 0.1)") from None
+
+
+def apply_variant(c: ml_collections.ConfigDict, name: str) -> None:
+    if name not in VARIANTS:
+        raise ValueError(f"unknown variant {name!r}; allowed: {sorted(VARIANTS)}")
+    for key, value in VARIANTS[name].items():
+        if key == "fisher_logdet_weight" and value == "iedl":
+            value = DATASET_DEFAULTS[c.dataset]["fisher_logdet_weight_iedl"]
+        c[key] = value
+    c.variant = name
+
+
+def apply_quick(c: ml_collections.ConfigDict) -> None:
+    """A few-minute smoke version of a config: 2 epochs on a subset (CPU friendly)."""
+    c.num_epochs = 2
+    c.train_examples = 6400 if c.dataset in ("mnist", "fashion_mnist") else 2560
+    c.log_every_steps = 10
+    c.warmup_epochs = min(c.warmup_epochs, 1)
+
+
+def build_config(dataset: str, arg: str | None) -> ml_collections.ConfigDict:
+    """`arg` is the text after ':' in --config=configs/<dataset>.py:<arg>."""
+    c = default_config(dataset)
+    tokens = [t.strip() for t in (arg or "").split(",") if t.strip()]
+    variants = [t for t in tokens if t in VARIANTS]
+    unknown = [t for t in tokens if t not in VARIANTS and t not in MODIFIERS]
+    if unknown:
+        raise ValueError(f"unknown config argument(s) {unknown}; use one variant of "
+                         f"{sorted(VARIANTS)} and optionally modifiers {list(MODIFIERS)}, e.g. "
+                         f"configs/{dataset}.py:gedl,quick")
+    if len(variants) > 1:
+        raise ValueError(f"choose one variant, got {variants}")
+    apply_variant(c, variants[0] if variants else "gedl")
+    if "quick" in tokens:
+        apply_quick(c)
+    return c
+
+
+def resolved_prior_strength(c: ml_collections.ConfigDict) -> float:
+    return _parse_prior_strength(c.prior_strength_value, c.num_classes)
+
+
+def parse_seeds(c: ml_collections.ConfigDict) -> list[int]:
+    text = str(c.seeds).strip()
+    if not text:
+        return [int(c.seed)]
+    try:
+        return [int(s) for s in text.replace(" ", "").split(",") if s]
+    except ValueError:
+        raise ValueError(f"config.seeds={c.seeds!r} must be a comma-separated list of integers, "
+                         f"e.g. '0,1,2,3,4'") from None
+
+
+def parse_list(text: str) -> list[str]:
+    """'a, b,c' -> ['a', 'b', 'c']; '' -> []."""
+    return [t.strip() for t in str(text).split(",") if t.strip()]
+
+
+def validate_config(c: ml_collections.ConfigDict, num_devices: int = 1) -> None:
+    """Raise ValueError naming the field and its allowed values before any work starts."""
+    for field, allowed in ALLOWED.items():
+        value = c.get(field)
+        if value not in allowed:
+            raise ValueError(f"config.{field}={value!r} is not allowed; allowed values: "
+                             f"{list(allowed)}")
+    positive = ("learning_rate", "batch_size", "num_epochs", "eval_batch_size",
+                "eval_every_epochs", "log_every_steps", "num_classes", "c_tau", "exp_clip",
+                "annealing_epochs")
+    for field in positive:
+        if not c[field] > 0:
+            raise ValueError(f"config.{field}={c[field]!r} must be > 0")
+    non_negative = ("weight_decay", "kl_weight", "fisher_logdet_weight", "red_regularizer_weight",
+                    "warmup_epochs", "train_examples", "checkpoint_every_steps", "grad_clip_norm",
+                    "c_w")
+    for field in non_negative:
+        if c[field] < 0:
+            raise ValueError(f"config.{field}={c[field]!r} must be >= 0")
+    if not 0.0 < c.val_fraction < 1.0:
+        raise ValueError(f"config.val_fraction={c.val_fraction!r} must be in (0, 1)")
+    if c.batch_size % num_devices:
+        raise ValueError(f"config.batch_size={c.batch_size} is not divisible by the number of "
+                         f"devices ({num_devices}); use a multiple of {num_devices}")
+    if c.eval_batch_size % num_devices:
+        raise ValueError(f"config.eval_batch_size={c.eval_batch_size} is not divisible by the "
+                         f"number of devices ({num_devices})")
+    w = resolved_prior_strength(c)
+    if c.prior_strength == "fixed" and not w > 0:
+        raise ValueError(f"config.prior_strength_value={c.prior_strength_value!r} must give W > 0")
+    if c.warmup_epochs >= c.num_epochs:
+        raise ValueError(f"config.warmup_epochs={c.warmup_epochs} must be < num_epochs="
+                         f"{c.num_epochs}")
+    parse_seeds(c)
+    expected_model = DATASET_DEFAULTS[c.dataset]["model"]
+    if c.model != expected_model:
+        # Not an error (a user may try VGG on MNIST) but the input shape must suit the model.
+        if c.model == "vgg16" and c.dataset in ("mnist", "fashion_mnist"):
+            raise ValueError("config.model='vgg16' needs 32x32 RGB input; MNIST-family data is "
+                             "28x28x1: use config.model='convnet'")

@@ -1,0 +1,69 @@
+"""Bad configurations fail before any work, naming the field and the allowed values."""
+
+import pytest
+
+from gedl_jax import configuration
+
+
+@pytest.mark.parametrize("dataset", ["mnist", "cifar10", "cifar100"])
+@pytest.mark.parametrize("variant", sorted(configuration.VARIANTS))
+def test_every_variant_builds_and_validates(dataset, variant):
+    config = configuration.build_config(dataset, f"{variant},quick")
+    configuration.validate_config(config, num_devices=1)
+    assert config.variant == variant
+    assert config.num_epochs == 2
+
+
+def test_paper_defaults():
+    mnist = configuration.build_config("mnist", None)
+    cifar = configuration.build_config("cifar10", None)
+    assert mnist.variant == "gedl" and mnist.learning_rate == 1e-3 and mnist.weight_decay == 0
+    assert cifar.learning_rate == 1e-4 and cifar.weight_decay == 5e-4 and cifar.augment
+    for c in (mnist, cifar):
+        assert (c.batch_size, c.num_epochs, c.c_tau, c.c_w) == (128, 200, 100.0, 0.5)
+        assert c.lr_schedule == "cosine" and c.tau_reading == "epoch"
+    assert configuration.parse_list(mnist.ood_datasets) == ["kmnist", "fashion_mnist"]
+
+
+def test_unknown_variant_lists_allowed():
+    with pytest.raises(ValueError, match="unknown config argument.*gedl"):
+        configuration.build_config("mnist", "gedel")
+    with pytest.raises(ValueError, match="choose one variant"):
+        configuration.build_config("mnist", "edl,gedl")
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("likelihood", "cross_entropy", r"config.likelihood=.*allowed values.*digamma"),
+    ("evidence", "sigmoid", r"config.evidence=.*softplus"),
+    ("tau_reading", "epochs", r"config.tau_reading=.*'epoch', 'step'"),
+    ("kl_target", "some", r"config.kl_target"),
+    ("learning_rate", 0.0, r"config.learning_rate=0.0 must be > 0"),
+    ("val_fraction", 1.5, r"config.val_fraction"),
+    ("weight_decay", -1.0, r"config.weight_decay"),
+    ("prior_strength_value", "abcK", r"config.prior_strength_value"),
+    ("seeds", "1,x", r"config.seeds"),
+])
+def test_bad_field_names_field(field, value, match):
+    config = configuration.build_config("mnist", None)
+    config[field] = value
+    with pytest.raises(ValueError, match=match):
+        configuration.validate_config(config, num_devices=1)
+
+
+def test_batch_not_divisible_by_devices():
+    config = configuration.build_config("mnist", None)
+    config.batch_size = 130
+    with pytest.raises(ValueError, match=r"batch_size=130 is not divisible.*4"):
+        configuration.validate_config(config, num_devices=4)
+
+
+def test_unknown_dataset():
+    with pytest.raises(ValueError, match="not supported.*mnist"):
+        configuration.default_config("imagenet")
+
+
+def test_prior_strength_parsing():
+    c = configuration.build_config("cifar100", "redl")
+    assert configuration.resolved_prior_strength(c) == pytest.approx(10.0)  # 0.1 * 100
+    c.prior_strength_value = "2.0"  # a str field: --config.prior_strength_value=2.0 parses so
+    assert configuration.resolved_prior_strength(c) == 2.0
