@@ -1,0 +1,63 @@
+"""Datasets of the paper: offline loading, checksums, decoded-array cache, splits, device input.
+
+    from gedl_jax import data
+    splits = data.load_train_val_test("mnist", data_dir="../shared/data", seed=0)  # 48k/12k/10k
+    oods = [data.load_ood(n, data_dir) for n in data.default_ood_sets("mnist")]  # kmnist, fmnist
+    extra = data.load_ood("/path/to/idx_folder")   # any folder of MNIST-format t10k IDX files
+    fog3 = data.load_corrupted("fog", 3, data_dir)  # CIFAR-10-C
+
+Host side (numpy): registry.py (names, shapes, registered checksums), readers.py (official
+formats), cache.py (verification, cache), loading.py (sources), splits.py (protocol),
+tfds_source.py (TFDS). Device side (pure JAX, jit-able): device.py. Nothing here imports
+TensorFlow; tensorflow_datasets is optional (registered checksums, the TFDS source).
+"""
+
+from gedl_jax.data.arrays import Split, channel_stats
+from gedl_jax.data.cache import resolve_cache_dir, sha256_file, verify_file
+from gedl_jax.data.device import (
+    DATA_AXIS,
+    apply_geometry,
+    augment_cifar,
+    batch_sharding,
+    epoch_permutation,
+    pad_for_eval,
+    put_on_device,
+    shard_batch,
+    steps_per_epoch,
+    take_batch,
+    to_float,
+)
+from gedl_jax.data.errors import ChecksumError, CorruptDataError, DataError, MissingDataError
+from gedl_jax.data.loading import (
+    ENV_DATA_DIR,
+    SOURCES,
+    load_corrupted,
+    load_ood,
+    load_split,
+    read_idx_folder,
+    resolve_data_dir,
+)
+from gedl_jax.data.registry import (
+    CORRUPTIONS,
+    DATASETS,
+    EXTRA_CORRUPTIONS,
+    SEVERITIES,
+    DatasetInfo,
+    FileSpec,
+    default_ood_sets,
+    get_info,
+    registered_files,
+)
+from gedl_jax.data.splits import load_train_val_test, split_indices, train_val_split
+from gedl_jax.data.tfds_source import prepare_tfds
+
+__all__ = [
+    "CORRUPTIONS", "DATASETS", "DATA_AXIS", "ENV_DATA_DIR", "EXTRA_CORRUPTIONS", "SEVERITIES",
+    "SOURCES", "ChecksumError", "CorruptDataError", "DataError", "DatasetInfo", "FileSpec",
+    "MissingDataError", "Split", "apply_geometry", "augment_cifar", "batch_sharding",
+    "channel_stats", "default_ood_sets", "epoch_permutation", "get_info", "load_corrupted",
+    "load_ood", "load_split", "load_train_val_test", "pad_for_eval", "prepare_tfds",
+    "put_on_device", "read_idx_folder", "registered_files", "resolve_cache_dir",
+    "resolve_data_dir", "sha256_file", "shard_batch", "split_indices", "steps_per_epoch",
+    "take_batch", "to_float", "train_val_split", "verify_file",
+]

@@ -1,0 +1,82 @@
+"""`Split`: a decoded split held as host numpy arrays, and its channel statistics."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from gedl_jax.data.errors import CorruptDataError
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Split:
+    """images: N x H x W x C uint8 (pixels 0..255); labels: N int32; name: e.g. "mnist/train".
+
+    source says where the arrays came from ("official", "arrays", "tfds", "idx_folder", ... with
+    "+cache" when read from the decoded-array cache)."""
+
+    images: np.ndarray
+    labels: np.ndarray
+    name: str
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.images.ndim != 4 or self.images.dtype != np.uint8:
+            raise CorruptDataError(f"{self.name}: images must be N x H x W x C uint8, got "
+                                   f"{self.images.shape} {self.images.dtype}")
+        if self.labels.shape != (len(self.images),) or self.labels.dtype != np.int32:
+            raise CorruptDataError(f"{self.name}: labels must be ({len(self.images)},) int32, got "
+                                   f"{self.labels.shape} {self.labels.dtype}")
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        return tuple(self.images.shape[1:])  # type: ignore[return-value]
+
+    def take(self, indices: np.ndarray, name: str | None = None) -> Split:
+        """The examples at `indices` (a copy), as a new Split."""
+        return Split(np.ascontiguousarray(self.images[indices]),
+                     np.ascontiguousarray(self.labels[indices]), name or self.name, self.source)
+
+    def label_counts(self, num_classes: int | None = None) -> np.ndarray:
+        return np.bincount(self.labels, minlength=num_classes or 0)
+
+
+def check_arrays(images: np.ndarray, labels: np.ndarray, origin: str,
+                 image_shape: tuple[int, ...] | None = None,
+                 num_classes: int | None = None) -> None:
+    """Raise CorruptDataError unless the decoded arrays have the registered shape and labels."""
+    if images.ndim != 4 or images.dtype != np.uint8:
+        raise CorruptDataError(f"{origin}: decoded images are {images.shape} {images.dtype}, "
+                               "expected N x H x W x C uint8")
+    if image_shape is not None and tuple(images.shape[1:]) != tuple(image_shape):
+        raise CorruptDataError(f"{origin}: images are {tuple(images.shape[1:])}, expected "
+                               f"{tuple(image_shape)}")
+    if labels.shape != (len(images),):
+        raise CorruptDataError(f"{origin}: {labels.shape} labels for {len(images)} images")
+    if len(labels) and num_classes is not None and (labels.min() < 0
+                                                    or labels.max() >= num_classes):
+        raise CorruptDataError(f"{origin}: labels span {labels.min()}..{labels.max()}, expected "
+                               f"0..{num_classes - 1}")
+
+
+def channel_stats(split: Split | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel mean and std of the pixels scaled to [0, 1] (float32, shape (C,)), computed in
+    float64 in chunks. Use the in-distribution *training* split's stats for every set."""
+    images = split.images if isinstance(split, Split) else np.asarray(split)
+    c = images.shape[-1]
+    flat = images.reshape(-1, c)
+    total = np.zeros(c, np.float64)
+    total_sq = np.zeros(c, np.float64)
+    step = 1 << 20
+    for i in range(0, len(flat), step):
+        chunk = flat[i:i + step].astype(np.float64) / 255.0
+        total += chunk.sum(0)
+        total_sq += np.square(chunk).sum(0)
+    n = max(len(flat), 1)
+    mean = total / n
+    std = np.sqrt(np.maximum(total_sq / n - np.square(mean), 0.0))
+    return mean.astype(np.float32), std.astype(np.float32)

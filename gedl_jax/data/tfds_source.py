@@ -1,0 +1,142 @@
+"""TensorFlow Datasets as a source: reading prepared datasets, and preparing from manual_dir.
+
+Reading uses `tfds.data_source` (ArrayRecord, random access, no TensorFlow needed) with
+`download=False`, so it never reaches for the network. The examples are decoded once into numpy
+arrays (then cached by the loader); training never touches TFDS.
+
+Preparing an official builder from the files in the data folder (`prepare_tfds`) needs TensorFlow
+(an optional extra). TFDS retries the network for minutes when a registered file is missing from
+manual_dir, so every registered file name is checked first, then every checksum, and only then is
+TFDS asked to prepare anything.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gedl_jax.data import cache as cache_lib
+from gedl_jax.data.errors import DataError, MissingDataError
+from gedl_jax.data.registry import get_info, registered_files
+
+log = logging.getLogger(__name__)
+_CHUNK = 2048
+
+
+def _tfds():
+    try:
+        import tensorflow_datasets as tfds  # noqa: PLC0415
+    except Exception as e:  # noqa: BLE001
+        raise DataError("tensorflow-datasets is not importable here "
+                        f"({type(e).__name__}: {e}); the TFDS source needs it. Use the raw files "
+                        "in the data folder instead (source='raw'), or the decoded-array cache."
+                        ) from None
+    return tfds
+
+
+def tfds_available() -> bool:
+    try:
+        _tfds()
+    except DataError:
+        return False
+    return True
+
+
+def is_prepared(tfds_name: str, tfds_data_dir: str | os.PathLike | None = None) -> bool:
+    """Whether TFDS has `tfds_name` prepared under `tfds_data_dir` (its default if None)."""
+    try:
+        tfds = _tfds()
+        return bool(tfds.builder(tfds_name, data_dir=tfds_data_dir).is_prepared())
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def prepared_files(tfds_name: str, split: str, tfds_data_dir: str | os.PathLike | None
+                   ) -> list[Path]:
+    """The prepared record files of a split (empty where none can be found, e.g. under mock)."""
+    try:
+        tfds = _tfds()
+        data_path = Path(tfds.builder(tfds_name, data_dir=tfds_data_dir).data_dir)
+    except Exception:  # noqa: BLE001
+        return []
+    base = tfds_name.split("/")[0]
+    return sorted(data_path.glob(f"{base}-{split}.*")) if data_path.is_dir() else []
+
+
+def _examples(ds: Any, start: int, stop: int) -> list[dict[str, Any]]:
+    keys = list(range(start, stop))
+    try:
+        return list(ds.__getitems__(keys))
+    except (AttributeError, TypeError):  # mock data sources lack a working __getitems__
+        return [ds[k] for k in keys]
+
+
+def read_tfds(tfds_name: str, split: str, tfds_data_dir: str | os.PathLike | None = None
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """Decode a prepared TFDS split to (images N x H x W x C uint8, labels N int32)."""
+    tfds = _tfds()
+    try:
+        ds = tfds.data_source(tfds_name, split=split, data_dir=tfds_data_dir, download=False)
+    except NotImplementedError as e:
+        raise DataError(f"TFDS dataset {tfds_name!r} is prepared in a format tfds.data_source "
+                        f"cannot read ({str(e).splitlines()[0]}). Prepare it with "
+                        "file_format='array_record' (gedl_jax.data.prepare_tfds does), or put "
+                        "the raw files in the data folder.") from None
+    except Exception as e:  # noqa: BLE001  (TFDS raises AssertionError / various when absent)
+        raise MissingDataError(f"TFDS dataset {tfds_name!r} split {split!r} is not prepared in "
+                               f"{tfds_data_dir or 'the default TFDS data dir'} "
+                               f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+                               ) from None
+    n = len(ds)
+    images, labels = [], []
+    for start in range(0, n, _CHUNK):
+        for ex in _examples(ds, start, min(n, start + _CHUNK)):
+            img = np.asarray(ex["image"])
+            images.append(img[..., None] if img.ndim == 2 else img)
+            labels.append(int(ex["label"]))
+    if not images:
+        raise DataError(f"TFDS dataset {tfds_name!r} split {split!r} is empty")
+    return (np.ascontiguousarray(np.stack(images).astype(np.uint8, copy=False)),
+            np.asarray(labels, np.int32))
+
+
+def prepare_tfds(name: str, data_dir: str | os.PathLike | None = None,
+                 tfds_data_dir: str | os.PathLike | None = None, config: str | None = None,
+                 cache_dir: str | os.PathLike | None = None) -> Path:
+    """Prepare the official TFDS builder `name` (ArrayRecord) from the files in
+    `<data_dir>/<name>/` used as TFDS's manual_dir. Fails within seconds, before TFDS runs, if a
+    registered file is missing or has the wrong checksum. Needs TensorFlow (extra
+    `tfds-prepare`); returns the prepared dataset's folder."""
+    from gedl_jax.data.loading import resolve_data_dir  # noqa: PLC0415 (cycle)
+
+    info = get_info(name)
+    manual_dir = resolve_data_dir(data_dir) / info.folder
+    specs = registered_files(name, "official")
+    missing = [s for s in specs.values() if not (manual_dir / s.filename).is_file()]
+    if missing:
+        lines = "\n".join(f"  {manual_dir / s.filename}  ({s.size:,} bytes; official URL {s.url})"
+                          for s in missing)
+        raise MissingDataError(
+            f"cannot prepare TFDS {name!r} offline: TFDS needs every registered file in its "
+            f"manual_dir {manual_dir}, and these are missing:\n{lines}\nPut the official files "
+            "there under these names. (Without them TFDS would retry the network for minutes.)")
+    cache_root = cache_lib.resolve_cache_dir(cache_dir)
+    for s in specs.values():
+        cache_lib.verify_file(manual_dir / s.filename, s, cache_root)
+    try:
+        import tensorflow  # noqa: F401, PLC0415
+    except Exception as e:  # noqa: BLE001
+        raise DataError(
+            f"preparing the official TFDS builder {name!r} needs TensorFlow ({type(e).__name__}: "
+            f"{e}). Install the extra: pip install 'gedl-jax[tfds-prepare]'. Or skip preparing: "
+            "gedl_jax.data.load_split reads the same official files directly (source='raw').")
+    tfds = _tfds()
+    tfds_name = f"{name}/{config}" if config else name
+    builder = tfds.builder(tfds_name, data_dir=tfds_data_dir, file_format="array_record")
+    builder.download_and_prepare(
+        download_config=tfds.download.DownloadConfig(manual_dir=str(manual_dir)))
+    return Path(builder.data_dir)

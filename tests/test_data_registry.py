@@ -1,0 +1,101 @@
+"""Registry: names, shapes, protocol defaults, and checksums equal to TFDS's registrations."""
+
+import pytest
+from data_fixtures import isolated_env, no_network  # noqa: F401
+
+from gedl_jax import data
+from gedl_jax.data import registry
+
+pytestmark = pytest.mark.usefixtures("no_network", "isolated_env")
+
+PAPER_DATASETS = ("mnist", "fashion_mnist", "kmnist", "cifar10", "cifar100", "svhn_cropped",
+                  "cifar10_corrupted")
+
+
+def test_every_paper_dataset_is_registered():
+    for name in PAPER_DATASETS:
+        info = data.DATASETS[name]
+        assert info.name == name
+    assert data.DATASETS["mnist"].image_shape == (28, 28, 1)
+    assert data.DATASETS["cifar10"].image_shape == (32, 32, 3)
+    assert data.DATASETS["cifar100"].num_classes == 100
+    assert data.DATASETS["svhn_cropped"].num_examples["test"] == 26032
+    assert data.DATASETS["mnist"].val_fraction == 0.2
+    assert data.DATASETS["cifar10"].val_fraction == 0.05
+
+
+def test_default_ood_sets_follow_the_protocol():
+    assert data.default_ood_sets("mnist") == ("kmnist", "fashion_mnist")
+    assert data.default_ood_sets("cifar10") == ("svhn_cropped", "cifar100")
+    for name in ("mnist", "fashion_mnist", "cifar10", "cifar100"):
+        for ood in data.default_ood_sets(name):
+            assert ood in data.DATASETS and ood != name
+
+
+def test_unknown_dataset_is_a_clear_error():
+    with pytest.raises(data.DataError, match="known datasets"):
+        data.get_info("imagenet")
+
+
+def test_fifteen_benchmark_corruptions_five_severities():
+    assert len(data.CORRUPTIONS) == 15 and len(set(data.CORRUPTIONS)) == 15
+    assert data.SEVERITIES == (1, 2, 3, 4, 5)
+    assert registry.corruption_file_stem("frosted_glass_blur") == "glass_blur"
+    assert registry.corruption_file_stem("glass_blur") == "glass_blur"
+    with pytest.raises(data.DataError):
+        registry.corruption_file_stem("rain")
+
+
+@pytest.mark.parametrize("name", PAPER_DATASETS)
+def test_embedded_copy_equals_what_tfds_registers(name):
+    """The fallback copy (used where TFDS is not installed) is exactly TFDS's registration."""
+    tfds_specs = registry.tfds_registered_files(name)
+    if tfds_specs is None:
+        pytest.skip("tensorflow_datasets not importable here")
+    copy = registry._copied_specs(name, "copy")
+    assert {k: (v.size, v.sha256, v.url) for k, v in tfds_specs.items()} == \
+        {k: (v.size, v.sha256, v.url) for k, v in copy.items()}
+
+
+def test_official_file_names_are_registered():
+    """Every file an official source needs has a registered size and sha256."""
+    for name in PAPER_DATASETS:
+        info = data.DATASETS[name]
+        specs = data.registered_files(name, "official")
+        for src in info.sources:
+            if src.kind != "official":
+                continue
+            for files in src.split_files.values():
+                for f in files:
+                    assert f in specs, (name, f)
+                    assert len(specs[f].sha256) == 64 and specs[f].size > 0
+    cifar_arrays = data.registered_files("cifar10", "arrays")
+    assert set(cifar_arrays) == {"train.npz", "test.npz"}
+
+
+def test_fallback_when_tfds_missing(monkeypatch):
+    monkeypatch.setattr(registry, "tfds_registered_files", lambda name: None)
+    specs = data.registered_files("mnist", "official")
+    assert specs["train-images-idx3-ubyte.gz"].size == 9912422
+
+
+def test_resolve_data_dir(tmp_path, monkeypatch):
+    with pytest.raises(data.MissingDataError, match="GEDL_DATA_DIR"):
+        data.resolve_data_dir(None)
+    with pytest.raises(data.MissingDataError, match="GEDL_DATA_DIR"):
+        data.resolve_data_dir("")  # config's "unset"
+    monkeypatch.setenv("GEDL_DATA_DIR", str(tmp_path))
+    assert data.resolve_data_dir(None) == tmp_path
+    other = tmp_path / "other"
+    other.mkdir()
+    assert data.resolve_data_dir(str(other)) == other  # explicit beats the environment
+    with pytest.raises(data.MissingDataError, match="does not exist"):
+        data.resolve_data_dir(tmp_path / "nope")
+
+
+def test_resolve_cache_dir(tmp_path, monkeypatch):
+    assert data.resolve_cache_dir(tmp_path / "c") == tmp_path / "c"
+    monkeypatch.setenv("GEDL_CACHE_DIR", str(tmp_path / "env"))
+    assert data.resolve_cache_dir("") == tmp_path / "env"
+    monkeypatch.delenv("GEDL_CACHE_DIR")
+    assert data.resolve_cache_dir(None).name == "gedl_jax"
