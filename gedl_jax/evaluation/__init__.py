@@ -1,0 +1,39 @@
+"""Evaluation of Dirichlet outputs: confidence scores, all metrics of the paper, tables and plots.
+
+Usable on plain arrays, without model code::
+
+    from gedl_jax.evaluation import ModelOutputs, evaluate_outputs, results_table
+    res = evaluate_outputs(ModelOutputs(alpha_NxK, W_N, labels_N),
+                           {"SVHN": ModelOutputs(alpha_ood_MxK, W_ood_M)})
+    print(results_table([res_seed0, res_seed1, ...]))
+
+Modules: ``scores`` (confidence scores, higher = more confident; UM = -W/S), ``core``
+(``ModelOutputs``, ``evaluate_outputs``, the stated ``CONVENTIONS``), ``report`` (multi-seed
+aggregation, markdown / LaTeX tables, backs bin/report.py), ``plots`` (PNG figures; imported on
+demand: ``from gedl_jax.evaluation import plots``). The metrics themselves are in
+``gedl_jax.metrics``.
+"""
+
+from gedl_jax.evaluation.core import (
+    CONVENTIONS,
+    ModelOutputs,
+    ensemble_epistemic_uncertainty,
+    evaluate_outputs,
+    rank_correlations,
+    severity_summary,
+    summarise_measures,
+)
+from gedl_jax.evaluation.report import aggregate, load_runs, results_table
+from gedl_jax.evaluation.scores import (
+    MEASURE_NAMES,
+    SCORE_NAMES,
+    confidence_scores,
+    uncertainty_measures,
+)
+
+__all__ = [
+    "CONVENTIONS", "MEASURE_NAMES", "SCORE_NAMES", "ModelOutputs", "aggregate",
+    "confidence_scores", "ensemble_epistemic_uncertainty", "evaluate_outputs", "load_runs",
+    "rank_correlations", "results_table", "severity_summary", "summarise_measures",
+    "uncertainty_measures",
+]

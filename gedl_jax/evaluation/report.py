@@ -1,0 +1,337 @@
+"""Multi-seed aggregation and paper-style tables (markdown or LaTeX) of ``evaluate_outputs`` output.
+
+``aggregate(results)`` turns a list of result dicts (one per seed) into the same tree with every
+number replaced by ``{"mean", "std", "n"}`` (std = sample std, ddof=1; None for a single run).
+``results_table`` prints the paper's main-table layout (Acc, Conf.MP, then MP and UM per OOD set:
+AUPR in %, mean ± std) followed by a calibration table (NLL, Brier, ECE as fractions, as in the
+paper's calibration table) and a detection-detail table (AUPR-in/out, AUROC, FPR95).
+``load_runs`` and ``main`` back ``bin/report.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["aggregate", "results_table", "load_runs", "main", "RESULTS_FILENAME"]
+
+RESULTS_FILENAME = "eval_results.json"
+_SKIP_KEYS = frozenset({"conventions", "seed"})   # not aggregated
+_PAPER_SCORES = (("mp", "MP"), ("um", "UM"))
+
+
+# ------------------------------------------------------------------------------------------------
+# Aggregation
+# ------------------------------------------------------------------------------------------------
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool,
+                                                                                        np.bool_))
+
+
+def _stats(values: list[Any]) -> dict[str, Any]:
+    vals = [float(v) for v in values if _is_number(v) and math.isfinite(float(v))]
+    n = len(vals)
+    if n == 0:
+        return {"mean": None, "std": None, "n": 0}
+    return {"mean": float(np.mean(vals)), "std": float(np.std(vals, ddof=1)) if n > 1 else None,
+            "n": n}
+
+
+def _aggregate_nodes(nodes: list[Any]) -> Any:
+    dicts = [x for x in nodes if isinstance(x, Mapping)]
+    if dicts:
+        keys = list(dict.fromkeys(k for d in dicts for k in d))
+        out = {}
+        for k in keys:
+            if k in _SKIP_KEYS:
+                continue
+            sub = _aggregate_nodes([d[k] for d in dicts if k in d])
+            if sub is not None:
+                out[k] = sub
+        return out or None
+    if any(_is_number(x) for x in nodes) or (nodes and all(x is None for x in nodes)):
+        return _stats(nodes)
+    return None   # strings, lists (per-bin data): not aggregated
+
+
+def aggregate(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Mean and spread of every number over runs (e.g. seeds) of ``evaluate_outputs`` results.
+
+    Returns the union tree of the inputs where each numeric leaf becomes
+    ``{"mean": float | None, "std": float | None, "n": int}``: mean and *sample* standard deviation
+    (ddof=1; None when n == 1) over the runs where the leaf is a finite number (null / missing
+    entries are left out and ``n`` counts the rest). Strings, lists (per-bin calibration data) and
+    the keys "conventions" and "seed" are not aggregated.
+    """
+    if not results:
+        raise ValueError("aggregate() needs at least one result.")
+    return _aggregate_nodes(list(results)) or {}
+
+
+# ------------------------------------------------------------------------------------------------
+# Tables
+# ------------------------------------------------------------------------------------------------
+def _get(tree: Mapping[str, Any], path: Sequence[str]) -> dict[str, Any] | None:
+    node: Any = tree
+    for key in path:
+        if not isinstance(node, Mapping) or key not in node:
+            return None
+        node = node[key]
+    return node if isinstance(node, Mapping) and "mean" in node else None
+
+
+def _fmt(stat: Mapping[str, Any] | None, scale: float, digits: int, latex: bool,
+         runs: int) -> str:
+    """mean ± std; "(n=...)" when fewer than all `runs` had a finite value; a dash if none."""
+    if stat is None or stat["mean"] is None:
+        return "--" if latex else "–"
+    text = f"{stat['mean'] * scale:.{digits}f}"
+    if stat["std"] is not None:
+        text += (r"$\pm$" if latex else " ± ") + f"{stat['std'] * scale:.{digits}f}"
+    if stat["n"] < runs:
+        text += f" (n={stat['n']})"
+    return text
+
+
+def _latex_escape(text: str) -> str:
+    return re.sub(r"([_&%#$])", r"\\\1", str(text))
+
+
+def _render(header: list[str], rows: list[list[str]], latex: bool,
+            groups: list[tuple[str, int]] | None = None) -> str:
+    if not latex:
+        lines = ["| " + " | ".join(header) + " |",
+                 "|" + "|".join(["---"] + [":---:"] * (len(header) - 1)) + "|"]
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
+        return "\n".join(lines)
+    lines = [r"\begin{tabular}{l " + " ".join("c" * (len(header) - 1)) + "}", r"\toprule"]
+    if groups:
+        cells, rules, col = [""], [], 2
+        for title, span in groups:
+            cells.append(rf"\multicolumn{{{span}}}{{c}}{{{title}}}" if span > 1 else title)
+            if title:
+                rules.append(rf"\cmidrule(lr){{{col}-{col + span - 1}}}")
+            col += span
+        lines.append(" & ".join(cells) + r" \\")
+        lines.append("".join(rules))
+    lines.append(" & ".join(header) + r" \\")
+    lines.append(r"\midrule")
+    lines += [" & ".join(r) + r" \\" for r in rows]
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    return "\n".join(lines)
+
+
+def _as_groups(results: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[Mapping[str, Any]]]
+               ) -> dict[str, list[Mapping[str, Any]]]:
+    if isinstance(results, Mapping):
+        groups = {str(k): list(v) for k, v in results.items()}
+    else:
+        results = list(results)
+        names = [r.get("variant") or r.get("name") for r in results]
+        if len(set(names) - {None}) > 1:   # never average different methods together
+            groups = {}
+            for name, r in zip(names, results):
+                groups.setdefault(str(name or "results"), []).append(r)
+        else:
+            groups = {str(next((n for n in names if n), "results")): results}
+    if not groups or any(not v for v in groups.values()):
+        raise ValueError("results_table needs at least one result per method.")
+    return groups
+
+
+def _seed_phrase(counts: dict[str, int]) -> str:
+    values = set(counts.values())
+    if len(values) == 1:
+        n = values.pop()
+        return f"{n} seed{'s' if n != 1 else ''}"
+    return "seeds per method: " + ", ".join(f"{k} {v}" for k, v in counts.items())
+
+
+def results_table(results: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[Mapping[str, Any]]],
+                  fmt: str = "markdown", ood_names: Sequence[str] | None = None,
+                  extra: bool = True) -> str:
+    """Paper-style tables of mean ± std over seeds.
+
+    Args:
+      results: the ``evaluate_outputs`` dicts of the seeds of one method (one table row, named by
+        their "variant" / "name" key; a list mixing several such names is split into one row per
+        name), or ``{method: [results of its seeds]}`` (one row each, in order).
+      fmt: "markdown" or "latex" (booktabs; the main table's group header uses multicolumn).
+      ood_names: OOD sets and their order (default: every set, in order of first appearance).
+      extra: also print the calibration table (NLL, Brier, Brier-L2, ECE, adaptive ECE; fractions
+        as in the paper's calibration table) and the detection-detail table (Conf. AUPR / AUROC,
+        OOD AUPR-in, AUPR-out, AUROC, FPR95 for MP and UM; in %).
+
+    The main table is the paper's layout: Method | Acc | Conf.MP | <set> MP | <set> UM | ...,
+    in %, with AUPR = average precision, correct (Conf.) / in-distribution (OOD) positive. Every
+    table is preceded by a header line stating the conventions and the number of seeds.
+    Spread = sample standard deviation (ddof=1); a single seed prints the mean alone; a value
+    missing (null) in some seeds is averaged over the others and marked "(n=...)".
+    """
+    if fmt not in ("markdown", "latex"):
+        raise ValueError(f"fmt must be 'markdown' or 'latex', got {fmt!r}.")
+    latex = fmt == "latex"
+    groups = _as_groups(results)
+    aggregates = {name: aggregate(runs) for name, runs in groups.items()}
+    if ood_names is None:
+        ood_names = list(dict.fromkeys(k for runs in groups.values() for r in runs
+                                       for k in (r.get("ood") or {})))
+    datasets = {r.get("dataset") for runs in groups.values() for r in runs} - {None}
+    datasets_known = len(datasets) == 1
+    id_name = datasets.pop() if datasets_known else "ID"
+    seeds = _seed_phrase({name: len(runs) for name, runs in groups.items()})
+    esc = _latex_escape if latex else str
+    comment = "% " if latex else "> "
+
+    def row(name, cells):
+        return [esc(name)] + cells
+
+    # Main table.
+    if latex:   # the set names go into the multicolumn group row, as in the paper
+        header = ["Method", "Acc", "Conf.MP"] + [label for _ in ood_names
+                                                 for _, label in _PAPER_SCORES]
+    else:       # markdown has no multi-row header: name the sets in the column titles
+        header = ["Method", f"Acc ({id_name})", "Conf.MP"] + [
+            f"{id_name}→{o} {label}" for o in ood_names for _, label in _PAPER_SCORES]
+    rows = []
+    for name, agg in aggregates.items():
+        fmt_pct = functools.partial(_fmt, scale=100, digits=2, latex=latex,
+                                    runs=len(groups[name]))
+        cells = [fmt_pct(_get(agg, ("id", "accuracy"))),
+                 fmt_pct(_get(agg, ("id", "misclassification", "mp", "aupr")))]
+        cells += [fmt_pct(_get(agg, ("ood", o, "detection", s, "aupr_in")))
+                  for o in ood_names for s, _ in _PAPER_SCORES]
+        rows.append(row(name, cells))
+    arrow = r"$\rightarrow$" if latex else "→"
+    group_titles = [(f"{esc(id_name)} ID classification" if datasets_known else
+                     "ID classification", 2)] + [
+        (f"{esc(id_name)}{arrow}{esc(o)}", 2) for o in ood_names]
+    parts = [
+        comment + f"Main table, mean ± sample std (ddof=1) over {seeds}; all values in %. "
+        "Acc = top-1 accuracy. Conf.MP = misclassification detection (correct predictions "
+        "positive). OOD columns: in-distribution positive. AUPR = average precision "
+        "(step-wise, = sklearn average_precision_score). Scores higher = more confident: "
+        "MP = max_k alpha_k/S, UM = -u = -W/S.",
+        _render(header, rows, latex, group_titles if latex else None),
+    ]
+    if extra:
+        header = ["Method", "NLL", "Brier", "Brier-L2", "ECE", "ECE-adaptive"]
+        keys = ("nll", "brier", "brier_l2", "ece", "ece_adaptive")
+        rows = [row(name, [_fmt(_get(agg, ("id", k)), 1, 4, latex, len(groups[name]))
+                           for k in keys])
+                for name, agg in aggregates.items()]
+        parts += [
+            comment + f"Calibration on the {id_name} test set, mean ± sample std (ddof=1) over "
+            f"{seeds}; fractions, lower is better. Brier = mean_i sum_k (p_ik - y_ik)^2 "
+            "(standard); Brier-L2 = mean_i ||p_i - y_i||_2 (the I-EDL/R-EDL code's un-squared "
+            "variant). ECE: 15 equal-width bins (lower, upper] on the max projected probability; "
+            "ECE-adaptive: 15 equal-mass bins. NLL: natural log.",
+            _render(header, rows, latex)]
+        header = ["Method", "Set", "Score", "AUPR-in", "AUPR-out", "AUROC", "FPR95"]
+        rows = []
+        dash = "--" if latex else "–"
+        for name, agg in aggregates.items():
+            fmt_pct = functools.partial(_fmt, scale=100, digits=2, latex=latex,
+                                        runs=len(groups[name]))
+            for s, label in _PAPER_SCORES:
+                conf = ("id", "misclassification", s)
+                rows.append(row(name, ["Conf.", label, fmt_pct(_get(agg, conf + ("aupr",))), dash,
+                                       fmt_pct(_get(agg, conf + ("auroc",))), dash]))
+            for o in ood_names:
+                for s, label in _PAPER_SCORES:
+                    rows.append(row(name, [esc(o), label] + [
+                        fmt_pct(_get(agg, ("ood", o, "detection", s, k)))
+                        for k in ("aupr_in", "aupr_out", "auroc", "fpr95")]))
+        parts += [
+            comment + f"Detection details, mean ± sample std (ddof=1) over {seeds}; in %. "
+            "Conf.: correct positive (AUPR-in column = AUPR). AUPR-in / AUROC: in-distribution "
+            "positive; AUPR-out: OOD positive with the negated score; FPR95: fraction of OOD "
+            "accepted at the first threshold keeping >= 95% of ID (lower is better).",
+            _render(header, rows, latex)]
+    return "\n\n".join(parts) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------
+# Runs on disk (bin/report.py)
+# ------------------------------------------------------------------------------------------------
+_SEED_DIR = re.compile(r"(seed|run|s)[_-]?\d+", re.IGNORECASE)
+_SEED_SUFFIX = re.compile(r"[_-](seed|run|s)[_-]?\d+$", re.IGNORECASE)
+
+
+def _variant_from_path(path: Path, root: Path) -> str:
+    """Folder-derived method name: the parent folder, minus a seed suffix ("gedl_seed3" ->
+    "gedl"); a parent that is only a seed ("seed3", "run_1") names the grandparent instead."""
+    folder = path.parent
+    if _SEED_DIR.fullmatch(folder.name) and folder != root:
+        folder = folder.parent
+    return _SEED_SUFFIX.sub("", folder.name) or folder.name
+
+
+def load_runs(runs_dir: str | Path) -> dict[str | None, dict[str, list[dict[str, Any]]]]:
+    """Finds every ``eval_results.json`` under runs_dir and groups them.
+
+    Returns {dataset: {method: [results]}}: dataset from the JSON's "dataset" key (None if
+    absent); method from its "variant" key, else its "name" key, else the folder
+    (``_variant_from_path``). Files and groups are in sorted path order.
+    """
+    root = Path(runs_dir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root} is not a directory.")
+    grouped: dict[str | None, dict[str, list[dict[str, Any]]]] = {}
+    for path in sorted(root.rglob(RESULTS_FILENAME)):
+        with open(path) as f:
+            result = json.load(f)
+        if not isinstance(result, dict) or "id" not in result:
+            raise ValueError(f"{path} is not an evaluate_outputs result (no 'id' entry).")
+        method = str(result.get("variant") or result.get("name")
+                     or _variant_from_path(path, root))
+        grouped.setdefault(result.get("dataset"), {}).setdefault(method, []).append(result)
+    return grouped
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Paper-style table (mean ± std over seeds) of every eval_results.json under "
+                    "RUNS_DIR, grouped by dataset and method.")
+    parser.add_argument("runs_dir", help="folder searched recursively for eval_results.json")
+    parser.add_argument("--latex", action="store_true", help="LaTeX (booktabs) instead of markdown")
+    parser.add_argument("--out", help="also write the tables to this file")
+    parser.add_argument("--json", help="write the aggregated numbers {dataset: {method: ...}}")
+    parser.add_argument("--ood", help="comma-separated OOD sets and their order (default: all)")
+    parser.add_argument("--no-extra", action="store_true",
+                        help="only the main table (no calibration / detection-detail tables)")
+    args = parser.parse_args(argv)
+
+    grouped = load_runs(args.runs_dir)
+    if not grouped:
+        print(f"No {RESULTS_FILENAME} found under {args.runs_dir}.", file=sys.stderr)
+        return 1
+    ood_names = args.ood.split(",") if args.ood else None
+    texts, aggregated = [], {}
+    for dataset, methods in grouped.items():
+        for method, runs in methods.items():
+            seeds = [r["seed"] for r in runs if "seed" in r]
+            if len(seeds) != len(set(map(str, seeds))):
+                print(f"warning: {method}: duplicate seeds {seeds}", file=sys.stderr)
+        title = dataset or "results"
+        heading = (f"% ---- {title} ----" if args.latex else f"## {title}")
+        texts.append(heading + "\n\n" + results_table(
+            methods, fmt="latex" if args.latex else "markdown", ood_names=ood_names,
+            extra=not args.no_extra))
+        aggregated[str(title)] = {m: aggregate(runs) for m, runs in methods.items()}
+    text = "\n".join(texts)
+    print(text, end="")
+    if args.out:
+        Path(args.out).write_text(text)
+    if args.json:
+        Path(args.json).write_text(json.dumps(aggregated, indent=2))
+    return 0
