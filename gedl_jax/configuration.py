@@ -19,6 +19,7 @@ import ml_collections
 # Allowed values of every enumerated field: validation errors list them.
 ALLOWED: dict[str, tuple[str, ...]] = {
     "dataset": ("mnist", "fashion_mnist", "cifar10", "cifar100"),
+    "data_source": ("auto", "raw", "tfds"),
     "model": ("convnet", "vgg16"),
     "evidence": ("softplus", "relu", "exp"),
     "base_rate": ("uniform", "label_frequency"),
@@ -112,6 +113,9 @@ def default_config(dataset: str) -> ml_collections.ConfigDict:
     c.dataset = dataset                # in-distribution dataset (TFDS name)
     c.data_dir = ""                    # folder with one subfolder per dataset; "" -> $GEDL_DATA_DIR
     c.cache_dir = ""                   # decoded-array cache; "" -> $GEDL_CACHE_DIR or ~/.cache/gedl_jax
+    c.data_source = "auto"             # "raw" official files in data_dir, "tfds" a prepared TFDS
+                                       # dataset, "auto": raw files if present, else TFDS
+    c.tfds_data_dir = ""               # where TFDS keeps prepared datasets ("" = TFDS default)
     c.ood_datasets = ",".join(d["ood_datasets"])  # OOD test sets, comma-separated TFDS names
                                        # ("" for none, e.g. where SVHN/CIFAR-100 are absent)
     c.extra_ood = ""                   # extra OOD sets: comma-separated folders of IDX files
@@ -120,6 +124,7 @@ def default_config(dataset: str) -> ml_collections.ConfigDict:
     c.normalize = False                # standardise with ID channel stats (reference: no)
     c.augment = d["augment"]           # CIFAR flip + crop(pad 4) + rotation(15 deg), on device
     c.train_examples = 0               # use only the first N training examples (0 = all)
+    c.val_examples = 0                 # use only the first N validation examples (0 = all)
     # --- model ---
     c.model = d["model"]               # "convnet" (MNIST) or "vgg16" (CIFAR, batch norm)
     c.num_classes = d["num_classes"]   # K
@@ -194,6 +199,7 @@ def apply_quick(c: ml_collections.ConfigDict) -> None:
     """A few-minute smoke version of a config: 2 epochs on a subset (CPU friendly)."""
     c.num_epochs = 2
     c.train_examples = 6400 if c.dataset in ("mnist", "fashion_mnist") else 2560
+    c.val_examples = 2000
     c.log_every_steps = 10
     c.warmup_epochs = min(c.warmup_epochs, 1)
 
@@ -250,8 +256,8 @@ def validate_config(c: ml_collections.ConfigDict, num_devices: int = 1) -> None:
         if not c[field] > 0:
             raise ValueError(f"config.{field}={c[field]!r} must be > 0")
     non_negative = ("weight_decay", "kl_weight", "fisher_logdet_weight", "red_regularizer_weight",
-                    "warmup_epochs", "train_examples", "checkpoint_every_steps", "grad_clip_norm",
-                    "c_w")
+                    "warmup_epochs", "train_examples", "val_examples", "checkpoint_every_steps",
+                    "grad_clip_norm", "c_w")
     for field in non_negative:
         if c[field] < 0:
             raise ValueError(f"config.{field}={c[field]!r} must be >= 0")

@@ -1,0 +1,78 @@
+"""Orbax checkpoints of a run: `last` (resume) and `best` (highest validation accuracy).
+
+Layout under the workdir:
+    checkpoints/last/<step>/   the newest state, for resuming (two kept, so a save killed half-way
+                               never leaves a run without a complete checkpoint)
+    checkpoints/best/<step>/   the state with the best validation accuracy so far
+Each holds the TrainState (params, optimizer, batch stats, tau accumulator, step; the data order
+is a function of seed and step) and a JSON of loop metadata (epoch, best accuracy, config).
+Orbax writes into a temporary folder and renames it when complete, so an interrupted save is
+ignored on restore.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import jax
+import orbax.checkpoint as ocp
+
+
+class RunCheckpoints:
+    def __init__(self, workdir: str | pathlib.Path):
+        root = pathlib.Path(workdir).absolute() / "checkpoints"
+        self.last = ocp.CheckpointManager(
+            root / "last", options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True))
+        self.best = ocp.CheckpointManager(
+            root / "best", options=ocp.CheckpointManagerOptions(max_to_keep=1, create=True))
+
+    def save_last(self, step: int, state, meta: dict[str, Any]) -> None:
+        self._save(self.last, step, state, meta)
+
+    def save_best(self, step: int, state, meta: dict[str, Any]) -> None:
+        self._save(self.best, step, state, meta)
+
+    @staticmethod
+    def _save(manager, step, state, meta) -> None:
+        if step in manager.all_steps():
+            return
+        manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                   meta=ocp.args.JsonSave(meta)))
+
+    def latest_step(self) -> int | None:
+        return self.last.latest_step()
+
+    def restore_last(self, abstract_state):
+        return self._restore(self.last, self.last.latest_step(), abstract_state)
+
+    def restore_best(self, abstract_state):
+        step = self.best.latest_step()
+        if step is None:  # e.g. validation never ran: fall back to the last state
+            return self.restore_last(abstract_state)
+        return self._restore(self.best, step, abstract_state)
+
+    @staticmethod
+    def _restore(manager, step, abstract_state):
+        if step is None:
+            raise FileNotFoundError(f"no checkpoint in {manager.directory}")
+        restored = manager.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
+        return restored["state"], restored["meta"]
+
+    def wait(self) -> None:
+        self.last.wait_until_finished()
+        self.best.wait_until_finished()
+
+    def close(self) -> None:
+        self.wait()
+        self.last.close()
+        self.best.close()
+
+
+def abstract_like(state, sharding=None):
+    """The ShapeDtypeStruct tree Orbax restores into (on `sharding` if given)."""
+    def to_abstract(x):
+        return jax.ShapeDtypeStruct(x.shape, x.dtype,
+                                    sharding=sharding if sharding is not None else x.sharding)
+    return jax.tree.map(to_abstract, state)

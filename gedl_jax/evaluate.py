@@ -1,0 +1,161 @@
+r"""Evaluate trained runs: `python -m gedl_jax.evaluate --workdir=DIR [--workdir=DIR2 ...]`.
+
+Restores each workdir's best-validation checkpoint, scores the ID test set and every configured OOD
+set (plus `--ood=NAME_OR_IDX_FOLDER`, repeatable), and writes into each workdir
+`eval_results.json`, `eval_table.md` and PNG plots. With several workdirs (seeds) it also prints
+the paper-style table with mean ± std (and writes it to `--out` if given).
+
+Every example of every set is scored exactly once (padded batches, masked). The metric
+conventions are in the JSON's "conventions" entry and the table header.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+
+from gedl_jax import checkpointing, configuration, data, evaluation, parallel
+
+
+def _outputs(eval_step, params, batch_stats, mesh, split, batch_size, with_labels=True):
+    alpha, w = parallel.predict_dirichlet(eval_step, params, batch_stats, mesh, split, batch_size)
+    return evaluation.ModelOutputs(alpha=alpha, prior_strength=w,
+                                   labels=split.labels if with_labels else None)
+
+
+def _write_plots(results_dir: pathlib.Path, id_out, ood_outs) -> list[str]:
+    from gedl_jax.evaluation import plots  # noqa: PLC0415
+    from gedl_jax import metrics  # noqa: PLC0415
+
+    probs = id_out.alpha / id_out.alpha.sum(-1, keepdims=True)
+    written = [plots.reliability_diagram(
+        metrics.expected_calibration_error(probs, id_out.labels),
+        results_dir / "reliability_diagram.png")]
+    id_scores = evaluation.confidence_scores(id_out.alpha, id_out.prior_strength)
+    for score in ("mp", "um"):
+        ood_scores = {name: evaluation.confidence_scores(o.alpha, o.prior_strength)[score]
+                      for name, o in ood_outs.items()}
+        written.append(plots.score_histograms(id_scores[score], ood_scores,
+                                              results_dir / f"hist_{score}.png", score))
+    written.append(plots.distributional_uncertainty_study(
+        id_out.alpha, id_out.prior_strength, results_dir / "distributional_uncertainty.png"))
+    return [str(p) for p in written]
+
+
+def evaluate_and_write(config, params, batch_stats, workdir, *, loaded=None, eval_model=None,
+                       mesh=None, extra_ood: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Score test + OOD sets with the given parameters; write JSON, markdown table, plots."""
+    from gedl_jax import losses, train  # noqa: PLC0415
+
+    workdir = pathlib.Path(workdir)
+    mesh = mesh or parallel.make_mesh()
+    loaded = loaded or train.load_data(config)
+    if eval_model is None:
+        _, eval_model = train.build_models(config)
+    splits = loaded["splits"]
+    ood_sets = dict(loaded["ood"])
+    for name in extra_ood:
+        ood_sets[name] = data.load_ood(name, data_dir=config.data_dir or None,
+                                       cache_dir=config.cache_dir or None,
+                                       source=config.data_source,
+                                       tfds_data_dir=config.tfds_data_dir or None)
+    base_rate = (train._label_frequencies(splits["train"].labels, config.num_classes)
+                 if config.base_rate == "label_frequency" else None)
+    spec = losses.LossSpec.from_config(config, base_rate=base_rate)
+    mean, std = train.normalization_stats(config, splits["train"])
+    eval_step = parallel.make_eval_step(eval_model, spec, mesh, mean, std)
+    batch = config.eval_batch_size
+    id_out = _outputs(eval_step, params, batch_stats, mesh, splits["test"], batch)
+    ood_outs = {name: _outputs(eval_step, params, batch_stats, mesh, split, batch, False)
+                for name, split in ood_sets.items()}
+    results = evaluation.evaluate_outputs(id_out, ood_outs)
+    results.update({"variant": config.variant, "dataset": config.dataset,
+                    "seed": int(config.seed), "workdir": str(workdir)})
+    if jax.process_index() == 0:
+        (workdir / "eval_results.json").write_text(json.dumps(results, indent=2))
+        table = evaluation.results_table([results], fmt="markdown")
+        (workdir / "eval_table.md").write_text(table + "\n")
+        print(table, flush=True)
+        if config.plots:
+            results["plots"] = _write_plots(workdir, id_out, ood_outs)
+            (workdir / "eval_results.json").write_text(json.dumps(results, indent=2))
+    return results
+
+
+def evaluate_workdir(workdir, extra_ood: tuple[str, ...] = (),
+                     overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Restore `workdir`'s best checkpoint (its saved config.json) and evaluate it."""
+    from gedl_jax import train  # noqa: PLC0415
+
+    workdir = pathlib.Path(workdir)
+    config_path = workdir / "config.json"
+    if not config_path.exists():
+        raise FileNotFoundError(f"{workdir} has no config.json: is it a gedl_jax.train workdir?")
+    config = ml_collections.ConfigDict(json.loads(config_path.read_text()))
+    for key, value in (overrides or {}).items():
+        config[key] = value
+    mesh = parallel.make_mesh()
+    configuration.validate_config(config, mesh.size)
+    train_model, eval_model = train.build_models(config)
+    del train_model
+    loaded = train.load_data(config)
+    tx = parallel.make_optimizer(config, total_steps=1)
+    image_shape = loaded["splits"]["train"].images.shape[1:]
+    template = jax.jit(lambda k: parallel.init_train_state(eval_model, tx, k, image_shape),
+                       out_shardings=parallel.replicated(mesh))(jax.random.PRNGKey(0))
+    ckpt = checkpointing.RunCheckpoints(workdir)
+    try:
+        state, _ = ckpt.restore_best(checkpointing.abstract_like(template,
+                                                                 parallel.replicated(mesh)))
+    finally:
+        ckpt.close()
+    return evaluate_and_write(config, state.params, state.batch_stats, workdir, loaded=loaded,
+                              eval_model=eval_model, mesh=mesh, extra_ood=extra_ood)
+
+
+def main(argv=None) -> int:
+    from absl import app, flags  # noqa: PLC0415
+
+    flags.DEFINE_multi_string("workdir", None, "Workdir(s) of gedl_jax.train runs (seeds).")
+    flags.DEFINE_multi_string("ood", [], "Extra OOD set: a dataset name or a folder of "
+                              "MNIST-format IDX files (t10k-images-idx3-ubyte.gz, ...).")
+    flags.DEFINE_string("data_dir", None, "Override the data folder saved in the run config.")
+    flags.DEFINE_string("out", None, "Write the combined table (markdown) to this file.")
+    flags.DEFINE_bool("latex", False, "Also print the table as LaTeX.")
+    flags.mark_flag_as_required("workdir")
+    FLAGS = flags.FLAGS
+
+    def _main(_argv):
+        from absl import logging as absl_logging  # noqa: PLC0415
+        absl_logging.set_verbosity(absl_logging.WARNING)  # Orbax logs every save at INFO
+        overrides = {"data_dir": FLAGS.data_dir} if FLAGS.data_dir else {}
+        try:
+            all_results = [evaluate_workdir(w, tuple(FLAGS.ood), overrides)
+                           for w in FLAGS.workdir]
+        except (ValueError, FileNotFoundError, data.DataError) as e:
+            print(f"error: {e}", file=sys.stderr, flush=True)
+            return 2
+        if len(all_results) > 1:
+            table = evaluation.results_table(all_results, fmt="markdown")
+            print(f"\n{table}")
+            if FLAGS.out:
+                pathlib.Path(FLAGS.out).write_text(table + "\n")
+        if FLAGS.latex:
+            print(evaluation.results_table(all_results, fmt="latex"))
+        return 0
+
+    try:
+        app.run(_main, argv=argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""The shard_map train step on 4 fake CPU devices equals the single-device step on the same batch.
+
+Runs in a subprocess because the fake device count must be set before JAX is imported.
+SGD (not Adam) is used so that a gradient off by the device count (the measured shard_map
+pitfall in platform.md) would show up in the parameters, not be normalised away.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+SCRIPT = textwrap.dedent(r"""
+    import jax, jax.numpy as jnp, numpy as np, optax
+    from gedl_jax import configuration, evidential as ev, losses, models, parallel
+
+    assert jax.device_count() == 4, jax.devices()
+    config = configuration.build_config("mnist", "gedl")
+    spec = losses.LossSpec.from_config(config)
+    rng = np.random.default_rng(0)
+    n, batch = 64, 16
+    images = rng.integers(0, 256, size=(n, 28, 28, 1), dtype=np.uint8)
+    labels = rng.integers(0, 10, size=n).astype(np.int32)
+    settings = parallel.StepSettings(steps_per_epoch=n // batch, batch_size=batch, augment=False,
+                                     normalize_mean=None, normalize_std=None)
+    keys = {"augment": jax.random.PRNGKey(1), "dropout": jax.random.PRNGKey(2)}
+    model = models.build_model("convnet", 10, axis_name=parallel.AXIS)
+    tx = optax.sgd(0.5)
+
+    def run(devices, steps):
+        mesh = parallel.make_mesh(devices)
+        state = parallel.init_train_state(model, tx, jax.random.PRNGKey(0), (28, 28, 1))
+        state = jax.device_put(state, parallel.replicated(mesh))
+        step = parallel.make_train_step(model, spec, tx, mesh, settings, keys)
+        imgs = parallel.put_replicated(mesh, images)
+        labs = parallel.put_replicated(mesh, labels)
+        perm = jax.device_put(jnp.arange(n, dtype=jnp.int32)[::-1], parallel.replicated(mesh))
+        metrics = []
+        for _ in range(steps):
+            state, m = step(state, imgs, labs, perm)
+            metrics.append(jax.device_get(m))
+        return jax.device_get(state), metrics
+
+    one, m1 = run(jax.devices()[:1], 3)
+    four, m4 = run(jax.devices(), 3)
+    for a, b in zip(jax.tree.leaves(one.params), jax.tree.leaves(four.params)):
+        np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6)
+    for k in ("loss", "grad_norm", "mean_strength", "kl_weight", "accuracy"):
+        np.testing.assert_allclose([m[k] for m in m1], [m[k] for m in m4], rtol=1e-5,
+                                   err_msg=k)
+    for a, b in zip(jax.tree.leaves(one.tau_state), jax.tree.leaves(four.tau_state)):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    # The parameters really moved (a no-op step would pass the comparison trivially).
+    init = parallel.init_train_state(model, tx, jax.random.PRNGKey(0), (28, 28, 1))
+    moved = max(float(np.max(np.abs(a - b))) for a, b in
+                zip(jax.tree.leaves(init.params), jax.tree.leaves(four.params)))
+    assert moved > 1e-3, moved
+    print("OK", m4[-1]["grad_norm"], moved)
+""")
+
+
+def test_data_parallel_step_equals_single_device():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+               JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "OK" in proc.stdout

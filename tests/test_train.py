@@ -1,0 +1,160 @@
+"""End-to-end training on real MNIST: quick run + evaluation, resumption, kill-and-resume,
+non-finite loss handling, and CLI errors for bad configurations."""
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from gedl_jax import configuration, evidential, train
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+DATA_DIR = pathlib.Path(os.environ.get("GEDL_DATA_DIR", REPO.parent / "shared" / "data"))
+needs_mnist = pytest.mark.skipif(
+    not (DATA_DIR / "mnist" / "train-images-idx3-ubyte.gz").exists(),
+    reason=f"real MNIST files not found in {DATA_DIR}/mnist (set GEDL_DATA_DIR)")
+
+
+def tiny_config(variant="gedl", **overrides):
+    c = configuration.build_config("mnist", variant)
+    c.data_dir = str(DATA_DIR)
+    c.train_examples = 512
+    c.val_examples = 512
+    c.batch_size = 64
+    c.num_epochs = 2
+    c.log_every_steps = 4
+    c.evaluate_at_end = False
+    c.plots = False
+    c.ood_datasets = ""
+    for k, v in overrides.items():
+        c[k] = v
+    return c
+
+
+def leaves(state):
+    return [np.asarray(x) for x in jax.tree.leaves(jax.device_get(state))]
+
+
+@needs_mnist
+def test_quick_run_trains_and_evaluates(tmp_path):
+    c = tiny_config(evaluate_at_end=True, plots=True, ood_datasets="kmnist,fashion_mnist",
+                    train_examples=2048, num_epochs=3)
+    summary = train.train_and_evaluate(c, tmp_path)
+    assert summary["best_val_accuracy"] > 0.6  # 3 short epochs on 2k images: well above chance
+    results = json.loads((tmp_path / "eval_results.json").read_text())
+    assert results["variant"] == "gedl"
+    for name in ("config.json", "metrics.jsonl", "eval_table.md", "reliability_diagram.png"):
+        assert (tmp_path / name).exists(), name
+    assert list((tmp_path / "tensorboard").iterdir())
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    train_records = [r for r in records if r["split"] == "train"]
+    assert train_records[-1]["loss"] < train_records[0]["loss"]
+    assert 0 < train_records[-1]["kl_weight"] <= 1
+    table = (tmp_path / "eval_table.md").read_text()
+    assert "kmnist" in table.lower() and "fashion" in table.lower()
+
+
+@needs_mnist
+@pytest.mark.parametrize("variant", ["gedl", "red"])
+def test_resume_equals_uninterrupted(tmp_path, variant):
+    c = tiny_config(variant, checkpoint_every_steps=3)
+    full = train.train_and_evaluate(c, tmp_path / "full")
+    # "Killed" after step 5 (mid-epoch; last checkpoint at step 3), then the same command again.
+    partial = train.train_and_evaluate(c, tmp_path / "resumed", stop_after_steps=5)
+    assert partial["steps"] == 5
+    resumed = train.train_and_evaluate(c, tmp_path / "resumed")
+    assert resumed["steps"] == full["steps"] == 16
+    for a, b in zip(leaves(full["state"]), leaves(resumed["state"])):
+        np.testing.assert_array_equal(a, b)
+    assert resumed["best_val_accuracy"] == full["best_val_accuracy"]
+
+
+@needs_mnist
+def test_killed_process_resumes_to_same_parameters(tmp_path):
+    """SIGKILL a real training process after its first checkpoint; rerun the same command."""
+    workdir = tmp_path / "killed"
+    args = [sys.executable, "-m", "gedl_jax.train", "--config=configs/mnist.py:gedl",
+            f"--workdir={workdir}", f"--config.data_dir={DATA_DIR}",
+            "--config.train_examples=512", "--config.val_examples=256",
+            "--config.batch_size=64", "--config.num_epochs=3", "--config.log_every_steps=1",
+            "--config.evaluate_at_end=False", "--config.ood_datasets=",
+            "--config.checkpoint_every_steps=2"]
+    proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    last = workdir / "checkpoints" / "last"
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if last.exists() and any(p.name.isdigit() and int(p.name) >= 4 for p in last.iterdir()):
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "training finished before it could be killed:\n" + \
+        proc.stdout.read()
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    rerun = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert "resumed from" in rerun.stdout
+    c = tiny_config(train_examples=512, val_examples=256, num_epochs=3, log_every_steps=1,
+                    checkpoint_every_steps=2)
+    reference = train.train_and_evaluate(c, tmp_path / "reference")
+    killed = train.train_and_evaluate(c, workdir)  # already complete: restores, trains nothing
+    assert killed["steps"] == reference["steps"]
+    for a, b in zip(leaves(reference["state"]), leaves(killed["state"])):
+        np.testing.assert_array_equal(a, b)
+
+
+@needs_mnist
+def test_nonfinite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
+    original = train.losses.per_example_loss
+
+    def poisoned(spec, logits, labels, tau_state, epoch, global_mean=lambda x: x):
+        loss, tau, terms = original(spec, logits, labels, tau_state, epoch, global_mean)
+        return jax.numpy.where(epoch >= 1, jax.numpy.nan, loss), tau, terms
+
+    monkeypatch.setattr(train.losses, "per_example_loss", poisoned)
+    c = tiny_config()
+    with pytest.raises(train.NonFiniteLossError, match=r"non-finite loss.*epoch 1.*intact"):
+        train.train_and_evaluate(c, tmp_path)
+    monkeypatch.undo()
+    ckpt = train.checkpointing.RunCheckpoints(tmp_path)
+    assert ckpt.latest_step() == 8  # the end of epoch 0, nothing after
+    ckpt.close()
+    summary = train.train_and_evaluate(tiny_config(), tmp_path, stop_after_steps=8)
+    assert all(np.all(np.isfinite(x)) for x in leaves(summary["state"].params))
+
+
+@needs_mnist
+def test_workdir_refuses_a_different_config(tmp_path):
+    train.train_and_evaluate(tiny_config(num_epochs=1), tmp_path)
+    with pytest.raises(train.ConfigMismatchError, match="learning_rate"):
+        train.train_and_evaluate(tiny_config(num_epochs=1, learning_rate=0.1), tmp_path)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--config=configs/mnist.py:gedel"], "unknown config argument"),
+    (["--config=configs/mnist.py", "--config.likelihood=ce"], "config.likelihood='ce'"),
+    (["--config=configs/mnist.py", "--config.batch_sise=64"], "batch_sise"),
+    (["--config=configs/mnist.py", "--config.batch_size=abc"], "batch_size"),
+    (["--config=configs/mnist.py", "--config.data_dir=/nonexistent/gedl"], "/nonexistent/gedl"),
+])
+def test_cli_bad_config_fails_fast_with_a_clear_message(tmp_path, args, message):
+    start = time.time()
+    proc = subprocess.run([sys.executable, "-m", "gedl_jax.train", f"--workdir={tmp_path}/w",
+                           *args], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert message in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    assert time.time() - start < 60
+    assert not (tmp_path / "w" / "checkpoints").exists()
+
+
+def test_tau_state_is_part_of_the_checkpointed_state():
+    fields = train.parallel.TrainState.__dataclass_fields__
+    assert {"params", "opt_state", "batch_stats", "tau_state", "step"} <= set(fields)
+    assert isinstance(evidential.tau_init(), evidential.TauState)
