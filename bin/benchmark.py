@@ -1,0 +1,185 @@
+#!/usr/bin/env python
+"""Training-step benchmark of the real GEDL train step (the one `gedl_jax.train` runs).
+
+For each model (MNIST ConvNet, CIFAR VGG16-bn), batch size, compute dtype and device count it
+prints: images/s (median over repeats after warm-up), step time, compile time, peak memory,
+FLOPs per image (analytic, forward x3 for a training step) and achieved FLOP/s, and on a GPU the
+fraction of the chip's dense peak. Results go to a JSON file and a markdown table with the
+hardware and versions named.
+
+    python bin/benchmark.py                                  # default grid, this machine
+    python bin/benchmark.py --models=vgg16 --batches=128,512 --dtypes=bfloat16 --out=bench.json
+
+The data is synthetic uint8 resident on device, so this measures the model step (input cost is
+measured separately by bin/input_throughput.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from gedl_jax import configuration, losses, models, parallel
+
+# Dense peak throughput (FLOP/s) per chip, for the "fraction of peak" column.
+PEAK_FLOPS = {
+    "H100": {"bfloat16": 989e12, "float32": 67e12},   # SXM, dense, no sparsity
+    "H200": {"bfloat16": 989e12, "float32": 67e12},
+    "A100": {"bfloat16": 312e12, "float32": 19.5e12},
+}
+
+
+def device_name() -> str:
+    d = jax.devices()[0]
+    return getattr(d, "device_kind", d.platform)
+
+
+def peak_for(dtype: str) -> float | None:
+    kind = device_name()
+    for key, peaks in PEAK_FLOPS.items():
+        if key in kind:
+            return peaks[dtype]
+    return None
+
+
+def peak_memory_bytes() -> int | None:
+    stats = jax.devices()[0].memory_stats() if jax.devices()[0].platform != "cpu" else None
+    if stats:
+        return int(stats.get("peak_bytes_in_use", 0))
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # host RSS on CPU
+
+
+def bench_one(model_name: str, batch: int, dtype: str, num_devices: int, steps: int,
+              repeats: int) -> dict:
+    dataset = "mnist" if model_name == "convnet" else "cifar10"
+    config = configuration.build_config(dataset, "gedl")
+    config.compute_dtype = dtype
+    config.batch_size = batch
+    image_shape = (28, 28, 1) if model_name == "convnet" else (32, 32, 3)
+    mesh = parallel.make_mesh(jax.devices()[:num_devices])
+    spec = losses.LossSpec.from_config(config)
+    jdtype = jnp.bfloat16 if dtype == "bfloat16" else jnp.float32
+    model = models.build_model(model_name, 10, dtype=jdtype, axis_name=parallel.AXIS)
+    n = batch * steps
+    tx = parallel.make_optimizer(config, total_steps=10 * steps)
+    settings = parallel.StepSettings(steps_per_epoch=steps, batch_size=batch,
+                                     augment=config.augment, normalize_mean=None,
+                                     normalize_std=None)
+    keys = {"augment": jax.random.PRNGKey(1), "dropout": jax.random.PRNGKey(2)}
+    step_fn = parallel.make_train_step(model, spec, tx, mesh, settings, keys)
+    rng = np.random.default_rng(0)
+    images = parallel.put_replicated(mesh, rng.integers(0, 256, (n, *image_shape), np.uint8))
+    labels = parallel.put_replicated(mesh, rng.integers(0, 10, n).astype(np.int32))
+    perm = jax.device_put(jnp.arange(n, dtype=jnp.int32), parallel.replicated(mesh))
+    state = jax.jit(lambda k: parallel.init_train_state(model, tx, k, image_shape),
+                    out_shardings=parallel.replicated(mesh))(jax.random.PRNGKey(0))
+    t0 = time.perf_counter()
+    compiled = step_fn.lower(state, images, labels, perm).compile()
+    compile_s = time.perf_counter() - t0
+    state, m = compiled(state, images, labels, perm)  # warm-up
+    jax.block_until_ready(m)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            state, m = compiled(state, images, labels, perm)
+        jax.block_until_ready(m)
+        times.append((time.perf_counter() - t0) / steps)
+    step_s = statistics.median(times)
+    flops_per_image = 3 * models.model_flops_per_example(model_name, image_shape)
+    achieved = flops_per_image * batch / step_s
+    peak = peak_for(dtype)
+    return {
+        "model": model_name, "batch": batch, "dtype": dtype, "devices": num_devices,
+        "images_per_s": batch / step_s, "step_ms": 1e3 * step_s,
+        "step_ms_spread": [1e3 * min(times), 1e3 * max(times)], "compile_s": compile_s,
+        "peak_memory_bytes": peak_memory_bytes(), "train_flops_per_image": flops_per_image,
+        "achieved_flops": achieved, "fraction_of_peak": (achieved / peak) if peak else None,
+    }
+
+
+def environment() -> dict:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, cwd=os.path.dirname(__file__)).stdout.strip()
+    except OSError:
+        commit = "?"
+    import flax  # noqa: PLC0415
+    return {"device": device_name(), "platform": jax.devices()[0].platform,
+            "device_count": jax.device_count(), "cpu": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "jax": jax.__version__, "flax": flax.__version__,
+            "python": platform.python_version(), "commit": commit}
+
+
+def markdown(env: dict, rows: list[dict]) -> str:
+    lines = [f"Hardware: {env['device']} x{env['device_count']} ({env['platform']}), "
+             f"{env['cpu_count']} CPU cores; jax {env['jax']}, flax {env['flax']}, "
+             f"commit {env['commit']}. Median of repeats after warm-up; synthetic on-device data.",
+             "",
+             "| model | batch | dtype | devices | img/s | step ms | compile s | peak mem MiB | "
+             "train GFLOP/img | achieved TFLOP/s | % of peak |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        frac = f"{100 * r['fraction_of_peak']:.1f}" if r["fraction_of_peak"] else "n/a"
+        mem = f"{r['peak_memory_bytes'] / 2**20:,.0f}" if r["peak_memory_bytes"] else "n/a"
+        lines.append(f"| {r['model']} | {r['batch']} | {r['dtype']} | {r['devices']} | "
+                     f"{r['images_per_s']:,.0f} | {r['step_ms']:.1f} | {r['compile_s']:.1f} | "
+                     f"{mem} | {r['train_flops_per_image'] / 1e9:.3f} | "
+                     f"{r['achieved_flops'] / 1e12:.3f} | {frac} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default="convnet,vgg16")
+    p.add_argument("--batches", default="128", help="comma-separated global batch sizes")
+    p.add_argument("--dtypes", default="float32,bfloat16")
+    p.add_argument("--devices", default="1,all", help="device counts, 'all' = every device")
+    p.add_argument("--steps", type=int, default=5, help="steps per timed repeat")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--out", default=None, help="JSON output (a .md table is written beside it)")
+    args = p.parse_args(argv)
+    env = environment()
+    print(f"# {env}", flush=True)
+    counts = sorted({jax.device_count() if d == "all" else int(d)
+                     for d in args.devices.split(",")})
+    rows = []
+    for model_name in args.models.split(","):
+        for batch in [int(b) for b in args.batches.split(",")]:
+            for dtype in args.dtypes.split(","):
+                for count in counts:
+                    if batch % count:
+                        continue
+                    try:
+                        row = bench_one(model_name, batch, dtype, count, args.steps, args.repeats)
+                    except Exception as e:  # e.g. out of memory at a large batch
+                        print(f"{model_name} b{batch} {dtype} x{count}: failed: {e!r}"[:300],
+                              file=sys.stderr, flush=True)
+                        continue
+                    rows.append(row)
+                    print(f"{model_name:8s} b{batch:5d} {dtype:9s} x{count}: "
+                          f"{row['images_per_s']:10,.0f} img/s  {row['step_ms']:8.1f} ms/step  "
+                          f"compile {row['compile_s']:.1f} s", flush=True)
+    table = markdown(env, rows)
+    print(table)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"environment": env, "results": rows}, f, indent=2)
+        with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
+            f.write(table + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
