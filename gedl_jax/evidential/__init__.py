@@ -1,0 +1,35 @@
+"""Pure Dirichlet math of evidential deep learning (no Flax, no I/O).
+
+Every function acts on the last axis (the K classes), keeps arbitrary leading batch axes, returns
+per-example values (callers reduce) and is jit/vmap/grad-safe. Labels are integer class indices.
+See docs/architecture.md and the paper's equations cited in each docstring.
+"""
+
+from gedl_jax.evidential.activations import (ACTIVATIONS, evidence_from_logits, exp_evidence,
+                                             relu_evidence, softplus_evidence)
+from gedl_jax.evidential.dirichlet import dirichlet_kl, fisher_logdet
+from gedl_jax.evidential.objectives import (expected_mse, expected_nll, fisher_weighted_mse,
+                                            fisher_weighted_variance, log_nll, masked_kl_target,
+                                            red_regularizer)
+from gedl_jax.evidential.prior import (Opinion, adaptive_prior_strength, base_rate_from_counts,
+                                       dirichlet_alpha, dirichlet_strength, fixed_prior_strength,
+                                       projected_probability, subjective_opinion,
+                                       uncertainty_mass, uniform_base_rate)
+from gedl_jax.evidential.schedules import (TAU_READINGS, TauState, edl_annealing, gedl_tau,
+                                           tau_accumulate, tau_init)
+from gedl_jax.evidential.uncertainty import (differential_entropy, expected_entropy,
+                                             max_probability, mutual_information,
+                                             predictive_entropy, total_evidence, variance_sum)
+
+__all__ = [
+    "ACTIVATIONS", "evidence_from_logits", "exp_evidence", "relu_evidence", "softplus_evidence",
+    "Opinion", "adaptive_prior_strength", "base_rate_from_counts", "dirichlet_alpha",
+    "dirichlet_strength", "fixed_prior_strength", "projected_probability", "subjective_opinion",
+    "uncertainty_mass", "uniform_base_rate",
+    "dirichlet_kl", "fisher_logdet",
+    "expected_mse", "expected_nll", "fisher_weighted_mse", "fisher_weighted_variance", "log_nll",
+    "masked_kl_target", "red_regularizer",
+    "TAU_READINGS", "TauState", "edl_annealing", "gedl_tau", "tau_accumulate", "tau_init",
+    "differential_entropy", "expected_entropy", "max_probability", "mutual_information",
+    "predictive_entropy", "total_evidence", "variance_sum",
+]

@@ -1,0 +1,84 @@
+"""Evidence activations: network logits -> non-negative evidence e (paper Sec. 2, Eq. e2alpha).
+
+The paper's experiments use softplus (Appendix, Implementation Details). ReLU is the evidence of
+Sensoy et al.'s MSE demo and of RED's MNIST runs; the clamped exponential is the exp evidence of
+the EDL PyTorch port and of RED's CIFAR code (spec/variants.md, sections 1 and 4).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax.typing import ArrayLike
+
+ACTIVATIONS = ("softplus", "relu", "exp")
+
+
+def softplus_evidence(logits: ArrayLike) -> jax.Array:
+    """Evidence e = log(1 + exp(logits)), the GEDL / I-EDL / R-EDL activation.
+
+    `jax.nn.softplus` is computed as logaddexp(x, 0): finite value and gradient for any finite
+    logit (e(1e3) = 1e3 with gradient 1, e(-1e3) = 0 with gradient 0).
+
+    Args:
+      logits: pre-activation network outputs, any shape.
+
+    Returns:
+      Non-negative evidence of the same shape.
+    """
+    return jax.nn.softplus(jnp.asarray(logits))
+
+
+def relu_evidence(logits: ArrayLike) -> jax.Array:
+    """Evidence e = max(0, logits) (Sensoy et al. 2018, MSE loss; RED, `--unc_act relu`).
+
+    Args:
+      logits: pre-activation network outputs, any shape.
+
+    Returns:
+      Non-negative evidence of the same shape.
+    """
+    return jax.nn.relu(jnp.asarray(logits))
+
+
+def exp_evidence(logits: ArrayLike, clip: float = 10.0) -> jax.Array:
+    """Evidence e = exp(clip(logits, -clip, clip)) (EDL PyTorch port; RED CIFAR code).
+
+    The clamp bounds the evidence by exp(clip) (about 2.2e4 for the default 10) so that
+    alpha, S and the losses stay finite; outside the clamp the gradient is 0. Note that
+    Sensoy's TF notebook divides the logit by 10 before clamping; that scaling is not applied here
+    (scale the logits beforehand to reproduce it).
+
+    Args:
+      logits: pre-activation network outputs, any shape.
+      clip: the symmetric clamp applied to the logits before the exponential.
+
+    Returns:
+      Positive evidence of the same shape.
+    """
+    logits = jnp.asarray(logits)
+    return jnp.exp(jnp.clip(logits, -clip, clip))
+
+
+def evidence_from_logits(logits: ArrayLike, activation: str = "softplus",
+                         exp_clip: float = 10.0) -> jax.Array:
+    """Dispatches on the activation name (a static Python string) in `ACTIVATIONS`.
+
+    Args:
+      logits: pre-activation network outputs, any shape.
+      activation: one of "softplus", "relu", "exp".
+      exp_clip: the clamp of the "exp" activation (ignored by the others).
+
+    Returns:
+      Non-negative evidence of the same shape.
+
+    Raises:
+      ValueError: for an activation name not in `ACTIVATIONS`.
+    """
+    if activation == "softplus":
+        return softplus_evidence(logits)
+    if activation == "relu":
+        return relu_evidence(logits)
+    if activation == "exp":
+        return exp_evidence(logits, clip=exp_clip)
+    raise ValueError(f"unknown evidence activation {activation!r}; expected one of {ACTIVATIONS}")

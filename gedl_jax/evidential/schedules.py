@@ -1,0 +1,140 @@
+"""KL-weight schedules: EDL's linear annealing and GEDL's accumulated-strength temperature.
+
+The KL weight of Eq. elbo is 1/tau. EDL anneals it as min(1, t/10) over 0-based epochs
+(spec/variants.md 1b, 1c, 9.1). GEDL sets tau_t = max(1, C_tau / sum_{i<=t} E[S(x_i)])
+(Eq. tau_schedule, with the Appendix's max(1, .)), E[S] approximated by the mini-batch mean of the
+Dirichlet strength. Whether the sum has one term per iteration or per epoch is ambiguous in the
+paper (spec/variants.md 9.2), so both readings are implemented; see `tau_accumulate`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.typing import ArrayLike
+
+TAU_READINGS = ("epoch", "step")
+
+# Floor of the accumulated strength in `gedl_tau`: far below any real batch-mean strength (S >= W
+# > 0), so it only matters before the first step, where it makes tau huge but finite.
+_MIN_CUMULATIVE_STRENGTH = 1e-30
+
+
+def edl_annealing(epoch: ArrayLike, annealing_epochs: ArrayLike = 10.0) -> jax.Array:
+    """EDL's KL weight min(1, epoch / annealing_epochs), clipped below at 0.
+
+    `epoch` is the 0-based epoch index (weight 0 through epoch 0, 1 from epoch `annealing_epochs`
+    on, as in the PyTorch reference code), or a fractional epoch (step / steps_per_epoch) for
+    Sensoy's per-iteration ramp. Traced values are fine (jit-safe).
+
+    Args:
+      epoch: 0-based epoch, integer or float scalar (or array).
+      annealing_epochs: epochs to reach weight 1 (> 0).
+
+    Returns:
+      The KL weight, float32, in [0, 1].
+    """
+    epoch = jnp.asarray(epoch)
+    if not jnp.issubdtype(epoch.dtype, jnp.floating):
+        epoch = epoch.astype(jnp.float32)
+    return jnp.clip(epoch / jnp.asarray(annealing_epochs, epoch.dtype), 0.0, 1.0)
+
+
+class TauState(NamedTuple):
+    """Accumulator of the batch-mean Dirichlet strengths behind GEDL's tau (a pytree of scalars).
+
+    Attributes:
+      epoch: int32, the epoch of the last accumulated step.
+      completed_sum: float32, sum over finished epochs of each epoch's mean batch strength.
+      epoch_sum: float32, sum of the batch-mean strengths seen so far in the current epoch.
+      epoch_count: int32, number of steps seen so far in the current epoch.
+      step_sum: float32, sum of every batch-mean strength seen (one term per step).
+    """
+
+    epoch: jax.Array
+    completed_sum: jax.Array
+    epoch_sum: jax.Array
+    epoch_count: jax.Array
+    step_sum: jax.Array
+
+
+def tau_init() -> TauState:
+    """The empty accumulator (epoch 0, all sums 0)."""
+    return TauState(epoch=jnp.zeros((), jnp.int32), completed_sum=jnp.zeros((), jnp.float32),
+                    epoch_sum=jnp.zeros((), jnp.float32), epoch_count=jnp.zeros((), jnp.int32),
+                    step_sum=jnp.zeros((), jnp.float32))
+
+
+def tau_accumulate(state: TauState, batch_mean_strength: ArrayLike, epoch: ArrayLike,
+                   reading: str = "epoch") -> tuple[TauState, jax.Array]:
+    """Adds one step's batch-mean strength and returns sum_{i<=t} E[S(x_i)] (Eq. tau_schedule).
+
+    Call once per training step with the batch mean of S (already averaged over devices; it is
+    put under stop_gradient here too) and the current 0-based epoch (a traced int is fine). When
+    `epoch` is larger than `state.epoch`, the finished epoch's mean strength (its sum over its
+    step count, if it had steps) moves into `completed_sum` and the running sums restart; an
+    `epoch` that is not larger is treated as the current epoch. Then the batch mean is added.
+
+    Readings (spec/variants.md 9.2); in both the current term is included, so 1/tau > 0 at t = 0:
+
+    * "epoch" (default): one term per epoch, the current epoch's term being the running mean of
+      its batch strengths so far: completed_sum + epoch_sum / epoch_count. With S ~ K = 10 and
+      C_tau = 100 the weight is min(1, (t + 1)/10) in epoch t.
+    * "step": one term per iteration, the literal mini-batch reading: step_sum. With S ~ 7.6 at
+      initialisation and C_tau = 100 the weight reaches 1 at the 14th step.
+
+    Args:
+      state: the accumulator (`tau_init()` at the start of training).
+      batch_mean_strength: scalar mean of S over the (global) batch.
+      epoch: scalar 0-based epoch index of this step.
+      reading: "epoch" or "step" (a static Python string).
+
+    Returns:
+      (new_state, cumulative_strength) with cumulative_strength a float32 scalar.
+
+    Raises:
+      ValueError: for a reading not in `TAU_READINGS`.
+    """
+    if reading not in TAU_READINGS:
+        raise ValueError(f"unknown tau reading {reading!r}; expected one of {TAU_READINGS}")
+    strength = jax.lax.stop_gradient(jnp.asarray(batch_mean_strength, jnp.float32))
+    epoch = jnp.asarray(epoch).astype(jnp.int32)
+
+    new_epoch = epoch > state.epoch
+    finished_mean = jnp.where(state.epoch_count > 0,
+                              state.epoch_sum / jnp.maximum(state.epoch_count, 1), 0.0)
+    completed_sum = jnp.where(new_epoch, state.completed_sum + finished_mean, state.completed_sum)
+    epoch_sum = jnp.where(new_epoch, 0.0, state.epoch_sum) + strength
+    epoch_count = jnp.where(new_epoch, 0, state.epoch_count) + 1
+    new_state = TauState(epoch=jnp.maximum(state.epoch, epoch),
+                         completed_sum=completed_sum.astype(jnp.float32),
+                         epoch_sum=epoch_sum.astype(jnp.float32),
+                         epoch_count=epoch_count.astype(jnp.int32),
+                         step_sum=(state.step_sum + strength).astype(jnp.float32))
+    if reading == "epoch":
+        cumulative = new_state.completed_sum + new_state.epoch_sum / new_state.epoch_count
+    else:
+        cumulative = new_state.step_sum
+    return new_state, cumulative
+
+
+def gedl_tau(cumulative_strength: ArrayLike, c_tau: ArrayLike) -> jax.Array:
+    """GEDL's temperature tau = max(1, C_tau / sum_{i<=t} E[S(x_i)]) (Eq. tau_schedule + Appendix).
+
+    The KL weight is 1/tau, in (0, 1]. The accumulated strength is floored at 1e-30 (so an empty
+    accumulator gives a huge tau, not a division by zero) and tau is capped at the largest
+    float32, so both tau and 1/tau are always finite. Stop-gradient (paper, Appendix).
+
+    Args:
+      cumulative_strength: the second output of `tau_accumulate`.
+      c_tau: the constant C_tau (> 0; 100 in the paper).
+
+    Returns:
+      tau, float32 scalar (or array), >= 1.
+    """
+    cumulative = jnp.asarray(cumulative_strength, jnp.float32)
+    tau = jnp.asarray(c_tau, jnp.float32) / jnp.maximum(cumulative, _MIN_CUMULATIVE_STRENGTH)
+    tau = jnp.clip(tau, 1.0, jnp.finfo(jnp.float32).max)
+    return jax.lax.stop_gradient(tau)

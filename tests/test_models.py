@@ -1,0 +1,441 @@
+"""Tests of gedl_jax.models: shapes, parameter counts, reference initialisation, the CPU layer
+implementations against flax's, BatchNorm (also synchronised inside shard_map), bf16, FLOPs."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from gedl_jax import models
+
+ON_CPU = jax.default_backend() == "cpu"
+VGG_CHANNELS = [v for v in models.VGG16_CONFIG if v != "M"]
+
+
+@pytest.fixture(autouse=True)
+def _strict_rank_promotion():
+    with jax.numpy_rank_promotion("raise"):
+        yield
+
+
+def _random_like(shapes, seed=0):
+    """Random float32 arrays (scaled N(0, 1/fan_in) kernels) in the structure of `shapes`."""
+    rng = np.random.default_rng(seed)
+    def draw(s):
+        scale = 1 / math.sqrt(np.prod(s.shape[:-1])) if len(s.shape) > 1 else 0.1
+        return jnp.asarray(rng.normal(0.0, scale, s.shape), jnp.float32)
+    return jax.tree_util.tree_map(draw, shapes)
+
+
+def _images(key, batch, shape):
+    return jax.random.uniform(jax.random.key(key), (batch, *shape), jnp.float32)
+
+
+class _VGG:
+    """The float32 VGG16 with its initial variables and jitted apply functions (compiled once)."""
+
+    def __init__(self):
+        self.model = model = models.VGG16(num_classes=10)
+        self.variables = jax.jit(lambda k, x: model.init(k, x, train=False))(
+            jax.random.key(1, impl="rbg"), _images(0, 1, (32, 32, 3)))   # rbg: fast to compile
+        # both return (logits, variables with "intermediates": every module's output)
+        self.eval_apply = jax.jit(lambda v, x: model.apply(v, x, train=False,
+                                                           capture_intermediates=True))
+        self.train_apply = jax.jit(lambda v, x, key: model.apply(
+            v, x, train=True, mutable=["batch_stats", "intermediates"],
+            rngs={"dropout": jax.random.key(key)}, capture_intermediates=True))
+
+
+@pytest.fixture(scope="module")
+def vgg():
+    return _VGG()
+
+
+@pytest.fixture(scope="module")
+def convnet():
+    model = models.ConvNet(num_classes=10)
+    variables = jax.jit(lambda k, x: model.init(k, x))(jax.random.key(2, impl="rbg"),
+                                                       _images(0, 1, (28, 28, 1)))
+    return model, variables
+
+
+# ------------------------------------------------------------------------------------------------
+# Factory, shapes, parameter counts
+# ------------------------------------------------------------------------------------------------
+def test_build_model_and_errors():
+    assert models.MODELS == ("convnet", "vgg16")
+    assert isinstance(models.build_model("convnet", 10), models.ConvNet)
+    vgg = models.build_model("vgg16", 100, dtype=jnp.bfloat16, axis_name="data")
+    assert isinstance(vgg, models.VGG16)
+    assert (vgg.num_classes, vgg.dtype, vgg.axis_name, vgg.dropout_rate) == (
+        100, jnp.bfloat16, "data", 0.5)
+    with pytest.raises(ValueError, match="convnet, vgg16"):
+        models.build_model("resnet18", 10)
+    with pytest.raises(ValueError, match="xla, im2col"):
+        models.ConvNet(conv_impl="fft").init(jax.random.key(0), jnp.zeros((1, 28, 28, 1)))
+    with pytest.raises(ValueError, match="reduce_window, reshape"):
+        models.max_pool_2x2(jnp.zeros((1, 4, 4, 1)), "avg")
+    with pytest.raises(ValueError, match="convnet, vgg16"):
+        models.model_flops_per_example("lenet", (28, 28, 1))
+
+
+def test_output_shapes_and_dtypes(convnet, vgg):
+    model, variables = convnet
+    logits = model.apply(variables, _images(4, 3, (28, 28, 1)))
+    assert logits.shape == (3, 10) and logits.dtype == jnp.float32
+    logits, _ = vgg.eval_apply(vgg.variables, _images(5, 2, (32, 32, 3)))
+    assert logits.shape == (2, 10) and logits.dtype == jnp.float32
+    assert np.all(np.isfinite(logits))
+
+
+def _count(tree):
+    return sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(tree))
+
+
+@pytest.mark.parametrize("num_classes", [10, 100])
+def test_parameter_counts_match_pytorch(num_classes):
+    """Counts of `sum(p.numel() for p in model.parameters())` of the PyTorch reference models."""
+    # ConvNet: conv 1->64 (5*5*1*64 + 64 = 1,664), 2 x conv 64->64 (102,400 + 64 = 102,464 each),
+    # Linear 576->64 (36,864 + 64 = 36,928), 2 x Linear 64->64 (4,160 each), Linear 64->K (64K + K).
+    expected_convnet = {10: 252_490, 100: 258_340}[num_classes]
+    assert expected_convnet == 1_664 + 2 * 102_464 + 36_928 + 2 * 4_160 + 65 * num_classes
+    # vgg16_bn: 13 convs (9*C_in*C_out + C_out) = 14,714,688; 13 BatchNorm2d (weight + bias,
+    # 2 * 4,224 = 8,448; running stats are buffers); Linear 512->512 twice (262,656 each);
+    # Linear 512->K (513K).
+    expected_vgg = {10: 15_253_578, 100: 15_299_748}[num_classes]
+    assert expected_vgg == 14_714_688 + 8_448 + 2 * 262_656 + 513 * num_classes
+    for name, shape, expected in [("convnet", (28, 28, 1), expected_convnet),
+                                  ("vgg16", (32, 32, 3), expected_vgg)]:
+        model = models.build_model(name, num_classes)
+        shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, *shape)),
+                                                   train=False))
+        assert _count(shapes["params"]) == expected
+        assert models.parameter_count(shapes["params"]) == expected
+        if name == "vgg16":
+            assert _count(shapes["batch_stats"]) == 8_448   # running mean + var, 2 * 4,224
+        else:
+            assert "batch_stats" not in shapes
+
+
+def test_parameter_tree_is_independent_of_cpu_implementation():
+    trees = []
+    for conv_impl, pool_impl in [("xla", "reduce_window"), ("im2col", "reshape"), ("auto", "auto")]:
+        model = models.VGG16(conv_impl=conv_impl, pool_impl=pool_impl)
+        shapes = jax.eval_shape(lambda m=model: m.init(jax.random.key(0), jnp.zeros((1, 32, 32, 3)),
+                                                       train=False))
+        trees.append(jax.tree_util.tree_map(lambda s: s.shape, shapes))
+    assert trees[0] == trees[1] == trees[2]
+    assert trees[0]["params"]["conv12"]["kernel"] == (3, 3, 512, 512)
+    assert set(trees[0]["params"]) == ({f"conv{i}" for i in range(13)}
+                                       | {f"bn{i}" for i in range(13)}
+                                       | {"dense0", "dense1", "dense2"})
+
+
+# ------------------------------------------------------------------------------------------------
+# Initialisation
+# ------------------------------------------------------------------------------------------------
+def _check_uniform(w, bound, min_samples_for_stats=4096):
+    w = np.asarray(w, np.float64)
+    assert np.abs(w).max() <= bound
+    if w.size >= min_samples_for_stats:
+        std = bound / math.sqrt(3.0)   # std of U(-b, b)
+        assert abs(w.std() / std - 1) < 0.03
+        assert abs(w.mean()) < 5 * std / math.sqrt(w.size)
+        assert np.abs(w).max() > 0.99 * bound
+
+
+def test_convnet_init_is_pytorch_default(convnet):
+    params = convnet[1]["params"]
+    fan_ins = {"conv0": 25, "conv1": 25 * 64, "conv2": 25 * 64,
+               "dense0": 576, "dense1": 64, "dense2": 64, "dense3": 64}
+    for layer, fan_in in fan_ins.items():
+        bound = 1 / math.sqrt(fan_in)
+        _check_uniform(params[layer]["kernel"], bound)
+        _check_uniform(params[layer]["bias"], bound)
+        assert np.std(params[layer]["bias"]) > 0.3 * bound   # not zero-initialised
+    assert params["dense0"]["kernel"].shape == (576, 64)
+
+
+def test_vgg_init_matches_reference(vgg):
+    params, stats = vgg.variables["params"], vgg.variables["batch_stats"]
+    for i, c_out in enumerate(VGG_CHANNELS):
+        w = np.asarray(params[f"conv{i}"]["kernel"], np.float64)
+        std = math.sqrt(2.0 / (9 * c_out))
+        tol = 4 * math.sqrt(1 / (2 * w.size)) + 1e-3   # sampling error of a normal's std
+        assert abs(w.std() / std - 1) < tol, (i, w.std(), std)
+        assert abs(w.mean()) < 5 * std / math.sqrt(w.size)
+        np.testing.assert_array_equal(params[f"conv{i}"]["bias"], 0.0)
+        np.testing.assert_array_equal(params[f"bn{i}"]["scale"], 1.0)
+        np.testing.assert_array_equal(params[f"bn{i}"]["bias"], 0.0)
+        np.testing.assert_array_equal(stats[f"bn{i}"]["mean"], 0.0)
+        np.testing.assert_array_equal(stats[f"bn{i}"]["var"], 1.0)
+    for layer in ("dense0", "dense1", "dense2"):
+        bound = 1 / math.sqrt(512)
+        _check_uniform(params[layer]["kernel"], bound)
+        _check_uniform(params[layer]["bias"], bound)
+    for name, leaf in jax.tree_util.tree_leaves_with_path(vgg.variables):
+        assert leaf.dtype == jnp.float32, name
+
+
+# ------------------------------------------------------------------------------------------------
+# CPU layer implementations
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("spatial,kernel", [((2, 2), 3), ((1, 1), 3), ((4, 4), 3), ((3, 5), 3),
+                                            ((7, 7), 5), ((2, 2), 5)])
+def test_im2col_conv_equals_nn_conv(spatial, kernel):
+    x = jax.random.normal(jax.random.key(0), (3, *spatial, 5))
+    ours = {impl: models.Conv2D(7, (kernel, kernel), kernel_init=models.vgg_conv_init,
+                                bias_init=models.torch_default_init(9), impl=impl)
+            for impl in ("im2col", "xla", "auto")}
+    ref = nn.Conv(7, (kernel, kernel), padding="SAME")
+    shapes = jax.eval_shape(lambda: ours["im2col"].init(jax.random.key(1), x))
+    assert shapes == jax.eval_shape(lambda: ref.init(jax.random.key(1), x))   # same tree
+    variables = _random_like(shapes)
+    cot = jax.random.normal(jax.random.key(2), (3, *spatial, 7))
+
+    @jax.jit
+    def value_and_grads(variables, x):
+        out = {}
+        for impl, module in [("ref", ref), *ours.items()]:
+            y, vjp = jax.vjp(lambda v, x, m=module: m.apply(v, x), variables, x)
+            out[impl] = (y, *vjp(cot))
+        return out
+
+    out = value_and_grads(variables, x)
+    y_ref, gv_ref, gx_ref = out.pop("ref")
+    for impl, (y, gv, gx) in out.items():
+        np.testing.assert_allclose(y, y_ref, rtol=1e-5, atol=1e-5, err_msg=impl)
+        np.testing.assert_allclose(gx, gx_ref, rtol=1e-5, atol=1e-5, err_msg=impl)
+        jax.tree_util.tree_map(
+            lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-4, err_msg=impl),
+            gv, gv_ref)
+
+
+def test_auto_conv_uses_im2col_only_where_kernel_exceeds_input():
+    conv = models.Conv2D(8, (3, 3), kernel_init=models.vgg_conv_init,
+                         bias_init=nn.initializers.zeros)
+    assert conv.use_im2col((2, 2)) == ON_CPU
+    assert conv.use_im2col((1, 1)) == ON_CPU
+    assert not conv.use_im2col((3, 3)) and not conv.use_im2col((4, 4))
+    x = jnp.zeros((1, 32, 32, 3))
+    for impl, n_conv in [("auto", 10 if ON_CPU else 13), ("xla", 13), ("im2col", 0)]:
+        model = models.VGG16(conv_impl=impl)
+        variables = jax.eval_shape(lambda m=model: m.init(jax.random.key(0), x, train=False))
+        jaxpr = str(jax.make_jaxpr(lambda v, m=model: m.apply(v, x, train=False))(variables))
+        assert jaxpr.count("conv_general_dilated[") == n_conv, impl
+
+
+@pytest.mark.parametrize("shape", [(2, 8, 8, 3), (2, 7, 7, 3), (2, 7, 6, 4), (3, 3, 5, 2),
+                                   (1, 2, 2, 1)])
+def test_max_pool_implementations_equal_nn_max_pool(shape):
+    x = jax.random.normal(jax.random.key(0), shape)   # continuous: no tied maxima
+    ref = lambda x: nn.max_pool(x, (2, 2), strides=(2, 2), padding="VALID")  # noqa: E731
+    y_ref, vjp_ref = jax.vjp(ref, x)
+    assert y_ref.shape == (shape[0], shape[1] // 2, shape[2] // 2, shape[3])   # floor: 7 -> 3
+    cot = jax.random.normal(jax.random.key(1), y_ref.shape)
+    (g_ref,) = vjp_ref(cot)
+    variants = [(impl, train) for impl in ("reduce_window", "reshape", "hybrid", "auto")
+                for train in (False, True)]
+
+    @jax.jit
+    def values_and_grads(x):
+        out = {}
+        for impl, train in variants:
+            y, vjp = jax.vjp(lambda x, i=impl, t=train: models.max_pool_2x2(x, i, train=t), x)
+            out[impl, train] = (y, vjp(cot)[0])
+        return out
+
+    for key, (y, g) in values_and_grads(x).items():
+        np.testing.assert_array_equal(y, y_ref, err_msg=str(key))
+        np.testing.assert_allclose(g, g_ref, rtol=1e-6, atol=0, err_msg=str(key))
+
+
+def test_max_pool_ties_reshape_and_hybrid_split_gradient_evenly():
+    x = jnp.zeros((1, 4, 4, 1)).at[0, 0, 0, 0].set(1.0)   # one window with a max, three all-tied
+    g = {impl: jax.grad(lambda x: models.max_pool_2x2(x, impl).sum())(x)
+         for impl in ("reshape", "hybrid")}
+    np.testing.assert_array_equal(g["reshape"], g["hybrid"])
+    assert float(g["reshape"][0, 0, 0, 0]) == 1.0
+    np.testing.assert_allclose(g["reshape"][0, 2:, 2:, 0], 0.25)
+    np.testing.assert_allclose(g["reshape"].sum(), 4.0)
+
+
+def test_auto_pool_choice():
+    x = jnp.zeros((1, 4, 4, 1))
+    def n_reduce_window(train):
+        return str(jax.make_jaxpr(lambda x: models.max_pool_2x2(x, "auto", train=train))(x)).count(
+            "reduce_window_max")
+    assert n_reduce_window(False) == 1
+    assert n_reduce_window(True) == (0 if ON_CPU else 1)
+
+
+def test_cpu_implementations_give_same_model_outputs(vgg, convnet):
+    x = _images(6, 2, (32, 32, 3))
+    variables = vgg.variables
+    plain = models.VGG16(conv_impl="xla", pool_impl="reduce_window")
+    fast = models.VGG16(conv_impl="im2col", pool_impl="reshape")
+    y_plain = jax.jit(lambda v: plain.apply(v, x, train=False))(variables)
+    y_fast = jax.jit(lambda v: fast.apply(v, x, train=False))(variables)
+    np.testing.assert_allclose(y_fast, y_plain, rtol=1e-4, atol=1e-5)
+    x = _images(7, 3, (28, 28, 1))
+    _, variables = convnet
+    settings = [("xla", "reduce_window", False), ("im2col", "reshape", True),
+                ("auto", "auto", True), ("auto", "hybrid", False)]
+    y = jax.jit(lambda v: [models.ConvNet(conv_impl=c, pool_impl=p).apply(v, x, train=t)
+                           for c, p, t in settings])(variables)
+    for other in y[1:]:
+        np.testing.assert_allclose(other, y[0], rtol=1e-4, atol=1e-5)
+    # and the same parameter gradients (the CPU training path against plain flax)
+    grads = jax.jit(lambda v: [jax.grad(lambda v: (models.ConvNet(conv_impl=c, pool_impl=p).apply(
+        v, x, train=t) ** 2).sum())(v) for c, p, t in settings[::2]])(variables)
+    for other in grads[1:]:
+        jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5),
+                               other, grads[0])
+
+
+# ------------------------------------------------------------------------------------------------
+# BatchNorm, dropout
+# ------------------------------------------------------------------------------------------------
+def test_vgg_batchnorm_train_and_eval(vgg):
+    x = _images(8, 2, (32, 32, 3))
+    logits, updates = vgg.train_apply(vgg.variables, x, 3)
+    inter = updates["intermediates"]
+    conv0 = np.asarray(inter["conv0"]["__call__"][0], np.float64)
+    bn0 = np.asarray(inter["bn0"]["__call__"][0], np.float64)
+    # train: batch statistics over (B, H, W), biased variance, eps 1e-5
+    mean, var = conv0.mean((0, 1, 2)), conv0.var((0, 1, 2))
+    np.testing.assert_allclose(bn0, (conv0 - mean) / np.sqrt(var + 1e-5), rtol=1e-4, atol=1e-4)
+    # running stats: new = 0.9 old + 0.1 batch (PyTorch momentum 0.1); old = (0, 1)
+    new = updates["batch_stats"]["bn0"]
+    np.testing.assert_allclose(new["mean"], 0.1 * mean, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(new["var"], 0.9 + 0.1 * var, rtol=1e-4, atol=1e-6)
+    assert set(updates["batch_stats"]) == {f"bn{i}" for i in range(13)}
+    for i in range(13):   # every layer's statistics moved
+        assert not np.allclose(updates["batch_stats"][f"bn{i}"]["var"], 1.0)
+    # eval: running statistics, deterministic, no mutation, no rng
+    y_eval, inter_eval = vgg.eval_apply(vgg.variables, x)
+    conv0_e = np.asarray(inter_eval["intermediates"]["conv0"]["__call__"][0], np.float64)
+    bn0_e = np.asarray(inter_eval["intermediates"]["bn0"]["__call__"][0], np.float64)
+    np.testing.assert_allclose(bn0_e, conv0_e / np.sqrt(1 + 1e-5), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(y_eval, vgg.eval_apply(vgg.variables, x)[0])
+    assert not np.allclose(y_eval, logits)
+    # eval with the updated statistics uses them
+    _, inter2 = vgg.eval_apply({**vgg.variables, "batch_stats": updates["batch_stats"]}, x)
+    bn0_2 = np.asarray(inter2["intermediates"]["bn0"]["__call__"][0], np.float64)
+    mean2, var2 = np.asarray(new["mean"], np.float64), np.asarray(new["var"], np.float64)
+    np.testing.assert_allclose(bn0_2, (conv0_e - mean2) / np.sqrt(var2 + 1e-5),
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_vgg_dropout_only_in_training(vgg):
+    x = _images(9, 2, (32, 32, 3))
+    a, b, c = (vgg.train_apply(vgg.variables, x, key)[0] for key in (10, 11, 10))
+    assert not np.allclose(a, b)
+    np.testing.assert_array_equal(a, c)
+    no_dropout = models.VGG16(dropout_rate=0.0)   # needs no "dropout" rng
+    d, _ = jax.jit(lambda v: no_dropout.apply(v, x, train=True, mutable=["batch_stats"]))(
+        vgg.variables)
+    assert np.all(np.isfinite(d)) and not np.allclose(d, a)
+
+
+_SHARD_MAP_SCRIPT = textwrap.dedent("""
+    import jax, jax.numpy as jnp, numpy as np
+    from jax.sharding import Mesh, PartitionSpec as P
+    from gedl_jax.models import VGG16
+
+    assert jax.device_count() == 4, jax.devices()
+    mesh = Mesh(np.array(jax.devices()), ("data",))
+    x = jax.random.uniform(jax.random.key(0), (8, 32, 32, 3))
+    single = VGG16(10, dropout_rate=0.0)
+    synced = VGG16(10, dropout_rate=0.0, axis_name="data")
+    shapes = jax.eval_shape(lambda: single.init(jax.random.key(1), x[:1], train=False))
+    rng = np.random.default_rng(0)   # random parameters, faster than compiling init
+    def draw(path, s):
+        name = path[-1].key
+        if name == "kernel":
+            std = np.sqrt(2 / np.prod(s.shape[:-1]))
+            return jnp.asarray(rng.normal(0, std, s.shape), jnp.float32)
+        base = {"scale": 1.0, "var": 1.0}.get(name, 0.0)
+        return jnp.asarray(base + 0.1 * rng.normal(size=s.shape) ** 2, jnp.float32)
+    variables = jax.tree_util.tree_map_with_path(draw, shapes)
+
+    def train_apply(model):
+        return lambda v, x: model.apply(v, x, train=True, mutable=["batch_stats"])
+
+    y1, s1 = jax.jit(train_apply(single))(variables, x)
+    y4, s4 = jax.jit(jax.shard_map(train_apply(synced), mesh=mesh, in_specs=(P(), P("data")),
+                                   out_specs=(P("data"), P())))(variables, x)
+    assert y4.shape == y1.shape == (8, 10)
+    np.testing.assert_allclose(y4, y1, rtol=1e-4, atol=1e-5)
+    flat1, flat4 = jax.tree_util.tree_leaves(s1), jax.tree_util.tree_leaves(s4)
+    assert len(flat1) == len(flat4) == 26
+    for a, b in zip(flat1, flat4):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
+    # control: without axis_name each device normalises with its own 2 examples
+    local = jax.shard_map(train_apply(single), mesh=mesh, in_specs=(P(), P("data")),
+                          out_specs=(P("data"), P("data")), check_vma=False)
+    y_local, _ = jax.jit(local)(variables, x)
+    assert not np.allclose(y_local, y1, rtol=1e-3, atol=1e-4)
+    print("OK", float(np.abs(y4 - y1).max()))
+""")
+
+
+def test_vgg_batchnorm_synchronised_inside_shard_map():
+    env = dict(os.environ)
+    flag = "--xla_force_host_platform_device_count=4"
+    env["XLA_FLAGS"] = f'{env.get("XLA_FLAGS", "")} {flag}'.strip()
+    env["JAX_PLATFORMS"] = "cpu"
+    proc = subprocess.run([sys.executable, "-c", _SHARD_MAP_SCRIPT], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("OK")
+
+
+# ------------------------------------------------------------------------------------------------
+# bfloat16 compute
+# ------------------------------------------------------------------------------------------------
+def test_bfloat16_compute_float32_logits(convnet, vgg):
+    for (model_f32, variables), shape in [(convnet, (28, 28, 1)), ((vgg.model, vgg.variables),
+                                                                   (32, 32, 3))]:
+        x = _images(12, 3, shape)
+        model_bf16 = model_f32.clone(dtype=jnp.bfloat16)
+        # parameters of a bf16 model are float32
+        init_dtypes = jax.eval_shape(lambda m=model_bf16: m.init(jax.random.key(0), x, train=False))
+        assert all(l.dtype == jnp.float32 for l in jax.tree_util.tree_leaves(init_dtypes))
+        y32 = jax.jit(lambda v, m=model_f32: m.apply(v, x, train=False))(variables)
+        y16, inter = jax.jit(lambda v, m=model_bf16: m.apply(v, x, train=False,
+                                                             capture_intermediates=True))(variables)
+        assert y16.dtype == jnp.float32
+        assert inter["intermediates"]["conv0"]["__call__"][0].dtype == jnp.bfloat16
+        assert inter["intermediates"]["dense0"]["__call__"][0].dtype == jnp.bfloat16
+        scale = float(np.abs(y32).max())
+        np.testing.assert_allclose(y16, y32, atol=0.03 * scale)
+        assert not np.array_equal(y16, y32)
+
+
+# ------------------------------------------------------------------------------------------------
+# FLOPs
+# ------------------------------------------------------------------------------------------------
+def test_flops_per_example():
+    convnet = models.model_flops_per_example("convnet", (28, 28, 1))
+    # 2 x (28*28*64*25 + 14*14*64*1600 + 7*7*64*1600 + 576*64 + 2*64*64 + 64*10)
+    assert convnet == 2 * (1_254_400 + 20_070_400 + 5_017_600 + 36_864 + 8_192 + 640) == 52_776_192
+    vgg = models.model_flops_per_example("vgg16", (32, 32, 3))
+    convs = [(32, 3, 64), (32, 64, 64), (16, 64, 128), (16, 128, 128), (8, 128, 256),
+             (8, 256, 256), (8, 256, 256), (4, 256, 512), (4, 512, 512), (4, 512, 512),
+             (2, 512, 512), (2, 512, 512), (2, 512, 512)]
+    macs = sum(h * h * 9 * ci * co for h, ci, co in convs) + 512 * 512 * 2 + 512 * 10
+    assert vgg == 2 * macs == 627_451_904
+    # platform.md: 52.8 M and 627 M
+    assert abs(convnet / 52.8e6 - 1) < 0.01 and abs(vgg / 627e6 - 1) < 0.01
+    vgg100 = models.model_flops_per_example("vgg16", (32, 32, 3), num_classes=100)
+    assert vgg100 == vgg + 2 * 512 * 90
