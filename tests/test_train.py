@@ -158,3 +158,28 @@ def test_tau_state_is_part_of_the_checkpointed_state():
     fields = train.parallel.TrainState.__dataclass_fields__
     assert {"params", "opt_state", "batch_stats", "tau_state", "step"} <= set(fields)
     assert isinstance(evidential.tau_init(), evidential.TauState)
+
+
+def test_cifar10_vgg_end_to_end_on_tfds_mock_data(tmp_path):
+    """CIFAR-10 path (VGG16-bn, on-device augmentation, batch norm) through the TFDS source with
+    tfds.testing.mock_data: random images of the right spec, no files, no network."""
+    import tensorflow_datasets as tfds
+
+    c = configuration.build_config("cifar10", "gedl")
+    c.data_source = "tfds"
+    c.data_dir = str(tmp_path / "no_data")
+    c.cache_dir = str(tmp_path / "cache")
+    c.batch_size = 16
+    c.num_epochs = 2
+    c.log_every_steps = 2
+    c.eval_batch_size = 32
+    c.plots = False
+    c.ood_datasets = "cifar100"
+    with tfds.testing.mock_data(num_examples=64):
+        summary = train.train_and_evaluate(c, tmp_path / "run")
+    assert summary["steps"] == 2 * (60 // 16)  # 64 * 0.95 -> 60 train examples, 3 steps/epoch
+    results = json.loads((tmp_path / "run" / "eval_results.json").read_text())
+    assert results["id"]["num_examples"] == 64
+    assert results["ood"]["cifar100"]["num_examples"] == 64
+    batch_stats = jax.tree.leaves(summary["state"].batch_stats)
+    assert batch_stats and all(np.all(np.isfinite(x)) for x in batch_stats)
