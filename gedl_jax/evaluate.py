@@ -88,9 +88,8 @@ def evaluate_and_write(config, params, batch_stats, workdir, *, loaded=None, eva
     return results
 
 
-def evaluate_workdir(workdir, extra_ood: tuple[str, ...] = (),
-                     overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Restore `workdir`'s best checkpoint (its saved config.json) and evaluate it."""
+def restore_run(workdir, overrides: dict[str, Any] | None = None):
+    """(config, best TrainState, eval_model, mesh, loaded data) of a gedl_jax.train workdir."""
     from gedl_jax import train  # noqa: PLC0415
 
     workdir = pathlib.Path(workdir)
@@ -102,8 +101,7 @@ def evaluate_workdir(workdir, extra_ood: tuple[str, ...] = (),
         config[key] = value
     mesh = parallel.make_mesh()
     configuration.validate_config(config, mesh.size)
-    train_model, eval_model = train.build_models(config)
-    del train_model
+    _, eval_model = train.build_models(config)
     loaded = train.load_data(config)
     tx = parallel.make_optimizer(config, total_steps=1)
     image_shape = loaded["splits"]["train"].images.shape[1:]
@@ -115,8 +113,60 @@ def evaluate_workdir(workdir, extra_ood: tuple[str, ...] = (),
                                                                  parallel.replicated(mesh)))
     finally:
         ckpt.close()
+    return config, state, eval_model, mesh, loaded
+
+
+def evaluate_workdir(workdir, extra_ood: tuple[str, ...] = (),
+                     overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Restore `workdir`'s best checkpoint (its saved config.json) and evaluate it."""
+    config, state, eval_model, mesh, loaded = restore_run(workdir, overrides)
     return evaluate_and_write(config, state.params, state.batch_stats, workdir, loaded=loaded,
                               eval_model=eval_model, mesh=mesh, extra_ood=extra_ood)
+
+
+def corruption_study(workdirs, corruptions, out_dir, overrides: dict[str, Any] | None = None
+                     ) -> dict[str, Any]:
+    """The paper's Fig. uncertainty (bottom row) on CIFAR-10-C: for each corruption, the mean of
+    u = W/S, mutual information and variance sum at severities 0 (clean test) to 5, averaged
+    over the runs (seeds), next to the epistemic uncertainty of the runs' ensemble (mutual
+    information between prediction and member). Writes corruption_study.json and one PNG per
+    corruption into `out_dir`."""
+    from gedl_jax import losses, train  # noqa: PLC0415
+    from gedl_jax.evaluation import plots  # noqa: PLC0415
+
+    out_dir = pathlib.Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    runs = [restore_run(w, overrides) for w in workdirs]
+    study: dict[str, Any] = {}
+    for corruption in corruptions:
+        per_run, probs_by_severity = [], {}
+        for config, state, eval_model, mesh, loaded in runs:
+            spec = losses.LossSpec.from_config(config)
+            mean, std = train.normalization_stats(config, loaded["splits"]["train"])
+            eval_step = parallel.make_eval_step(eval_model, spec, mesh, mean, std)
+            sets = {0: loaded["splits"]["test"]}
+            for severity in range(1, 6):
+                sets[severity] = data.load_corrupted(
+                    corruption, severity, data_dir=config.data_dir or None,
+                    cache_dir=config.cache_dir or None, source=config.data_source,
+                    tfds_data_dir=config.tfds_data_dir or None)
+            outputs = {sev: _outputs(eval_step, state.params, state.batch_stats, mesh, split,
+                                     config.eval_batch_size)
+                       for sev, split in sets.items()}
+            per_run.append(evaluation.severity_summary(outputs))
+            for sev, o in outputs.items():
+                probs_by_severity.setdefault(sev, []).append(
+                    o.alpha / o.alpha.sum(-1, keepdims=True))
+        measures = {sev: {m: float(np.mean([r[sev][m] for r in per_run]))
+                          for m in per_run[0][sev]} for sev in per_run[0]}
+        ensemble = ({sev: float(np.mean(evaluation.ensemble_epistemic_uncertainty(
+            np.stack(p)))) for sev, p in probs_by_severity.items()} if len(runs) > 1 else None)
+        plot = plots.corruption_severity_study(measures, out_dir / f"corruption_{corruption}.png",
+                                               ensemble_epistemic=ensemble, title=corruption)
+        study[corruption] = {"measures": measures, "ensemble_epistemic": ensemble,
+                             "num_runs": len(runs), "plot": str(plot)}
+    (out_dir / "corruption_study.json").write_text(json.dumps(study, indent=2))
+    return study
 
 
 def main(argv=None) -> int:
@@ -128,6 +178,8 @@ def main(argv=None) -> int:
     flags.DEFINE_string("data_dir", None, "Override the data folder saved in the run config.")
     flags.DEFINE_string("out", None, "Write the combined table (markdown) to this file.")
     flags.DEFINE_bool("latex", False, "Also print the table as LaTeX.")
+    flags.DEFINE_list("corruptions", [], "CIFAR-10-C corruption study over the workdirs (an "
+                      "ensemble when several), e.g. snow,brightness,pixelate,shot_noise.")
     flags.mark_flag_as_required("workdir")
     FLAGS = flags.FLAGS
 
@@ -148,6 +200,15 @@ def main(argv=None) -> int:
                 pathlib.Path(FLAGS.out).write_text(table + "\n")
         if FLAGS.latex:
             print(evaluation.results_table(all_results, fmt="latex"))
+        if FLAGS.corruptions:
+            out_dir = pathlib.Path(FLAGS.out).parent if FLAGS.out else pathlib.Path(
+                FLAGS.workdir[0])
+            try:
+                study = corruption_study(FLAGS.workdir, FLAGS.corruptions, out_dir, overrides)
+            except (ValueError, FileNotFoundError, data.DataError) as e:
+                print(f"error: {e}", file=sys.stderr, flush=True)
+                return 2
+            print(json.dumps({c: v["measures"] for c, v in study.items()}, indent=1))
         return 0
 
     try:

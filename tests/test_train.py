@@ -59,6 +59,13 @@ def test_quick_run_trains_and_evaluates(tmp_path):
     assert 0 < train_records[-1]["kl_weight"] <= 1
     table = (tmp_path / "eval_table.md").read_text()
     assert "kmnist" in table.lower() and "fashion" in table.lower()
+    # The evaluation CLI's library path: restore the best checkpoint, add an IDX-folder OOD set.
+    from gedl_jax import evaluate
+
+    again = evaluate.evaluate_workdir(tmp_path, extra_ood=(str(DATA_DIR / "kmnist"),))
+    assert again["id"]["accuracy"] == results["id"]["accuracy"]
+    idx_key = [k for k in again["ood"] if k not in ("kmnist", "fashion_mnist")][0]
+    assert again["ood"][idx_key]["detection"] == again["ood"]["kmnist"]["detection"]
 
 
 @needs_mnist
@@ -183,3 +190,9 @@ def test_cifar10_vgg_end_to_end_on_tfds_mock_data(tmp_path):
     assert results["ood"]["cifar100"]["num_examples"] == 64
     batch_stats = jax.tree.leaves(summary["state"].batch_stats)
     assert batch_stats and all(np.all(np.isfinite(x)) for x in batch_stats)
+    from gedl_jax import evaluate
+
+    with tfds.testing.mock_data(num_examples=64):
+        study = evaluate.corruption_study([tmp_path / "run"], ["snow"], tmp_path / "study")
+    assert sorted(study["snow"]["measures"]) == [0, 1, 2, 3, 4, 5]
+    assert (tmp_path / "study" / "corruption_snow.png").stat().st_size > 0
