@@ -155,11 +155,13 @@ def main(argv=None) -> int:
     lines = [
         f"# {args.dataset} {args.study} study, {args.setting} setting",
         "",
-        f"Command: `python bin/reproduce.py {' '.join(argv if argv is not None else sys.argv[1:])}`",
+        "Command: `python bin/reproduce.py "
+        f"{' '.join(argv if argv is not None else sys.argv[1:])}`",
         f"Settings on top of each variant's config: `{settings_text}`; seeds {seeds}.",
         f"Hardware: {env['device']} x{env['device_count']}, {env['cpu_count']} CPU cores "
         f"({env['machine']}); Python {env['python']}, jax {env['jax']}, flax {env['flax']}, "
-        f"optax {env['optax']}; commit {env['commit']}{' (uncommitted changes)' if env['dirty'] else ''}.",
+        f"optax {env['optax']}; commit {env['commit']}"
+        f"{' (uncommitted changes)' if env['dirty'] else ''}.",
         f"Wall time: {wall / 60:.1f} min for {len(per_run_seconds)} runs "
         f"(runs reused from an earlier invocation count ~0 s).",
         "",

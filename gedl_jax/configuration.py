@@ -59,9 +59,9 @@ def _variant(**kw: Any) -> dict[str, Any]:
 VARIANTS: dict[str, dict[str, Any]] = {
     # GEDL: adaptive W (Eq. weight_update), accumulated-strength tau (Eq. tau_schedule),
     # unmasked KL to the per-sample prior Dir(W a) (Eq. elbo), digamma NLL (Prop. closed-form).
-    "gedl": _variant(evidence="softplus", prior_strength="adaptive", c_w=0.5, likelihood="digamma",
-                     kl_target="all", kl_schedule="gedl_tau", c_tau=100.0, tau_reading="epoch",
-                     red_regularizer_weight=0.0, fisher_logdet_weight=0.0),
+    "gedl": _variant(evidence="softplus", prior_strength="adaptive", c_w=0.5,
+                     likelihood="digamma", kl_target="all", kl_schedule="gedl_tau", c_tau=100.0,
+                     tau_reading="epoch", red_regularizer_weight=0.0, fisher_logdet_weight=0.0),
     # EDL as run in the I-EDL/R-EDL protocol (variants.md 1c): MSE with variance, W = K,
     # KL on the masked target, annealed min(1, epoch/10).
     "edl": _variant(evidence="softplus", prior_strength="fixed", prior_strength_value="K",
@@ -112,7 +112,8 @@ def default_config(dataset: str) -> ml_collections.ConfigDict:
     # --- data ---
     c.dataset = dataset                # in-distribution dataset (TFDS name)
     c.data_dir = ""                    # folder with one subfolder per dataset; "" -> $GEDL_DATA_DIR
-    c.cache_dir = ""                   # decoded-array cache; "" -> $GEDL_CACHE_DIR or ~/.cache/gedl_jax
+    c.cache_dir = ""                   # decoded-array cache; "" -> $GEDL_CACHE_DIR or
+                                       # ~/.cache/gedl_jax
     c.data_source = "auto"             # "raw" official files in data_dir, "tfds" a prepared TFDS
                                        # dataset, "auto": raw files if present, else TFDS
     c.tfds_data_dir = ""               # where TFDS keeps prepared datasets ("" = TFDS default)
@@ -159,7 +160,7 @@ def default_config(dataset: str) -> ml_collections.ConfigDict:
     c.grad_clip_norm = 0.0             # 0 = off
     # --- loop ---
     c.seed = 0                         # model init, data order, augmentation
-    c.seeds = ""                       # several seeds in one command: "0,1,2,3,4" -> workdir/seed_<s>
+    c.seeds = ""                       # several seeds in one command: "0,1,2" -> workdir/seed_<s>
     c.eval_batch_size = 1024
     c.eval_every_epochs = 1            # validation accuracy every N epochs (best checkpoint)
     c.log_every_steps = 100            # progress line / metrics fetch interval

@@ -49,7 +49,7 @@ class LossSpec:
     warmup_epochs: int = 0
 
     @classmethod
-    def from_config(cls, config, base_rate: tuple[float, ...] | None = None) -> "LossSpec":
+    def from_config(cls, config, base_rate: tuple[float, ...] | None = None) -> LossSpec:
         return cls(
             num_classes=int(config.num_classes), evidence=config.evidence,
             exp_clip=float(config.exp_clip), base_rate=base_rate,

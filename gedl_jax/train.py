@@ -1,4 +1,7 @@
-r"""Train an evidential classifier: `python -m gedl_jax.train --config=configs/mnist.py --workdir=DIR`.
+r"""Train an evidential classifier.
+
+    python -m gedl_jax.train --config=configs/mnist.py --workdir=DIR
+
 
 Config syntax (ml_collections):
   --config=configs/mnist.py                 GEDL on MNIST, the paper's settings
@@ -265,7 +268,8 @@ def train_and_evaluate(config, workdir: str | pathlib.Path, *,
                     eta = (total_steps - step) * config.batch_size / rate
                     _log(f"epoch {epoch + 1}/{config.num_epochs} step {step}/{total_steps} "
                          f"loss {averaged['loss']:.4f} acc {averaged['accuracy']:.4f} "
-                         f"kl_w {averaged['kl_weight']:.3f} W {averaged['mean_prior_strength']:.3f} "
+                         f"kl_w {averaged['kl_weight']:.3f} "
+                         f"W {averaged['mean_prior_strength']:.3f} "
                          f"S {averaged['mean_strength']:.1f} | {rate:,.0f} img/s | "
                          f"ETA {_format_eta(eta)}")
                 if config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0 \

@@ -139,7 +139,7 @@ def test_opinion_identities():
     op = ev.subjective_opinion(e, w, a)
     assert isinstance(op, ev.Opinion)
     assert op.belief_BxK.shape == (128, k) and op.uncertainty_B.shape == (128,)
-    e64, a64 = e.astype(np.float64), np.asarray(a, np.float64)
+    e64 = e.astype(np.float64)
     w64 = np.asarray(w, np.float64)
     s64 = e64.sum(-1) + w64
     np.testing.assert_allclose(np.asarray(op.belief_BxK, np.float64), e64 / s64[:, None],

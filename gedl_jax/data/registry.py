@@ -232,7 +232,7 @@ def _copied_specs(name: str, registered_by: str) -> dict[str, FileSpec]:
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def tfds_registered_files(name: str) -> dict[str, FileSpec] | None:
     """The files TFDS registers for `name` (`tfds.builder_cls(name).url_infos`), or None where
     tensorflow_datasets is not importable or does not register url checksums for `name`."""

@@ -133,7 +133,8 @@ def prepare_tfds(name: str, data_dir: str | os.PathLike | None = None,
         raise DataError(
             f"preparing the official TFDS builder {name!r} needs TensorFlow ({type(e).__name__}: "
             f"{e}). Install the extra: pip install 'gedl-jax[tfds-prepare]'. Or skip preparing: "
-            "gedl_jax.data.load_split reads the same official files directly (source='raw').")
+            "gedl_jax.data.load_split reads the same official files directly (source='raw')."
+        ) from e
     tfds = _tfds()
     tfds_name = f"{name}/{config}" if config else name
     builder = tfds.builder(tfds_name, data_dir=tfds_data_dir, file_format="array_record")

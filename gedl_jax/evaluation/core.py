@@ -109,7 +109,7 @@ class ModelOutputs:
         """Number of real (unpadded) examples."""
         return int(self.alpha.shape[0] if self.mask is None else self.mask.sum())
 
-    def unpadded(self) -> "ModelOutputs":
+    def unpadded(self) -> ModelOutputs:
         """The same outputs with padding rows removed and mask=None."""
         if self.mask is None:
             return self
