@@ -39,6 +39,7 @@ SCRIPT = textwrap.dedent(r"""
         for _ in range(steps):
             state, m = step(state, imgs, labs, perm)
             metrics.append(jax.device_get(m))
+        assert step._cache_size() == 1, "the train step retraced"  # no retracing after step 1
         return jax.device_get(state), metrics
 
     one, m1 = run(jax.devices()[:1], 3)
