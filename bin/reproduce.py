@@ -101,6 +101,50 @@ def paper_table(dataset: str, names: list[str]) -> str:
     return "\n".join(lines)
 
 
+def sensitivity_plot(grouped: dict[str, list[dict]], path: pathlib.Path) -> pathlib.Path | None:
+    """Accuracy, Conf.MP and OOD AUPR (MP and UM) against C_w and C_tau (mean ± std over seeds),
+    the paper's Fig. param_analysis, from runs named gedl_cw<value> / gedl_ctau<value>."""
+    import matplotlib  # noqa: PLC0415
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+    import numpy as np  # noqa: PLC0415
+
+    def series(prefix):
+        points = []
+        for name, runs in grouped.items():
+            if name.startswith(prefix):
+                value = float(name[len(prefix):])
+                metrics = {"Acc": [r["id"]["accuracy"] for r in runs],
+                           "Conf.MP": [r["id"]["misclassification"]["mp"]["aupr"] for r in runs]}
+                for ood in runs[0]["ood"]:
+                    for score in ("mp", "um"):
+                        metrics[f"{ood} {score.upper()}"] = [
+                            r["ood"][ood]["detection"][score]["aupr_in"] for r in runs]
+                points.append((value, metrics))
+        return sorted(points, key=lambda p: p[0])
+
+    panels = [("gedl_cw", "$C_W$"), ("gedl_ctau", r"$C_\tau$")]
+    panels = [(prefix, label, series(prefix)) for prefix, label in panels if series(prefix)]
+    if not panels:
+        return None
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
+    for ax, (_, label, points) in zip(axes[0], panels):
+        xs = [p[0] for p in points]
+        for metric in points[0][1]:
+            values = [100 * np.asarray(p[1][metric], float) for p in points]
+            ax.errorbar(xs, [v.mean() for v in values],
+                        yerr=[v.std(ddof=1) if len(v) > 1 else 0 for v in values],
+                        marker="o", capsize=3, label=metric)
+        ax.set_xlabel(label)
+        ax.set_ylabel("% (AUPR; accuracy)")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dataset", default="mnist", choices=["mnist", "cifar10", "cifar100"])
@@ -173,6 +217,10 @@ def main(argv=None) -> int:
     ref = paper_table(args.dataset, list(grouped))
     if ref:
         lines += ["## The paper's numbers (200 epochs, 5 seeds)", "", ref, ""]
+    if args.study == "sensitivity":
+        plot = sensitivity_plot(grouped, out / "sensitivity.png")
+        if plot:
+            lines += [f"Plot: `{plot.name}` (mean ± sample std over seeds).", ""]
     (out / "results.md").write_text("\n".join(lines))
     (out / "results.tex").write_text(latex + "\n")
     (out / "results.json").write_text(json.dumps(
