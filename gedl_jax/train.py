@@ -330,6 +330,13 @@ def run(config, workdir: str | pathlib.Path) -> list[dict[str, Any]]:
         seeded.seeds = ""
         _log(f"=== seed {seed} ===")
         results.append(train_and_evaluate(seeded, workdir / f"seed_{seed}"))
+    evaluations = [r["evaluation"] for r in results if "evaluation" in r]
+    if len(evaluations) > 1 and jax.process_index() == 0:
+        from gedl_jax import evaluation  # noqa: PLC0415
+
+        table = evaluation.results_table(evaluations, fmt="markdown")
+        (workdir / "eval_table.md").write_text(table + "\n")
+        _log(f"\n=== {len(evaluations)} seeds, mean ± std ===\n{table}")
     return results
 
 

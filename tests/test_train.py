@@ -138,6 +138,17 @@ def test_nonfinite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypat
 
 
 @needs_mnist
+def test_several_seeds_in_one_command_give_a_mean_std_table(tmp_path):
+    c = tiny_config(num_epochs=1, seeds="3,4", evaluate_at_end=True)
+    results = train.run(c, tmp_path)
+    assert [r["workdir"] for r in results] == [str(tmp_path / "seed_3"), str(tmp_path / "seed_4")]
+    seeds = [json.loads((tmp_path / f"seed_{s}" / "eval_results.json").read_text())["seed"]
+             for s in (3, 4)]
+    assert seeds == [3, 4]
+    assert "±" in (tmp_path / "eval_table.md").read_text()
+
+
+@needs_mnist
 def test_workdir_refuses_a_different_config(tmp_path):
     train.train_and_evaluate(tiny_config(num_epochs=1), tmp_path)
     with pytest.raises(train.ConfigMismatchError, match="learning_rate"):
