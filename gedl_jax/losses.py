@@ -119,7 +119,9 @@ def _kl_B(spec: LossSpec, out: EvidentialOutputs, labels_B: jax.Array) -> jax.Ar
     if spec.kl_target == "none":
         return jnp.zeros(labels_B.shape, jnp.float32)
     # The prior Dir(W a), per example; W is already stop-gradient.
-    prior_alpha_BxK = out.prior_strength_B[..., None] * base_rate_K(spec)
+    a_K = base_rate_K(spec)
+    a_1xK = a_K.reshape((1,) * out.prior_strength_B.ndim + a_K.shape)  # no implicit rank promotion
+    prior_alpha_BxK = out.prior_strength_B[..., None] * a_1xK
     alpha_BxK = out.alpha_BxK
     if spec.kl_target == "masked":
         # EDL's "KL only on misleading evidence": the true class is reset to the prior value.

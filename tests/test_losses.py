@@ -150,3 +150,13 @@ def test_prior_strength_and_kl_weight_have_no_gradient():
     weight_grad = jax.grad(lambda lg: losses.per_example_loss(
         spec, lg, labels, ev.tau_init(), jnp.int32(0))[2].kl_weight)(logits)
     np.testing.assert_array_equal(weight_grad, 0.0)
+
+
+@pytest.mark.parametrize("variant", sorted(configuration.VARIANTS))
+def test_loss_has_no_implicit_rank_promotion(variant):
+    """A (B,) vs (B, K) broadcasting slip would raise here instead of silently broadcasting."""
+    spec = losses.LossSpec.from_config(configuration.build_config("mnist", variant))
+    with jax.numpy_rank_promotion("raise"):
+        loss_B, _, _ = losses.per_example_loss(spec, jnp.ones((4, K)), jnp.arange(4),
+                                               ev.tau_init(), jnp.int32(1))
+    assert loss_B.shape == (4,)
