@@ -17,6 +17,7 @@ measured separately by bin/input_throughput.py).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -61,7 +62,9 @@ def peak_memory_bytes() -> int | None:
 
 
 def bench_one(model_name: str, batch: int, dtype: str, num_devices: int, steps: int,
-              repeats: int) -> dict:
+              repeats: int, seeds: int = 1) -> dict:
+    """One configuration; with `seeds` > 1 the vmapped multi-seed step (`config.vmap_seeds`)
+    trains that many models at once and images/s counts every seed's images."""
     dataset = "mnist" if model_name == "convnet" else "cifar10"
     config = configuration.build_config(dataset, "gedl")
     config.compute_dtype = dtype
@@ -77,32 +80,45 @@ def bench_one(model_name: str, batch: int, dtype: str, num_devices: int, steps: 
                                      augment=config.augment, normalize_mean=None,
                                      normalize_std=None)
     keys = {"augment": jax.random.PRNGKey(1), "dropout": jax.random.PRNGKey(2)}
-    step_fn = parallel.make_train_step(model, spec, tx, mesh, settings, keys)
     rng = np.random.default_rng(0)
     images = parallel.put_replicated(mesh, rng.integers(0, 256, (n, *image_shape), np.uint8))
     labels = parallel.put_replicated(mesh, rng.integers(0, 10, n).astype(np.int32))
-    perm = jax.device_put(jnp.arange(n, dtype=jnp.int32), parallel.replicated(mesh))
-    state = jax.jit(lambda k: parallel.init_train_state(model, tx, k, image_shape),
-                    out_shardings=parallel.replicated(mesh))(jax.random.PRNGKey(0))
+    replicated = parallel.replicated(mesh)
+
+    def init(key):
+        return parallel.init_train_state(model, tx, key, image_shape)
+
+    if seeds == 1:
+        step_fn = parallel.make_train_step(model, spec, tx, mesh, settings, keys)
+        extra = (jax.device_put(jnp.arange(n, dtype=jnp.int32), replicated),)
+        state = jax.jit(init, out_shardings=replicated)(jax.random.PRNGKey(0))
+    else:
+        step_fn = parallel.make_multi_seed_train_step(model, spec, tx, mesh, settings)
+        order_SxN = jnp.tile(jnp.arange(n, dtype=jnp.int32), (seeds, 1))
+        keys_S = {k: jnp.stack([jax.random.fold_in(v, s) for s in range(seeds)])
+                  for k, v in keys.items()}
+        extra = (jax.device_put(order_SxN, replicated), jax.device_put(keys_S, replicated))
+        state = jax.jit(jax.vmap(init), out_shardings=replicated)(
+            jax.random.split(jax.random.PRNGKey(0), seeds))
     t0 = time.perf_counter()
-    compiled = step_fn.lower(state, images, labels, perm).compile()
+    compiled = step_fn.lower(state, images, labels, *extra).compile()
     compile_s = time.perf_counter() - t0
-    state, m = compiled(state, images, labels, perm)  # warm-up
+    state, m = compiled(state, images, labels, *extra)  # warm-up
     jax.block_until_ready(m)
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         for _ in range(steps):
-            state, m = compiled(state, images, labels, perm)
+            state, m = compiled(state, images, labels, *extra)
         jax.block_until_ready(m)
         times.append((time.perf_counter() - t0) / steps)
     step_s = statistics.median(times)
     flops_per_image = 3 * models.model_flops_per_example(model_name, image_shape)
-    achieved = flops_per_image * batch / step_s
+    achieved = flops_per_image * batch * seeds / step_s
     peak = peak_for(dtype)
     return {
         "model": model_name, "batch": batch, "dtype": dtype, "devices": num_devices,
-        "images_per_s": batch / step_s, "step_ms": 1e3 * step_s,
+        "seeds": seeds, "images_per_s": batch * seeds / step_s, "step_ms": 1e3 * step_s,
         "step_ms_spread": [1e3 * min(times), 1e3 * max(times)], "compile_s": compile_s,
         "peak_memory_bytes": peak_memory_bytes(), "train_flops_per_image": flops_per_image,
         "achieved_flops": achieved, "fraction_of_peak": (achieved / peak) if peak else None,
@@ -127,13 +143,14 @@ def markdown(env: dict, rows: list[dict]) -> str:
              f"{env['cpu_count']} CPU cores; jax {env['jax']}, flax {env['flax']}, "
              f"commit {env['commit']}. Median of repeats after warm-up; synthetic on-device data.",
              "",
-             "| model | batch | dtype | devices | img/s | step ms | compile s | peak mem MiB | "
-             "train GFLOP/img | achieved TFLOP/s | % of peak |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| model | batch | dtype | devices | seeds | img/s | step ms | compile s | "
+             "peak mem MiB | train GFLOP/img | achieved TFLOP/s | % of peak |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         frac = f"{100 * r['fraction_of_peak']:.1f}" if r["fraction_of_peak"] else "n/a"
         mem = f"{r['peak_memory_bytes'] / 2**20:,.0f}" if r["peak_memory_bytes"] else "n/a"
         lines.append(f"| {r['model']} | {r['batch']} | {r['dtype']} | {r['devices']} | "
+                     f"{r.get('seeds', 1)} | "
                      f"{r['images_per_s']:,.0f} | {r['step_ms']:.1f} | {r['compile_s']:.1f} | "
                      f"{mem} | {r['train_flops_per_image'] / 1e9:.3f} | "
                      f"{r['achieved_flops'] / 1e12:.3f} | {frac} |")
@@ -146,6 +163,9 @@ def main(argv=None) -> int:
     p.add_argument("--batches", default="128", help="comma-separated global batch sizes")
     p.add_argument("--dtypes", default="float32,bfloat16")
     p.add_argument("--devices", default="1,all", help="device counts, 'all' = every device")
+    p.add_argument("--seeds", default="1",
+                   help="comma-separated seed counts; >1 times the vmapped multi-seed step "
+                        "(img/s then counts all seeds' images)")
     p.add_argument("--steps", type=int, default=5, help="steps per timed repeat")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--out", default=None, help="JSON output (a .md table is written beside it)")
@@ -154,21 +174,23 @@ def main(argv=None) -> int:
     print(f"# {env}", flush=True)
     counts = sorted({jax.device_count() if d == "all" else int(d)
                      for d in args.devices.split(",")})
+    seed_counts = [int(s) for s in args.seeds.split(",")]
     rows = []
     for model_name in args.models.split(","):
         for batch in [int(b) for b in args.batches.split(",")]:
             for dtype in args.dtypes.split(","):
-                for count in counts:
+                for count, seeds in itertools.product(counts, seed_counts):
                     if batch % count:
                         continue
                     try:
-                        row = bench_one(model_name, batch, dtype, count, args.steps, args.repeats)
+                        row = bench_one(model_name, batch, dtype, count, args.steps, args.repeats,
+                                        seeds)
                     except Exception as e:  # e.g. out of memory at a large batch
-                        print(f"{model_name} b{batch} {dtype} x{count}: failed: {e!r}"[:300],
-                              file=sys.stderr, flush=True)
+                        print(f"{model_name} b{batch} {dtype} x{count} s{seeds}: failed: {e!r}"
+                              [:300], file=sys.stderr, flush=True)
                         continue
                     rows.append(row)
-                    print(f"{model_name:8s} b{batch:5d} {dtype:9s} x{count}: "
+                    print(f"{model_name:8s} b{batch:5d} {dtype:9s} x{count} seeds {seeds}: "
                           f"{row['images_per_s']:10,.0f} img/s  {row['step_ms']:8.1f} ms/step  "
                           f"compile {row['compile_s']:.1f} s", flush=True)
     table = markdown(env, rows)

@@ -43,8 +43,15 @@ class RunCheckpoints:
     def latest_step(self) -> int | None:
         return self.last.latest_step()
 
-    def restore_last(self, abstract_state):
-        return self._restore(self.last, self.last.latest_step(), abstract_state)
+    def last_steps(self) -> set[int]:
+        """Steps of the complete `last` checkpoints on disk (at most two)."""
+        return set(self.last.all_steps())
+
+    def restore_last(self, abstract_state, step: int | None = None):
+        """The newest `last` checkpoint, or the one at `step` (seeds trained together resume
+        from the newest step that every seed saved)."""
+        return self._restore(self.last, self.last.latest_step() if step is None else step,
+                             abstract_state)
 
     def restore_best(self, abstract_state):
         step = self.best.latest_step()

@@ -161,6 +161,8 @@ def default_config(dataset: str) -> ml_collections.ConfigDict:
     # --- loop ---
     c.seed = 0                         # model init, data order, augmentation
     c.seeds = ""                       # several seeds in one command: "0,1,2" -> workdir/seed_<s>
+    c.vmap_seeds = False               # train those seeds together in one program (vmap over a
+                                       # seed axis): pays on an accelerator a small model can't fill
     c.eval_batch_size = 1024
     c.eval_every_epochs = 1            # validation accuracy every N epochs (best checkpoint)
     c.log_every_steps = 100            # progress line / metrics fetch interval
@@ -276,7 +278,14 @@ def validate_config(c: ml_collections.ConfigDict, num_devices: int = 1) -> None:
     if c.warmup_epochs >= c.num_epochs:
         raise ValueError(f"config.warmup_epochs={c.warmup_epochs} must be < num_epochs="
                          f"{c.num_epochs}")
-    parse_seeds(c)
+    seeds = parse_seeds(c)
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"config.seeds={c.seeds!r} lists a seed twice")
+    if c.vmap_seeds and len(seeds) > 1 and c.base_rate == "label_frequency" \
+            and c.split_seed < 0:
+        raise ValueError("config.vmap_seeds=True with config.base_rate='label_frequency' needs one "
+                         "train split for all seeds (the base rate is compiled into the step): "
+                         "set config.split_seed to an integer, or config.vmap_seeds=False")
     expected_model = DATASET_DEFAULTS[c.dataset]["model"]
     if c.model != expected_model:
         # Not an error (a user may try VGG on MNIST) but the input shape must suit the model.

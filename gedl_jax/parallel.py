@@ -105,16 +105,12 @@ def _all_finite(tree) -> jax.Array:
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
 
 
-def make_train_step(model, spec: losses.LossSpec, tx: optax.GradientTransformation, mesh,
-                    settings: StepSettings, keys: dict[str, jax.Array]) -> Callable:
-    """Returns `train_step(state, images_NxHxWxC, labels_N, permutation_N) -> (state, metrics)`.
+def _make_local_step(model, spec: losses.LossSpec, tx: optax.GradientTransformation) -> Callable:
+    """The per-device body of a train step: forward, loss, global-mean gradient, update.
 
-    `state` is donated. `images`/`labels` are the device-resident training split (uint8/int32,
-    replicated); `permutation` is the current epoch's order (`data.epoch_permutation`).
+    Runs inside `shard_map` (collectives over AXIS); pure in its arguments, so it can also be
+    `vmap`ped over a leading seed axis of every argument but `epoch`.
     """
-    mean = None if settings.normalize_mean is None else jnp.asarray(settings.normalize_mean)
-    std = None if settings.normalize_std is None else jnp.asarray(settings.normalize_std)
-
     def pmean(x):
         return jax.lax.pmean(x, AXIS)
 
@@ -161,8 +157,33 @@ def make_train_step(model, spec: losses.LossSpec, tx: optax.GradientTransformati
         }
         return new_state, metrics
 
+    return local_step
+
+
+def _input_batch(settings: StepSettings, images_NxHxWxC, labels_N, order_N, step,
+                 augment_key, mean, std) -> tuple[jax.Array, jax.Array]:
+    """Batch `step % steps_per_epoch` of the epoch order, augmented and converted on device."""
+    batch_index = step % settings.steps_per_epoch
+    images_u8, labels_B = data.take_batch(images_NxHxWxC, labels_N, order_N, batch_index,
+                                          settings.batch_size)
+    if settings.augment:
+        # On the uint8 pixels, so crop/rotation fill is pixel 0 as in the reference even with
+        # normalisation; keyed from the step number: a resumed run draws the same ones.
+        images_u8 = data.augment_cifar(jax.random.fold_in(augment_key, step), images_u8)
+    return data.to_float(images_u8, mean, std), labels_B.astype(jnp.int32)
+
+
+def make_train_step(model, spec: losses.LossSpec, tx: optax.GradientTransformation, mesh,
+                    settings: StepSettings, keys: dict[str, jax.Array]) -> Callable:
+    """Returns `train_step(state, images_NxHxWxC, labels_N, permutation_N) -> (state, metrics)`.
+
+    `state` is donated. `images`/`labels` are the device-resident training split (uint8/int32,
+    replicated); `permutation` is the current epoch's order (`data.epoch_permutation`).
+    """
+    mean = None if settings.normalize_mean is None else jnp.asarray(settings.normalize_mean)
+    std = None if settings.normalize_std is None else jnp.asarray(settings.normalize_std)
     sharded_step = jax.shard_map(
-        local_step, mesh=mesh,
+        _make_local_step(model, spec, tx), mesh=mesh,
         in_specs=(P(), P(AXIS), P(AXIS), P(), P()),
         out_specs=(P(), P()))
     batch_sharding = NamedSharding(mesh, P(AXIS))
@@ -170,21 +191,64 @@ def make_train_step(model, spec: losses.LossSpec, tx: optax.GradientTransformati
     @functools.partial(jax.jit, donate_argnums=(0,))
     def train_step(state: TrainState, images_NxHxWxC, labels_N, permutation_N):
         step = state.step
-        epoch = step // settings.steps_per_epoch
-        batch_index = step % settings.steps_per_epoch
-        images_u8, labels_B = data.take_batch(images_NxHxWxC, labels_N, permutation_N,
-                                              batch_index, settings.batch_size)
-        if settings.augment:
-            # On the uint8 pixels, so crop/rotation fill is pixel 0 as in the reference even with
-            # normalisation; keyed from the step number: a resumed run draws the same ones.
-            images_u8 = data.augment_cifar(jax.random.fold_in(keys["augment"], step), images_u8)
-        x = data.to_float(images_u8, mean, std)
+        x, labels_B = _input_batch(settings, images_NxHxWxC, labels_N, permutation_N, step,
+                                   keys["augment"], mean, std)
         x = jax.lax.with_sharding_constraint(x, batch_sharding)
-        labels_B = jax.lax.with_sharding_constraint(labels_B.astype(jnp.int32), batch_sharding)
+        labels_B = jax.lax.with_sharding_constraint(labels_B, batch_sharding)
         dropout_key = jax.random.fold_in(keys["dropout"], step)
-        return sharded_step(state, x, labels_B, epoch, dropout_key)
+        return sharded_step(state, x, labels_B, step // settings.steps_per_epoch, dropout_key)
 
     return train_step
+
+
+def make_multi_seed_train_step(model, spec: losses.LossSpec, tx: optax.GradientTransformation,
+                               mesh, settings: StepSettings) -> Callable:
+    """S seeds trained in one program: the single-seed step `vmap`ped over a leading seed axis.
+
+    Returns `train_step(state_S, images_NxHxWxC, labels_N, order_SxN, keys_S, mean_SxC, std_SxC)
+    -> (state_S, metrics_S)`. Every leaf of `state_S` has a leading axis of size S (all seeds at
+    the same step); `images`/`labels` are one shared pool (the official training split) and
+    `order_SxN` is each seed's epoch order as indices into the pool, so seeds may use different
+    train/validation splits without S copies of the images. `keys_S` holds each seed's
+    "augment" and "dropout" keys, shape (S, 2); `mean_SxC`/`std_SxC` each seed's normalisation
+    statistics, or None. Seed s computes exactly what `make_train_step` computes for that seed
+    (same batch, augmentation and dropout draws), with the seeds batched into one larger
+    computation: on an accelerator that a single small model cannot fill, S seeds cost little more
+    than one. `state_S` is donated.
+    """
+    local_step = jax.vmap(_make_local_step(model, spec, tx), in_axes=(0, 0, 0, None, 0))
+    sharded_step = jax.shard_map(
+        local_step, mesh=mesh,
+        in_specs=(P(), P(None, AXIS), P(None, AXIS), P(), P()),
+        out_specs=(P(), P()))
+    batch_sharding = NamedSharding(mesh, P(None, AXIS))
+
+    @functools.partial(jax.jit, donate_argnums=(0,))
+    def train_step(state_S: TrainState, images_NxHxWxC, labels_N, order_SxN, keys_S,
+                   mean_SxC=None, std_SxC=None):
+        step = state_S.step[0]  # the seeds advance together
+        x_SxB, labels_SxB = jax.vmap(
+            lambda order_N, augment_key, mean, std: _input_batch(
+                settings, images_NxHxWxC, labels_N, order_N, step, augment_key, mean, std),
+            in_axes=(0, 0, None if mean_SxC is None else 0, None if std_SxC is None else 0))(
+                order_SxN, keys_S["augment"], mean_SxC, std_SxC)
+        x_SxB = jax.lax.with_sharding_constraint(x_SxB, batch_sharding)
+        labels_SxB = jax.lax.with_sharding_constraint(labels_SxB, batch_sharding)
+        dropout_keys_S = jax.vmap(lambda k: jax.random.fold_in(k, step))(keys_S["dropout"])
+        return sharded_step(state_S, x_SxB, labels_SxB, step // settings.steps_per_epoch,
+                            dropout_keys_S)
+
+    return train_step
+
+
+def stack_states(states: list) -> Any:
+    """[state_0, ..., state_{S-1}] -> one state with a leading seed axis on every leaf."""
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+
+
+def unstack_state(state_S, index: int) -> Any:
+    """Seed `index` of a state with a leading seed axis."""
+    return jax.tree.map(lambda x: x[index], state_S)
 
 
 def make_eval_step(model, spec: losses.LossSpec, mesh,

@@ -17,11 +17,14 @@ as an uninterrupted run.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import math
 import pathlib
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -116,23 +119,50 @@ def _label_frequencies(labels: np.ndarray, num_classes: int) -> tuple[float, ...
     return tuple(float(x) for x in counts / counts.sum())
 
 
-def load_data(config) -> dict[str, Any]:
-    """All splits and OOD sets, loaded (and checked) before any training starts."""
-    sources = dict(data_dir=config.data_dir or None, cache_dir=config.cache_dir or None,
-                   source=config.data_source, tfds_data_dir=config.tfds_data_dir or None)
-    split_seed = config.seed if config.split_seed < 0 else config.split_seed
-    splits = data.load_train_val_test(config.dataset, seed=split_seed,
-                                      val_fraction=config.val_fraction, **sources)
-    for key, limit in (("train", config.train_examples), ("validation", config.val_examples)):
-        if limit:
-            split = splits[key]
-            n = min(limit, len(split.labels))
-            splits[key] = data.Split(images=split.images[:n], labels=split.labels[:n],
-                                     name=split.name)
+def _sources(config) -> dict[str, Any]:
+    return dict(data_dir=config.data_dir or None, cache_dir=config.cache_dir or None,
+                source=config.data_source, tfds_data_dir=config.tfds_data_dir or None)
+
+
+def _split_seed(config, seed: int) -> int:
+    return seed if config.split_seed < 0 else config.split_seed
+
+
+def _seed_splits(config, official: data.Split, test: data.Split, seed: int
+                 ) -> tuple[dict[str, data.Split], np.ndarray]:
+    """Seed `seed`'s {"train", "validation", "test"} carved from the official training split,
+    and the training examples' indices into it (the order the split lists them in)."""
+    train_idx, val_idx = data.split_indices(len(official), config.val_fraction,
+                                            _split_seed(config, seed))
+    if config.train_examples:
+        train_idx = train_idx[:config.train_examples]
+    if config.val_examples:
+        val_idx = val_idx[:config.val_examples]
+    splits = {"train": official.take(train_idx, f"{config.dataset}/train"),
+              "validation": official.take(val_idx, f"{config.dataset}/validation"),
+              "test": test}
+    return splits, train_idx
+
+
+def _load_official_and_ood(config) -> tuple[data.Split, data.Split, dict[str, data.Split]]:
+    sources = _sources(config)
+    official = data.load_split(config.dataset, "train", **sources)
+    test = data.load_split(config.dataset, "test", **sources)
     ood = {}
     for name in configuration.parse_list(config.ood_datasets) + configuration.parse_list(
             config.extra_ood):
         ood[name] = data.load_ood(name, **sources)
+    return official, test, ood
+
+
+def load_data(config) -> dict[str, Any]:
+    """All splits and OOD sets, loaded (and checked) before any training starts.
+
+    The train/validation split is the seeded protocol split (`data.split_indices`), shortened to
+    `train_examples` / `val_examples` when those are set.
+    """
+    official, test, ood = _load_official_and_ood(config)
+    splits, _ = _seed_splits(config, official, test, int(config.seed))
     return {"splits": splits, "ood": ood}
 
 
@@ -157,6 +187,28 @@ def run_keys(seed: int) -> dict[str, jax.Array]:
     return {"init": init, "order": order, "augment": augment, "dropout": dropout}
 
 
+@dataclasses.dataclass
+class _SeedRun:
+    """One seed's config, data and outputs, and its loop bookkeeping."""
+
+    config: Any
+    workdir: pathlib.Path
+    loaded: dict[str, Any]
+    ckpt: checkpointing.RunCheckpoints | None = None
+    writer: MetricsWriter | None = None
+    train_index: np.ndarray | None = None  # training examples' indices in the official split
+    best_accuracy: float = -1.0
+    best_step: int = -1
+
+    @property
+    def seed(self) -> int:
+        return int(self.config.seed)
+
+    @property
+    def train(self) -> data.Split:
+        return self.loaded["splits"]["train"]
+
+
 def train_and_evaluate(config, workdir: str | pathlib.Path, *,
                        stop_after_steps: int | None = None) -> dict[str, Any]:
     """Train one seed into `workdir` (resuming if it holds a checkpoint), then evaluate.
@@ -165,86 +217,220 @@ def train_and_evaluate(config, workdir: str | pathlib.Path, *,
     steps (tests of resumption); checkpoints written before that point stay.
     """
     workdir = pathlib.Path(workdir)
+    configuration.validate_config(config, jax.device_count())
+    run_ = _SeedRun(config=config, workdir=workdir, loaded=load_data(config))
+    return _train_seeds([run_], vmapped=False, stop_after_steps=stop_after_steps)[0]
+
+
+def train_and_evaluate_vmapped(config, workdir: str | pathlib.Path, seeds: list[int], *,
+                               stop_after_steps: int | None = None) -> list[dict[str, Any]]:
+    """Train `seeds` together in one program (`vmap` over a seed axis), into workdir/seed_<s>.
+
+    Each seed directory ends up with what `train_and_evaluate` writes for that seed alone
+    (config, checkpoints, logs, evaluation), and seed s follows the same data order,
+    augmentation and dropout draws as its sequential run: the parameters agree to float32
+    rounding (the batched convolutions may sum in another order), not bit for bit, which is why
+    `vmap_seeds` is part of the recorded config. Killed and restarted, it resumes from the
+    newest checkpoint step that every seed saved.
+    """
+    workdir = pathlib.Path(workdir)
+    configuration.validate_config(config, jax.device_count())
+    official, test, ood = _load_official_and_ood(config)
+    runs = []
+    for seed in seeds:
+        seeded = _seed_config(config, seed)
+        splits, train_index = _seed_splits(seeded, official, test, seed)
+        runs.append(_SeedRun(config=seeded, workdir=workdir / f"seed_{seed}",
+                             loaded={"splits": splits, "ood": ood}, train_index=train_index))
+    return _train_seeds(runs, vmapped=True, stop_after_steps=stop_after_steps, pool=official)
+
+
+def _seed_config(config, seed: int):
+    seeded = config.copy_and_resolve_references()
+    with seeded.unlocked():
+        seeded.seed = seed
+        seeded.seeds = ""
+    return seeded
+
+
+def _stack_on(mesh, trees: list) -> Any:
+    return jax.jit(parallel.stack_states, out_shardings=parallel.replicated(mesh))(trees)
+
+
+def _train_seeds(runs: list[_SeedRun], *, vmapped: bool, stop_after_steps: int | None,
+                 pool: data.Split | None = None) -> list[dict[str, Any]]:
+    """The training loop, for one seed (`vmapped=False`) or several trained together (then
+    `pool` is the official training split the seeds' `train_index` point into)."""
+    config = runs[0].config  # the fields that shape the program are the same for every seed
     mesh = parallel.make_mesh()
     num_devices = mesh.size
-    configuration.validate_config(config, num_devices)
-    workdir.mkdir(parents=True, exist_ok=True)
-    _check_or_write_config(config, workdir)
+    for run_ in runs:
+        run_.workdir.mkdir(parents=True, exist_ok=True)
+        _check_or_write_config(run_.config, run_.workdir)
 
-    loaded = load_data(config)
-    splits = loaded["splits"]
-    train, validation = splits["train"], splits["validation"]
-    steps_per_epoch = len(train.labels) // config.batch_size
+    num_train = len(runs[0].train.labels)
+    steps_per_epoch = num_train // config.batch_size
     if steps_per_epoch == 0:
-        raise ValueError(f"config.batch_size={config.batch_size} exceeds the {len(train.labels)} "
+        raise ValueError(f"config.batch_size={config.batch_size} exceeds the {num_train} "
                          f"training examples")
     total_steps = steps_per_epoch * config.num_epochs
-    base_rate = (_label_frequencies(train.labels, config.num_classes)
+    # Identical for all seeds of a vmapped run (validate_config requires a shared split for
+    # label-frequency base rates).
+    base_rate = (_label_frequencies(runs[0].train.labels, config.num_classes)
                  if config.base_rate == "label_frequency" else None)
     spec = losses.LossSpec.from_config(config, base_rate=base_rate)
-    mean, std = normalization_stats(config, train)
+    norms = [normalization_stats(r.config, r.train) for r in runs]
 
     train_model, eval_model = build_models(config)
     tx = parallel.make_optimizer(config, total_steps)
-    keys = run_keys(config.seed)
-    image_shape = train.images.shape[1:]
-    state = jax.jit(lambda k: parallel.init_train_state(eval_model, tx, k, image_shape),
-                    out_shardings=parallel.replicated(mesh))(keys["init"])
+    keys = [run_keys(r.seed) for r in runs]
+    image_shape = runs[0].train.images.shape[1:]
 
-    ckpt = checkpointing.RunCheckpoints(workdir)
-    best_accuracy, best_step = -1.0, -1
-    if ckpt.latest_step() is not None:
-        state, meta = ckpt.restore_last(checkpointing.abstract_like(state,
-                                                                    parallel.replicated(mesh)))
-        best_accuracy, best_step = meta["best_val_accuracy"], meta["best_step"]
-        _log(f"resumed from {workdir}/checkpoints/last at step {int(state.step)} "
-             f"(epoch {int(state.step) // steps_per_epoch})")
+    def init(key):
+        return parallel.init_train_state(eval_model, tx, key, image_shape)
 
+    replicated = parallel.replicated(mesh)
     settings = parallel.StepSettings(steps_per_epoch=steps_per_epoch,
                                      batch_size=config.batch_size, augment=config.augment,
-                                     normalize_mean=mean, normalize_std=std)
-    train_step = parallel.make_train_step(train_model, spec, tx, mesh, settings, keys)
-    eval_step = parallel.make_eval_step(eval_model, spec, mesh, mean, std)
-    images_dev = parallel.put_replicated(mesh, train.images)
-    labels_dev = parallel.put_replicated(mesh, train.labels.astype(np.int32))
-    permute = jax.jit(lambda epoch: data.epoch_permutation(
-        jax.random.fold_in(keys["order"], epoch), len(train.labels)),
-        out_shardings=parallel.replicated(mesh))
+                                     normalize_mean=norms[0][0], normalize_std=norms[0][1])
+    if vmapped:
+        state = jax.jit(jax.vmap(init), out_shardings=replicated)(
+            jnp.stack([k["init"] for k in keys]))
+        seed_state = jax.jit(parallel.unstack_state, static_argnums=1)
+        multi_step = parallel.make_multi_seed_train_step(train_model, spec, tx, mesh, settings)
+        images_dev = parallel.put_replicated(mesh, pool.images)
+        labels_dev = parallel.put_replicated(mesh, pool.labels.astype(np.int32))
+        train_idx_SxN = parallel.put_replicated(
+            mesh, np.stack([r.train_index for r in runs]).astype(np.int32))
+        order_keys_S = jnp.stack([k["order"] for k in keys])
+        step_keys_S = {name: jnp.stack([k[name] for k in keys]) for name in ("augment",
+                                                                             "dropout")}
+        mean_S = None if norms[0][0] is None else jnp.asarray([n[0] for n in norms])
+        std_S = None if norms[0][1] is None else jnp.asarray([n[1] for n in norms])
 
-    writer = MetricsWriter(workdir)
-    step = int(state.step)
-    _log(f"{config.variant} on {config.dataset}: {len(train.labels)} train / "
-         f"{len(validation.labels)} val, {steps_per_epoch} steps/epoch x {config.num_epochs} "
-         f"epochs, global batch {config.batch_size} on {num_devices} {jax.devices()[0].platform} "
-         f"device(s)")
+        @functools.partial(jax.jit, out_shardings=replicated)
+        def epoch_order(epoch):
+            perm_SxN = jax.vmap(lambda k: data.epoch_permutation(
+                jax.random.fold_in(k, epoch), num_train))(order_keys_S)
+            return jnp.take_along_axis(train_idx_SxN, perm_SxN, axis=1)
 
-    def meta() -> dict[str, Any]:
-        return {"best_val_accuracy": best_accuracy, "best_step": best_step,
-                "epoch": step // steps_per_epoch, "variant": config.variant, "seed": config.seed}
+        def train_step(state, order):
+            return multi_step(state, images_dev, labels_dev, order, step_keys_S, mean_S, std_S)
+    else:
+        state = jax.jit(init, out_shardings=replicated)(keys[0]["init"])
+
+        def seed_state(state, index):
+            del index
+            return state
+        single_step = parallel.make_train_step(train_model, spec, tx, mesh, settings, keys[0])
+        images_dev = parallel.put_replicated(mesh, runs[0].train.images)
+        labels_dev = parallel.put_replicated(mesh, runs[0].train.labels.astype(np.int32))
+        epoch_order = jax.jit(lambda epoch: data.epoch_permutation(
+            jax.random.fold_in(keys[0]["order"], epoch), num_train), out_shardings=replicated)
+
+        def train_step(state, order):
+            return single_step(state, images_dev, labels_dev, order)
+
+    # One seed's slice of the state, as Orbax restores it.
+    seed_abstract = checkpointing.abstract_like(
+        jax.eval_shape(lambda s: seed_state(s, 0), state), replicated)
+    for run_ in runs:
+        run_.ckpt = checkpointing.RunCheckpoints(run_.workdir)
+    common_steps = set.intersection(*(r.ckpt.last_steps() for r in runs))
+    if common_steps:
+        resume_step = max(common_steps)
+        restored = []
+        for run_ in runs:
+            seed_restored, meta = run_.ckpt.restore_last(seed_abstract, resume_step)
+            run_.best_accuracy, run_.best_step = meta["best_val_accuracy"], meta["best_step"]
+            restored.append(seed_restored)
+        state = _stack_on(mesh, restored) if vmapped else restored[0]
+        where = runs[0].workdir if len(runs) == 1 else runs[0].workdir.parent / "seed_*"
+        _log(f"resumed from {where}/checkpoints/last at step {resume_step} "
+             f"(epoch {resume_step // steps_per_epoch})")
+
+    eval_steps: dict[Any, Callable] = {}
+
+    def eval_step_for(norm) -> Callable:
+        if norm not in eval_steps:
+            eval_steps[norm] = parallel.make_eval_step(eval_model, spec, mesh, *norm)
+        return eval_steps[norm]
+
+    for run_ in runs:
+        run_.writer = MetricsWriter(run_.workdir)
+    step = int(jax.device_get(state.step).max()) if vmapped else int(state.step)
+    seeds_text = (f"seeds {','.join(str(r.seed) for r in runs)} trained together (vmap), "
+                  if vmapped else "")
+    _log(f"{config.variant} on {config.dataset}: {seeds_text}{num_train} train / "
+         f"{len(runs[0].loaded['splits']['validation'].labels)} val, {steps_per_epoch} "
+         f"steps/epoch x {config.num_epochs} epochs, global batch {config.batch_size} on "
+         f"{num_devices} {jax.devices()[0].platform} device(s)")
+
+    def meta(run_: _SeedRun) -> dict[str, Any]:
+        return {"best_val_accuracy": run_.best_accuracy, "best_step": run_.best_step,
+                "epoch": step // steps_per_epoch, "variant": config.variant, "seed": run_.seed}
+
+    def save_last() -> None:
+        for i, run_ in enumerate(runs):
+            run_.ckpt.save_last(step, seed_state(state, i), meta(run_))
 
     pending: list[tuple[int, dict]] = []
     window_start, window_steps = time.time(), 0
-    rate = float("nan")
+    images_per_step = config.batch_size * len(runs)
 
-    def flush_metrics() -> None:
+    def flush_metrics() -> dict[str, float] | None:
+        """Fetch the pending step metrics, write each seed's averages; seeds' mean returned."""
         nonlocal pending
         if not pending:
-            return
+            return None
         fetched = jax.device_get([m for _, m in pending])
         steps = [s for s, _ in pending]
-        bad = [s for s, m in zip(steps, fetched) if m["nonfinite"]]
-        if bad:
-            ckpt.wait()
-            raise NonFiniteLossError(
-                f"non-finite loss or gradient at step(s) {bad[0]}..{bad[-1]} (epoch "
-                f"{bad[0] // steps_per_epoch}); the update was skipped and training stopped. "
-                f"The last good checkpoint in {workdir}/checkpoints is intact. Try a lower "
-                f"learning rate, config.grad_clip_norm, or config.compute_dtype='float32'.")
-        averaged = {k: float(np.mean([m[k] for m in fetched])) for k in fetched[0]
-                    if k != "nonfinite"}
-        writer.write(steps[-1], "train", averaged)
         pending = []
-        return averaged
+        nonfinite = np.stack([np.atleast_1d(m["nonfinite"]) for m in fetched])  # steps x S
+        if nonfinite.any():
+            bad_steps, bad_seeds = np.nonzero(nonfinite)
+            first, last = steps[bad_steps.min()], steps[bad_steps.max()]
+            for run_ in runs:
+                run_.ckpt.wait()
+            seeds = sorted({runs[i].seed for i in bad_seeds})
+            where = (f"{runs[0].workdir}/checkpoints" if len(runs) == 1
+                     else f"{runs[0].workdir.parent}/seed_*/checkpoints")
+            raise NonFiniteLossError(
+                f"non-finite loss or gradient at step(s) {first}..{last} (epoch "
+                f"{first // steps_per_epoch}, seed(s) {seeds}); the update was skipped and "
+                f"training stopped. The last good checkpoint in {where} is intact. Try a lower "
+                f"learning rate, config.grad_clip_norm, or config.compute_dtype='float32'.")
+        per_seed = []
+        for i, run_ in enumerate(runs):
+            averaged = {k: float(np.mean([np.atleast_1d(m[k])[i] for m in fetched]))
+                        for k in fetched[0] if k != "nonfinite"}
+            run_.writer.write(steps[-1], "train", averaged)
+            per_seed.append(averaged)
+        return {k: float(np.mean([a[k] for a in per_seed])) for k in per_seed[0]}
+
+    def validate(epoch: int) -> None:
+        accuracies = []
+        for i, run_ in enumerate(runs):
+            validation = run_.loaded["splits"]["validation"]
+            member = seed_state(state, i)
+            alpha, _ = parallel.predict_dirichlet(
+                eval_step_for(norms[i]), member.params, member.batch_stats, mesh, validation,
+                config.eval_batch_size)
+            accuracy = float(np.mean(np.argmax(alpha, -1) == validation.labels))
+            run_.writer.write(step, "validation", {"accuracy": accuracy})
+            improved = accuracy > run_.best_accuracy
+            if improved:
+                run_.best_accuracy, run_.best_step = accuracy, step
+                run_.ckpt.save_best(step, member, meta(run_))
+            accuracies.append((accuracy, improved, run_.best_accuracy))
+        if len(runs) == 1:
+            accuracy, improved, best = accuracies[0]
+            _log(f"epoch {epoch + 1}: validation accuracy {accuracy:.4f}"
+                 f"{' (best)' if improved else f' (best {best:.4f})'}")
+        else:
+            listed = " ".join(f"{r.seed}:{a:.4f}{'*' if imp else ''}"
+                              for r, (a, imp, _) in zip(runs, accuracies))
+            _log(f"epoch {epoch + 1}: validation accuracy per seed {listed} (* = best so far)")
 
     stopped_early = False
     try:
@@ -253,19 +439,19 @@ def train_and_evaluate(config, workdir: str | pathlib.Path, *,
                 stopped_early = True
                 break
             epoch = step // steps_per_epoch
-            permutation = permute(epoch)
+            order = epoch_order(epoch)
             epoch_end = (epoch + 1) * steps_per_epoch
             while step < epoch_end:
-                state, metrics = train_step(state, images_dev, labels_dev, permutation)
+                state, metrics = train_step(state, order)
                 step += 1
                 window_steps += 1
                 pending.append((step, metrics))
                 if step % config.log_every_steps == 0 or step == epoch_end:
                     averaged = flush_metrics()
                     now = time.time()
-                    rate = window_steps * config.batch_size / max(now - window_start, 1e-9)
+                    rate = window_steps * images_per_step / max(now - window_start, 1e-9)
                     window_start, window_steps = now, 0
-                    eta = (total_steps - step) * config.batch_size / rate
+                    eta = (total_steps - step) * images_per_step / rate
                     _log(f"epoch {epoch + 1}/{config.num_epochs} step {step}/{total_steps} "
                          f"loss {averaged['loss']:.4f} acc {averaged['accuracy']:.4f} "
                          f"kl_w {averaged['kl_weight']:.3f} "
@@ -275,61 +461,57 @@ def train_and_evaluate(config, workdir: str | pathlib.Path, *,
                 if config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0 \
                         and step != epoch_end:
                     flush_metrics()
-                    ckpt.save_last(step, state, meta())
+                    save_last()
                 if stop_after_steps is not None and step >= stop_after_steps:
                     stopped_early = True
                     break
             if stopped_early:
                 break
             flush_metrics()
-            last_epoch = step == total_steps
-            if (epoch + 1) % config.eval_every_epochs == 0 or last_epoch:
-                alpha, _ = parallel.predict_dirichlet(eval_step, state.params, state.batch_stats,
-                                                      mesh, validation, config.eval_batch_size)
-                accuracy = float(np.mean(np.argmax(alpha, -1) == validation.labels))
-                writer.write(step, "validation", {"accuracy": accuracy})
-                improved = accuracy > best_accuracy
-                if improved:
-                    best_accuracy, best_step = accuracy, step
-                    ckpt.save_best(step, state, meta())
-                _log(f"epoch {epoch + 1}: validation accuracy {accuracy:.4f}"
-                     f"{' (best)' if improved else f' (best {best_accuracy:.4f})'}")
-            ckpt.save_last(step, state, meta())
-        ckpt.wait()
+            if (epoch + 1) % config.eval_every_epochs == 0 or step == total_steps:
+                validate(epoch)
+            save_last()
     finally:
-        ckpt.wait()
-        writer.close()
+        for run_ in runs:
+            run_.ckpt.wait()
+            run_.writer.close()
 
-    summary = {"workdir": str(workdir), "steps": step, "best_val_accuracy": best_accuracy,
-               "best_step": best_step, "state": state}
-    if stopped_early:
-        ckpt.close()
-        return summary
-    if config.evaluate_at_end:
-        from gedl_jax import evaluate  # noqa: PLC0415 (keeps matplotlib out of the import path)
+    summaries = []
+    for i, run_ in enumerate(runs):
+        summary = {"workdir": str(run_.workdir), "steps": step, "seed": run_.seed,
+                   "best_val_accuracy": run_.best_accuracy, "best_step": run_.best_step,
+                   "state": seed_state(state, i)}
+        if not stopped_early and config.evaluate_at_end:
+            from gedl_jax import evaluate  # noqa: PLC0415 (keeps matplotlib out of the imports)
 
-        best_state, _ = ckpt.restore_best(checkpointing.abstract_like(
-            state, parallel.replicated(mesh)))
-        summary["evaluation"] = evaluate.evaluate_and_write(
-            config, best_state.params, best_state.batch_stats, workdir, loaded=loaded,
-            eval_model=eval_model, mesh=mesh)
-    ckpt.close()
-    return summary
+            best_state, _ = run_.ckpt.restore_best(seed_abstract)
+            summary["evaluation"] = evaluate.evaluate_and_write(
+                run_.config, best_state.params, best_state.batch_stats, run_.workdir,
+                loaded=run_.loaded, eval_model=eval_model, mesh=mesh)
+        run_.ckpt.close()
+        summaries.append(summary)
+    return summaries
 
 
 def run(config, workdir: str | pathlib.Path) -> list[dict[str, Any]]:
-    """One run per seed of `config.seeds` (workdir/seed_<s>), or a single run in `workdir`."""
+    """One run per seed of `config.seeds` (workdir/seed_<s>), or a single run in `workdir`.
+
+    With `config.vmap_seeds`, the seeds train together in one program (see
+    `train_and_evaluate_vmapped`); otherwise one after another.
+    """
     seeds = configuration.parse_seeds(config)
     workdir = pathlib.Path(workdir)
     if not str(config.seeds).strip():
         return [train_and_evaluate(config, workdir)]
-    results = []
-    for seed in seeds:
-        seeded = config.copy_and_resolve_references()
-        seeded.seed = seed
-        seeded.seeds = ""
-        _log(f"=== seed {seed} ===")
-        results.append(train_and_evaluate(seeded, workdir / f"seed_{seed}"))
+    if config.vmap_seeds and len(seeds) > 1:
+        _log(f"=== seeds {','.join(map(str, seeds))} (vmap) ===")
+        results = train_and_evaluate_vmapped(config, workdir, seeds)
+    else:
+        results = []
+        for seed in seeds:
+            _log(f"=== seed {seed} ===")
+            results.append(train_and_evaluate(_seed_config(config, seed),
+                                              workdir / f"seed_{seed}"))
     evaluations = [r["evaluation"] for r in results if "evaluation" in r]
     if len(evaluations) > 1 and jax.process_index() == 0:
         from gedl_jax import evaluation  # noqa: PLC0415
