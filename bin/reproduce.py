@@ -152,6 +152,9 @@ def main(argv=None) -> int:
     p.add_argument("--setting", default="quick", choices=sorted(SETTINGS))
     p.add_argument("--variants", default="", help="subset of the study's run names")
     p.add_argument("--seeds", default="0,1,2,3,4")
+    p.add_argument("--vmap_seeds", action="store_true",
+                   help="train each variant's seeds together in one program (config.vmap_seeds; "
+                        "pays on an accelerator, slower on a CPU)")
     p.add_argument("--override", action="append", default=[],
                    help="field=value applied to every run (e.g. ood_datasets= on CIFAR here)")
     p.add_argument("--data_dir", default="")
@@ -169,30 +172,37 @@ def main(argv=None) -> int:
     print(f"# {env}", flush=True)
     start = time.time()
     grouped: dict[str, list[dict]] = {}
-    per_run_seconds = []
+    num_runs = 0
     for name, variant, fields in runs:
-        for seed in seeds:
-            c = configuration.build_config(args.dataset, variant)
-            for k, v in {**SETTINGS[args.setting], **fields}.items():
-                c[k] = v
-            for item in args.override:
-                key, _, value = item.partition("=")
-                c[key] = type(c[key])(value) if not isinstance(c[key], bool) else \
-                    value.lower() in ("1", "true", "yes")
-            if args.data_dir:
-                c.data_dir = args.data_dir
-            c.seed = seed
-            workdir = out / "runs" / name / f"seed_{seed}"
-            result_path = workdir / "eval_results.json"
-            t0 = time.time()
-            if not result_path.exists():
+        c = configuration.build_config(args.dataset, variant)
+        for k, v in {**SETTINGS[args.setting], **fields}.items():
+            c[k] = v
+        for item in args.override:
+            key, _, value = item.partition("=")
+            c[key] = type(c[key])(value) if not isinstance(c[key], bool) else \
+                value.lower() in ("1", "true", "yes")
+        if args.data_dir:
+            c.data_dir = args.data_dir
+        run_dir = out / "runs" / name
+        pending = [s for s in seeds if not (run_dir / f"seed_{s}" / "eval_results.json").exists()]
+        if args.vmap_seeds and len(pending) > 1:
+            print(f"=== {name} seeds {pending} (vmap) ===", flush=True)
+            c.seeds = ",".join(map(str, pending))
+            c.vmap_seeds = True
+            train.train_and_evaluate_vmapped(c, run_dir, pending)
+        else:
+            for seed in pending:
                 print(f"=== {name} seed {seed} ===", flush=True)
-                train.train_and_evaluate(c, workdir)
-            per_run_seconds.append(time.time() - t0)
-            result = json.loads(result_path.read_text())
+                seeded = c.copy_and_resolve_references()
+                seeded.seed = seed
+                train.train_and_evaluate(seeded, run_dir / f"seed_{seed}")
+        num_runs += len(seeds)
+        for seed in seeds:
+            result = json.loads((run_dir / f"seed_{seed}" / "eval_results.json").read_text())
             result["variant"] = name
             grouped.setdefault(name, []).append(result)
     wall = time.time() - start
+    vmap_note = "; each variant's seeds trained together (vmap)" if args.vmap_seeds else ""
     table = evaluation.results_table(grouped, fmt="markdown")
     latex = evaluation.results_table(grouped, fmt="latex")
     settings_text = SETTINGS[args.setting] or {"(paper protocol)": True}
@@ -206,8 +216,9 @@ def main(argv=None) -> int:
         f"({env['machine']}); Python {env['python']}, jax {env['jax']}, flax {env['flax']}, "
         f"optax {env['optax']}; commit {env['commit']}"
         f"{' (uncommitted changes)' if env['dirty'] else ''}.",
-        f"Wall time: {wall / 60:.1f} min for {len(per_run_seconds)} runs "
-        f"(runs reused from an earlier invocation count ~0 s).",
+        f"Wall time: {wall / 60:.1f} min for {num_runs} runs "
+        f"(runs reused from an earlier invocation count ~0 s)"
+        f"{vmap_note}.",
         "",
         "## Measured",
         "",
