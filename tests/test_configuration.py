@@ -67,3 +67,10 @@ def test_prior_strength_parsing():
     assert configuration.resolved_prior_strength(c) == pytest.approx(10.0)  # 0.1 * 100
     c.prior_strength_value = "2.0"  # a str field: --config.prior_strength_value=2.0 parses so
     assert configuration.resolved_prior_strength(c) == 2.0
+
+
+def test_red_evidence_clip_follows_the_reference_per_dataset():
+    # variants.md 4: RED's MNIST code uses exp(o) unclamped, its CIFAR code exp(clamp(o, -10, 10)).
+    assert configuration.build_config("mnist", "red").exp_clip == 80.0
+    assert configuration.build_config("cifar10", "red").exp_clip == 10.0
+    assert configuration.build_config("mnist", "gedl").exp_clip == 10.0  # untouched elsewhere
