@@ -299,6 +299,10 @@ def ensure_available(wanted: list[tuple[str, str]], data_dir: PathLike | None = 
     root = folder if folder.is_dir() else None  # created below if something must be fetched
     if source == "tfds":
         return _ensure_tfds(wanted, data_dir, cache_dir, tfds_data_dir, mode, mirror)
+    if root is None and origin != "default" and mode == "never":  # a named folder that is not
+        raise MissingDataError(  # there is most likely a typo: say so at once
+            f"The data folder {folder} (from {origin}) does not exist.\n"
+            + download_lib.missing_files_message(wanted, folder, mirror, mode))
     if mode == "force":
         download_lib.ensure_files(wanted, resolve_data_dir(data_dir, create=True), download=mode,
                            mirror=mirror, cache_dir=cache_dir)

@@ -48,10 +48,21 @@ def tfds_available() -> bool:
 
 
 def is_prepared(tfds_name: str, tfds_data_dir: str | os.PathLike | None = None) -> bool:
-    """Whether TFDS has `tfds_name` prepared under `tfds_data_dir` (its default if None)."""
+    """Whether TFDS has `tfds_name` prepared under `tfds_data_dir` (its default if None), or at
+    least `tfds.data_source` (what `read_tfds` uses) can open it, as under
+    `tfds.testing.mock_data`."""
     try:
         tfds = _tfds()
-        return bool(tfds.builder(tfds_name, data_dir=tfds_data_dir).is_prepared())
+    except DataError:
+        return False
+    try:
+        if tfds.builder(tfds_name, data_dir=tfds_data_dir).is_prepared():
+            return True
+    except Exception:  # noqa: BLE001, S110  (unknown name, broken folder: try the reader)
+        pass
+    try:
+        tfds.data_source(tfds_name, data_dir=tfds_data_dir, download=False)
+        return True
     except Exception:  # noqa: BLE001
         return False
 
