@@ -599,6 +599,18 @@ def library_versions() -> dict[str, str]:
             "python": sys.version.split()[0]}
 
 
+def subset_indices(total: int, num_examples: int) -> np.ndarray:
+    """`num_examples` evenly spaced indices of range(total) (all of them for 0 or >= total).
+
+    Evenly spaced rather than the first n: a test split stored sorted by label (as some decoded
+    copies of CIFAR-10 are) would otherwise give a subset of one class."""
+    if num_examples < 0:
+        raise ValueError(f"num_examples must be >= 0, got {num_examples}")
+    if not num_examples or num_examples >= total:
+        return np.arange(total)
+    return (np.arange(num_examples) * total) // num_examples
+
+
 @dataclasses.dataclass(frozen=True)
 class _TestSplit:
     images: np.ndarray
@@ -610,13 +622,12 @@ def _load_test(data_dir, cache_dir, num_examples: int) -> _TestSplit:
     from gedl_jax.data import loading  # noqa: PLC0415 (loading imports this module)
 
     test = loading.load_split("cifar10", "test", data_dir, cache_dir)
-    images, labels = test.images, test.labels
-    if num_examples:
-        if num_examples < 0:
-            raise ValueError(f"num_examples must be >= 0, got {num_examples}")
-        images, labels = images[:num_examples], labels[:num_examples]
+    index = subset_indices(len(test), num_examples)
+    images, labels = test.images[index], test.labels[index]
+    which = (f"{len(index)} evenly spaced examples (indices (i * {len(test)}) // {len(index)})"
+             if len(index) < len(test) else f"all {len(index)} examples")
     return _TestSplit(np.ascontiguousarray(images), labels,
-                      f"{test.name} (source {test.source}), first {len(labels)} examples")
+                      f"{test.name} (source {test.source}), {which}")
 
 
 def regenerate_cifar10c(data_dir=None, *, corruptions: Sequence[str] | None = None, seed: int = 0,
@@ -626,10 +637,10 @@ def regenerate_cifar10c(data_dir=None, *, corruptions: Sequence[str] | None = No
     (5n, 32, 32, 3), severities 1..5 in order, and `labels.npy` (the test labels tiled 5x), plus
     `provenance.json` (seed, library versions, parameters, which corruptions are approximate).
 
-    corruptions: TFDS names or file stems (default: every one in REGENERABLE); num_examples: the
-    first n test images (0 = all 10,000). Each file is written atomically (temporary name, then
-    rename). Returns the folder. `data.load_corrupted` reads it where the official archive is
-    absent."""
+    corruptions: TFDS names or file stems (default: every one in REGENERABLE); num_examples: n
+    evenly spaced test images (`subset_indices`; 0 = all 10,000). Each file is written
+    atomically (temporary name, then rename). Returns the folder. `data.load_corrupted` reads it
+    where the official archive is absent."""
     from gedl_jax.data import loading  # noqa: PLC0415
 
     root = loading.resolve_data_dir(data_dir)
@@ -713,7 +724,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              f"{','.join(REGENERABLE)})")
     parser.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
     parser.add_argument("--num_examples", type=int, default=0,
-                        help="use the first N test images (default 0 = all 10,000)")
+                        help="use N evenly spaced test images (default 0 = all 10,000)")
     parser.add_argument("--cache_dir", default=None, help="decoded-array cache folder")
     args = parser.parse_args(argv)
     names = [c.strip() for c in args.corruptions.split(",") if c.strip()] or None
