@@ -87,9 +87,10 @@ def main() -> None:
     parser.add_argument("--data_dir", default=None)
     parser.add_argument("--num_examples", type=int, default=2000)
     args = parser.parse_args()
-    images = data.load_split("cifar10", "test", args.data_dir).images[:args.num_examples]
+    test = data.load_split("cifar10", "test", args.data_dir).images
+    images = test[C.subset_indices(len(test), args.num_examples)]
     print(f"scikit-image {skimage.__version__}, OpenCV {cv2.__version__}, "
-          f"{C.library_versions()}; first {len(images)} CIFAR-10 test images")
+          f"{C.library_versions()}; {len(images)} evenly spaced CIFAR-10 test images")
     print("| corruption | severity | pixels differing | max abs diff (LSB) |")
     print("|---|---|---|---|")
     for name, fn in RELEASE.items():

@@ -234,7 +234,7 @@ def corruption_study(workdirs, corruptions, out_dir, overrides: dict[str, Any] |
         label, provenance = _source_label(sources, runs[0][0], corruption)
         plot = plots.corruption_severity_study(
             measures, out_dir / f"corruption_{corruption}.png", ensemble_epistemic=ensemble,
-            title=f"{corruption} ({label}, n={counts[1]})")
+            title=f"{corruption}\n({label}, n={counts[1]})")
         study[corruption] = {"measures": measures, "ensemble_epistemic": ensemble,
                              "accuracy": {sev: float(np.mean(a)) for sev, a in accuracy.items()},
                              "num_runs": len(runs), "num_examples": counts,
