@@ -643,7 +643,12 @@ def regenerate_cifar10c(data_dir=None, *, corruptions: Sequence[str] | None = No
     where the official archive is absent."""
     from gedl_jax.data import loading  # noqa: PLC0415
 
-    root = loading.resolve_data_dir(data_dir)
+    from gedl_jax.data import locations  # noqa: PLC0415
+
+    # The default data folder (under the user's cache) is created, as a download would create
+    # it; a folder the user named must exist.
+    root = loading.resolve_data_dir(data_dir, create=locations.data_dir_origin(data_dir)[1]
+                                    == "default")
     names = list(corruptions) if corruptions else list(REGENERABLE)
     stems = [_stem(c) for c in names]  # fail on a bad name before any work
     test = _load_test(root, cache_dir, int(num_examples))
@@ -718,7 +723,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "parameters; numpy/scipy/Pillow) into <data_dir>/"
                     f"{REGENERATED_FOLDER}/{RELEASE_SUBFOLDER}/.")
     parser.add_argument("--data_dir", default=None,
-                        help="data folder holding cifar10/ (default: $GEDL_DATA_DIR)")
+                        help="data folder holding (or receiving) cifar10/ (default: "
+                             "$GEDL_DATA_DIR, else the default data folder under the user's "
+                             "cache)")
     parser.add_argument("--corruptions", default="",
                         help="comma-separated TFDS names or file stems (default: all of "
                              f"{','.join(REGENERABLE)})")
