@@ -36,7 +36,8 @@ from gedl_jax import checkpointing, configuration, data, losses, models, paralle
 # Fields that do not change the trained parameters: a resumed run may change them.
 _NON_TRAINING_FIELDS = {"evaluate_at_end", "plots", "log_every_steps", "ood_datasets",
                         "extra_ood", "eval_batch_size", "seeds", "data_dir", "cache_dir",
-                        "data_source", "tfds_data_dir", "checkpoint_every_steps", "distributed"}
+                        "data_source", "tfds_data_dir", "checkpoint_every_steps", "distributed",
+                        "eval_examples"}
 
 
 class NonFiniteLossError(RuntimeError):
@@ -147,11 +148,11 @@ def _seed_splits(config, official: data.Split, test: data.Split, seed: int
 def _load_official_and_ood(config) -> tuple[data.Split, data.Split, dict[str, data.Split]]:
     sources = _sources(config)
     official = data.load_split(config.dataset, "train", **sources)
-    test = data.load_split(config.dataset, "test", **sources)
+    test = data.load_split(config.dataset, "test", **sources).head(config.eval_examples)
     ood = {}
     for name in configuration.parse_list(config.ood_datasets) + configuration.parse_list(
             config.extra_ood):
-        ood[name] = data.load_ood(name, **sources)
+        ood[name] = data.load_ood(name, **sources).head(config.eval_examples)
     return official, test, ood
 
 

@@ -41,6 +41,12 @@ class Split:
         return Split(np.ascontiguousarray(self.images[indices]),
                      np.ascontiguousarray(self.labels[indices]), name or self.name, self.source)
 
+    def head(self, n: int) -> Split:
+        """The first `n` examples (a view), or this Split itself when n <= 0 or n >= len."""
+        if n <= 0 or n >= len(self):
+            return self
+        return Split(self.images[:n], self.labels[:n], self.name, self.source)
+
     def label_counts(self, num_classes: int | None = None) -> np.ndarray:
         return np.bincount(self.labels, minlength=num_classes or 0)
 
