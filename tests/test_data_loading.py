@@ -107,7 +107,8 @@ def test_missing_files_fail_fast_with_names(tmp_path):
     assert time.perf_counter() - t < 5
     msg = str(e.value)
     assert "train-images-idx3-ubyte.gz" in msg and "train-labels-idx1-ubyte.gz" in msg
-    assert str(root / "kmnist") in msg and "No download" in msg
+    assert str(root / "kmnist") in msg and "downloads are off" in msg and "GEDL_OFFLINE" in msg
+    assert "GEDL_DATA_MIRROR" in msg  # the two ways out: copy the files, or a mirror
     with pytest.raises(data.MissingDataError, match="cifar-100-binary.tar.gz"):
         data.load_split("cifar100", "test", data_dir=root, tfds_data_dir=tmp_path / "tfds")
     with pytest.raises(data.MissingDataError, match="GEDL_DATA_DIR"):

@@ -80,10 +80,13 @@ def test_fallback_when_tfds_missing(monkeypatch):
 
 
 def test_resolve_data_dir(tmp_path, monkeypatch):
-    with pytest.raises(data.MissingDataError, match="GEDL_DATA_DIR"):
+    # Nothing given: the default folder under the user's cache, created on demand.
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    default = tmp_path / "xdg" / "gedl_jax" / "data"
+    assert data.default_data_dir() == default
+    with pytest.raises(data.MissingDataError, match="from default"):
         data.resolve_data_dir(None)
-    with pytest.raises(data.MissingDataError, match="GEDL_DATA_DIR"):
-        data.resolve_data_dir("")  # config's "unset"
+    assert data.resolve_data_dir("", create=True) == default and default.is_dir()  # "" = unset
     monkeypatch.setenv("GEDL_DATA_DIR", str(tmp_path))
     assert data.resolve_data_dir(None) == tmp_path
     other = tmp_path / "other"

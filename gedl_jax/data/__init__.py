@@ -1,15 +1,17 @@
 """Datasets of the paper: offline loading, checksums, decoded-array cache, splits, device input.
 
     from gedl_jax import data
-    splits = data.load_train_val_test("mnist", data_dir="../shared/data", seed=0)  # 48k/12k/10k
+    splits = data.load_train_val_test("mnist", seed=0)  # 48k/12k/10k; downloads what is missing
     oods = [data.load_ood(n, data_dir) for n in data.default_ood_sets("mnist")]  # kmnist, fmnist
     extra = data.load_ood("/path/to/idx_folder")   # any folder of MNIST-format t10k IDX files
     fog3 = data.load_corrupted("fog", 3, data_dir)  # CIFAR-10-C
 
-Host side (numpy): registry.py (names, shapes, registered checksums), readers.py (official
-formats), cache.py (verification, cache), loading.py (sources), splits.py (protocol),
-tfds_source.py (TFDS). Device side (pure JAX, jit-able): device.py. Nothing here imports
-TensorFlow; tensorflow_datasets is optional (registered checksums, the TFDS source).
+Host side (numpy): registry.py (names, shapes, registered checksums), locations.py (the data
+folder), download.py (verified download, mirror, offline switch), fetch.py (its command line,
+`python -m gedl_jax.data.fetch`), readers.py (official formats), cache.py (verification, cache),
+loading.py (sources, the run's pre-flight), splits.py (protocol), tfds_source.py (TFDS). Device
+side (pure JAX, jit-able): device.py. Nothing here imports TensorFlow; tensorflow_datasets is
+optional (registered checksums, the TFDS source).
 """
 
 from gedl_jax.data.arrays import Split, channel_stats
@@ -28,15 +30,16 @@ from gedl_jax.data.device import (
     to_float,
 )
 from gedl_jax.data.errors import ChecksumError, CorruptDataError, DataError, MissingDataError
+from gedl_jax.data.download import DOWNLOAD_MODES, DownloadError, fetch_datasets
 from gedl_jax.data.loading import (
-    ENV_DATA_DIR,
     SOURCES,
+    ensure_available,
     load_corrupted,
     load_ood,
     load_split,
     read_idx_folder,
-    resolve_data_dir,
 )
+from gedl_jax.data.locations import ENV_DATA_DIR, default_data_dir, resolve_data_dir
 from gedl_jax.data.registry import (
     CORRUPTIONS,
     DATASETS,
@@ -52,10 +55,12 @@ from gedl_jax.data.splits import load_train_val_test, split_indices, train_val_s
 from gedl_jax.data.tfds_source import prepare_tfds
 
 __all__ = [
-    "CORRUPTIONS", "DATASETS", "DATA_AXIS", "ENV_DATA_DIR", "EXTRA_CORRUPTIONS", "SEVERITIES",
-    "SOURCES", "ChecksumError", "CorruptDataError", "DataError", "DatasetInfo", "FileSpec",
-    "MissingDataError", "Split", "apply_geometry", "augment_cifar", "batch_sharding",
-    "channel_stats", "default_ood_sets", "epoch_permutation", "get_info", "load_corrupted",
+    "CORRUPTIONS", "DATASETS", "DATA_AXIS", "DOWNLOAD_MODES", "ENV_DATA_DIR",
+    "EXTRA_CORRUPTIONS", "SEVERITIES", "SOURCES", "ChecksumError", "CorruptDataError",
+    "DataError", "DatasetInfo", "DownloadError", "FileSpec", "MissingDataError", "Split",
+    "apply_geometry", "augment_cifar", "batch_sharding", "channel_stats", "default_data_dir",
+    "default_ood_sets", "ensure_available", "epoch_permutation", "fetch_datasets", "get_info",
+    "load_corrupted",
     "load_ood", "load_split", "load_train_val_test", "pad_for_eval", "prepare_tfds",
     "put_on_device", "read_idx_folder", "registered_files", "resolve_cache_dir",
     "resolve_data_dir", "sha256_file", "shard_batch", "split_indices", "steps_per_epoch",

@@ -88,22 +88,29 @@ def _ledger_path(cache_root: Path, path: Path) -> Path:
     return cache_root / "verified" / f"{digest}.json"
 
 
+def recorded_sha256(path: Path, cache_root: Path | None) -> str | None:
+    """The sha256 recorded when `path` was last verified, if its stat is unchanged since."""
+    path = Path(path)
+    record = _ledger_path(cache_root, path) if cache_root is not None else None
+    if record is None or not record.is_file():
+        return None
+    try:
+        entry = json.loads(record.read_text())
+        if entry.get("path") == str(path.resolve()) and entry.get("stat") == _stat_key(path):
+            return str(entry["sha256"])
+    except (OSError, ValueError, KeyError):
+        pass
+    return None
+
+
 def file_sha256(path: Path, cache_root: Path | None) -> str:
     """sha256 of `path`, taken from the verified-file record when its stat is unchanged."""
-    path = Path(path)
-    stat = _stat_key(path)
-    record = _ledger_path(cache_root, path) if cache_root is not None else None
-    if record is not None and record.is_file():
-        try:
-            entry = json.loads(record.read_text())
-            if entry.get("path") == str(path.resolve()) and entry.get("stat") == stat:
-                return str(entry["sha256"])
-        except (OSError, ValueError, KeyError):
-            pass
-    return sha256_file(path)
+    return recorded_sha256(path, cache_root) or sha256_file(path)
 
 
-def _remember(path: Path, sha256: str, cache_root: Path | None) -> None:
+def record_verified(path: Path, sha256: str, cache_root: Path | None) -> None:
+    """Remember that `path` (as it is now) has `sha256`, so it is not hashed again (a download
+    hashes while it streams, then records)."""
     if cache_root is None:
         return
     record = _ledger_path(cache_root, path)
@@ -131,7 +138,7 @@ def verify_file(path: str | os.PathLike, spec: FileSpec | None, cache_root: Path
     sha = file_sha256(path, cache_root)
     if spec is not None and sha != spec.sha256:
         raise ChecksumError(_checksum_message(path, spec, f"sha256 {sha}", f"sha256 {spec.sha256}"))
-    _remember(path, sha, cache_root)
+    record_verified(path, sha, cache_root)
     return sha
 
 

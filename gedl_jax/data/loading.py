@@ -7,8 +7,14 @@ Sources, in the order `source="auto"` tries them:
 2. a cache entry decoded earlier from registered files (so a machine with only the cache, e.g. a
    GPU machine without TensorFlow/TFDS, still loads);
 3. a dataset prepared by TFDS (`tfds.data_source`, ArrayRecord; no TensorFlow needed);
-otherwise a MissingDataError naming every missing file and where to put it. No path touches the
-network. `source="raw"` stops after 2, `source="tfds"` uses only 3.
+otherwise, with `download="auto"` (the default; "never" or $GEDL_OFFLINE=1 turn it off), the
+official files are fetched into the data folder, verified
+(`gedl_jax.data.download`), and read as in 1;
+with downloads off, a MissingDataError names every missing file, its size and URL, and the ways out.
+`source="raw"` stops after 2, `source="tfds"` uses only 3.
+
+`ensure_available` is the pre-flight of a run: it checks every (dataset, split) the run needs,
+fetches what is missing in one go (or names all of it in one error), before any training.
 """
 
 from __future__ import annotations
@@ -21,9 +27,11 @@ from typing import Any
 import numpy as np
 
 from gedl_jax.data import cache as cache_lib
+from gedl_jax.data import download as download_lib
 from gedl_jax.data import readers, tfds_source
 from gedl_jax.data.arrays import Split, check_arrays
 from gedl_jax.data.errors import CorruptDataError, DataError, MissingDataError
+from gedl_jax.data.locations import ENV_DATA_DIR, data_dir_origin, resolve_data_dir
 from gedl_jax.data.registry import (
     CORRUPTION_FILES,
     DATASETS,
@@ -36,37 +44,22 @@ from gedl_jax.data.registry import (
 
 log = logging.getLogger(__name__)
 
-ENV_DATA_DIR = "GEDL_DATA_DIR"
 SOURCES = ("auto", "raw", "tfds")
 PathLike = str | os.PathLike
-
-
-def resolve_data_dir(data_dir: PathLike | None = None) -> Path:
-    """The data folder: `data_dir` if given (non-empty), else $GEDL_DATA_DIR, else a clear error.
-
-    It holds one subfolder per dataset (mnist/, fashion_mnist/, kmnist/, cifar10/, cifar100/,
-    svhn_cropped/, cifar10_corrupted/) with the official files under their official names."""
-    if data_dir:
-        path, origin = Path(data_dir).expanduser(), "data_dir"
-    elif os.environ.get(ENV_DATA_DIR):
-        path, origin = Path(os.environ[ENV_DATA_DIR]).expanduser(), f"${ENV_DATA_DIR}"
-    else:
-        raise MissingDataError(
-            "no data folder given: pass data_dir (config.data_dir, --config.data_dir=...) or set "
-            f"{ENV_DATA_DIR} to a folder with one subfolder per dataset (mnist/, fashion_mnist/, "
-            "kmnist/, cifar10/, ...) holding the official files under their official names.")
-    if not path.is_dir():
-        raise MissingDataError(f"data folder {path} (from {origin}) does not exist or is not a "
-                               "folder")
-    return path
+__all__ = ["ENV_DATA_DIR", "SOURCES", "ensure_available", "load_corrupted", "load_ood",
+           "load_split", "read_idx_folder", "resolve_data_dir"]
 
 
 def _data_root(data_dir: PathLike | None) -> tuple[Path | None, str]:
-    """Like resolve_data_dir, but an unset folder is not an error (the cache or TFDS may serve);
-    an explicitly named folder that does not exist still is."""
-    if not data_dir and not os.environ.get(ENV_DATA_DIR):
-        return None, f"no data folder given (data_dir or ${ENV_DATA_DIR})"
-    return resolve_data_dir(data_dir), ""
+    """The data folder, or None (and why) if it does not exist yet: the cache, TFDS or a
+    download (which creates it) may still serve."""
+    path, origin = data_dir_origin(data_dir)
+    if path.is_dir():
+        return path, ""
+    if origin == "default":
+        return None, (f"no data folder given (data_dir or ${ENV_DATA_DIR}), and the default "
+                      f"{path} does not exist yet")
+    return None, f"the data folder {path} (from {origin}) does not exist"
 
 
 def _check_source(source: str) -> None:
@@ -180,51 +173,54 @@ def _from_tfds(info: DatasetInfo, split: str, cache_root: Path, tfds_data_dir: P
     return Split(images, labels, name, "tfds" + ("+cache" if hit else ""))
 
 
-def _missing_message(info: DatasetInfo, split: str, root: Path | None, root_note: str,
-                     attempts: list[tuple[SourceSpec, list[str]]], source: str,
-                     tfds_data_dir: PathLike | None) -> str:
-    lines = [f"{info.name} {split!r} split: no usable source found."]
+def _raw_attempts(info: DatasetInfo, split: str, root: Path | None
+                  ) -> tuple[SourceSpec | None, list[tuple[SourceSpec, list[str]]]]:
+    """The first source with all of `split`'s files in the folder, and the others' missing files."""
+    attempts: list[tuple[SourceSpec, list[str]]] = []
     if root is None:
-        lines.append(f"  {root_note}.")
-        folder = Path(f"<data_dir>/{info.folder}")
-    else:
-        folder = root / info.folder
-        lines.append(f"  Data folder: {root}")
-    shown = attempts or [(s, list(s.split_files.get(split, ()))) for s in info.sources
-                         if s.split_files.get(split)]
-    for i, (src, missing) in enumerate(shown):
-        try:
-            specs = registered_files(info.name, src.kind)
-        except DataError:
-            specs = {}
-        what = ("the official files" if src.kind == "official"
-                else "decoded arrays (npz with images, labels)")
-        lines.append(f"  {'Either' if i == 0 and len(shown) > 1 else 'Or' if i else 'Need'} "
-                     f"{what}; missing:")
-        for f in missing:
-            spec = specs.get(f)
-            extra = (f" ({spec.size:,} bytes, sha256 {spec.sha256[:12]}..., official URL "
-                     f"{spec.url})" if spec and spec.url else
-                     f" ({spec.size:,} bytes)" if spec else "")
-            lines.append(f"    {folder / f}{extra}")
-    lines.append(f"  Put the files under these exact names in {folder}/ (give the parent folder "
-                 f"as data_dir or ${ENV_DATA_DIR}). No download is attempted.")
-    if source == "auto":
-        lines.append(f"  No prepared TFDS dataset {info.name!r} was found either "
-                     f"({tfds_data_dir or 'default TFDS data dir'}).")
-    return "\n".join(lines)
+        return None, attempts
+    folder = root / info.folder
+    for src in info.sources:
+        names = src.split_files.get(split)
+        if not names:
+            continue
+        missing = [f for f in names if not (folder / f).is_file()]
+        if not missing:
+            return src, attempts
+        attempts.append((src, missing))
+    return None, attempts
+
+
+def _check_split(info: DatasetInfo, split: str) -> None:
+    if split not in info.num_examples:
+        raise DataError(f"{info.name} has splits {list(info.num_examples)}, not {split!r} (the "
+                        "validation split is carved from train by load_train_val_test)")
+
+
+def _fetch(info: DatasetInfo, split: str, data_dir: PathLike | None, mirror: str | None,
+           cache_dir: PathLike | None, force: bool) -> Path:
+    """Download `split`'s files into the data folder (created if it is the default); its root."""
+    root = resolve_data_dir(data_dir, create=True)
+    download_lib.fetch_split(info.name, split, root, mirror=download_lib.mirror_location(mirror),
+                         force=force, cache_dir=cache_dir)
+    return root
 
 
 # ------------------------------------------------------------------------------ public API
 def load_split(name: str, split: str = "train", data_dir: PathLike | None = None,
                cache_dir: PathLike | None = None, source: str = "auto",
-               tfds_data_dir: PathLike | None = None) -> Split:
+               tfds_data_dir: PathLike | None = None, *, download: str | None = "auto",
+               mirror: str | None = None) -> Split:
     """An official split ("train" / "test"; SVHN also "extra") of a registered dataset, decoded
     to uint8 arrays. For cifar10_corrupted, split is "<corruption>_<severity>" (e.g. "fog_3").
 
-    data_dir: the data folder (else $GEDL_DATA_DIR); cache_dir: the decoded-array cache (else
-    $GEDL_CACHE_DIR, else ~/.cache/gedl_jax); source: "auto", "raw" or "tfds" (module docstring);
-    tfds_data_dir: where TFDS keeps prepared datasets (else TFDS's default)."""
+    data_dir: the data folder (else $GEDL_DATA_DIR, else ~/.cache/gedl_jax/data); cache_dir: the
+    decoded-array cache (else $GEDL_CACHE_DIR, else ~/.cache/gedl_jax); source: "auto", "raw" or
+    "tfds" (module docstring); tfds_data_dir: where TFDS keeps prepared datasets (else TFDS's
+    default); download: "auto" fetches missing official files (verified), "never" does not,
+    "force" fetches again ($GEDL_OFFLINE=1 means "never"); mirror: a base URL or folder laid out
+    as <mirror>/<dataset>/<file> to fetch from instead of the official URLs (else
+    $GEDL_DATA_MIRROR)."""
     _check_source(source)
     info = get_info(name)
     if info.name == "cifar10_corrupted" and split != "test":
@@ -235,31 +231,115 @@ def load_split(name: str, split: str = "train", data_dir: PathLike | None = None
     if info.name == "cifar10_corrupted":
         raise DataError("cifar10_corrupted has one test set per corruption and severity: use "
                         "load_corrupted(corruption, severity) or split='<corruption>_<severity>'")
-    if split not in info.num_examples:
-        raise DataError(f"{name} has splits {list(info.num_examples)}, not {split!r} (the "
-                        "validation split is carved from train by load_train_val_test)")
+    _check_split(info, split)
     cache_root = cache_lib.resolve_cache_dir(cache_dir)
     if source == "tfds":
         return _from_tfds(info, split, cache_root, tfds_data_dir)
+    mode = download_lib.download_mode(download)
     root, root_note = _data_root(data_dir)
-    attempts: list[tuple[SourceSpec, list[str]]] = []
-    if root is not None:
-        folder = root / info.folder
-        for src in info.sources:
-            names = src.split_files.get(split)
-            if not names:
-                continue
-            missing = [f for f in names if not (folder / f).is_file()]
-            if not missing:
-                return _from_raw(info, split, src, folder, cache_root)
-            attempts.append((src, missing))
+    if mode == "force":
+        root = _fetch(info, split, data_dir, mirror, cache_dir, force=True)
+    src, _ = _raw_attempts(info, split, root)
+    if src is not None:
+        return _from_raw(info, split, src, root / info.folder, cache_root)
     cached = _from_cache_only(info, split, cache_root)
     if cached is not None:
         return cached
     if source == "auto" and tfds_source.is_prepared(info.name, tfds_data_dir):
         return _from_tfds(info, split, cache_root, tfds_data_dir)
-    raise MissingDataError(_missing_message(info, split, root, root_note, attempts, source,
-                                            tfds_data_dir))
+    if mode == "auto":
+        root = _fetch(info, split, data_dir, mirror, cache_dir, force=False)
+        src, _ = _raw_attempts(info, split, root)
+        if src is not None:
+            return _from_raw(info, split, src, root / info.folder, cache_root)
+    shown_root = root if root is not None else data_dir_origin(data_dir)[0]
+    note = f"{root_note}.\n" if root is None else ""
+    tfds_note = (f"\nNo prepared TFDS dataset {info.name!r} was found either "
+                 f"({tfds_data_dir or 'default TFDS data dir'})." if source == "auto" else "")
+    raise MissingDataError(f"{info.name} {split!r} split: no usable source found.\n{note}"
+                           + download_lib.missing_files_message([(info.name, split)], shown_root,
+                                                         download_lib.mirror_location(mirror), mode)
+                           + tfds_note)
+
+
+def _available_offline(info: DatasetInfo, split: str, root: Path | None, cache_root: Path,
+                       source: str, tfds_data_dir: PathLike | None) -> bool:
+    """Whether `split` loads without the network: raw files, a verified cache entry, or TFDS."""
+    if source == "tfds":
+        return tfds_source.is_prepared(info.name, tfds_data_dir)
+    if _raw_attempts(info, split, root)[0] is not None:
+        return True
+    try:
+        if _from_cache_only(info, split, cache_root) is not None:
+            return True
+    except CorruptDataError:
+        return False
+    return source == "auto" and tfds_source.is_prepared(info.name, tfds_data_dir)
+
+
+def ensure_available(wanted: list[tuple[str, str]], data_dir: PathLike | None = None,
+                     cache_dir: PathLike | None = None, source: str = "auto",
+                     tfds_data_dir: PathLike | None = None, *, download: str | None = "auto",
+                     mirror: str | None = None) -> None:
+    """Pre-flight of a run: make every (dataset, split) of `wanted` loadable before any work.
+
+    What loads offline (raw files, cache, prepared TFDS) is left alone; the rest is fetched in
+    one go (`download="auto"`), or named in one MissingDataError (`"never"`, $GEDL_OFFLINE=1):
+    every missing file with its size and URL, and the ways out. `download="force"` fetches every
+    raw file again. With `source="tfds"`, a dataset TFDS has not prepared is prepared from the
+    official files (fetched first when allowed) with the data folder as TFDS's manual_dir, which
+    needs TensorFlow (extra `tfds-prepare`)."""
+    _check_source(source)
+    for name, split in wanted:
+        _check_split(get_info(name), split)
+    mode = download_lib.download_mode(download)
+    mirror = download_lib.mirror_location(mirror)
+    cache_root = cache_lib.resolve_cache_dir(cache_dir)
+    folder, origin = data_dir_origin(data_dir)
+    root = folder if folder.is_dir() else None  # created below if something must be fetched
+    if source == "tfds":
+        return _ensure_tfds(wanted, data_dir, cache_dir, tfds_data_dir, mode, mirror)
+    if mode == "force":
+        download_lib.ensure_files(wanted, resolve_data_dir(data_dir, create=True), download=mode,
+                           mirror=mirror, cache_dir=cache_dir)
+        return None
+    missing = [(n, s) for n, s in wanted
+               if not _available_offline(get_info(n), s, root, cache_root, source, tfds_data_dir)]
+    if not missing:
+        return None
+    if mode == "never":
+        absent = "" if root is not None else f"The data folder {folder} (from {origin}) does " \
+                                             "not exist.\n"
+        raise MissingDataError(absent + download_lib.missing_files_message(missing, folder,
+                                                                            mirror, mode))
+    download_lib.ensure_files(missing, resolve_data_dir(data_dir, create=True), download=mode,
+                       mirror=mirror, cache_dir=cache_dir)
+    return None
+
+
+def _ensure_tfds(wanted: list[tuple[str, str]], data_dir: PathLike | None,
+                 cache_dir: PathLike | None, tfds_data_dir: PathLike | None, mode: str,
+                 mirror: str | None) -> None:
+    """TFDS prepares a whole builder from *every* registered file (for svhn_cropped that includes
+    the 1.3 GB extra split; for kmnist the training images), so those are what is fetched."""
+    names = [n for n in dict.fromkeys(n for n, _ in wanted)
+             if not tfds_source.is_prepared(n, tfds_data_dir)]
+    if not names:
+        return
+    every = [(n, s) for n in names for s in get_info(n).splits]
+    folder, _ = data_dir_origin(data_dir)
+    if mode == "never":
+        missing = [(n, s) for n, s in every if not download_lib.split_present(folder, n, s)]
+        if missing:
+            raise MissingDataError(
+                f"TFDS has not prepared {names} in {tfds_data_dir or 'its default data dir'}, and "
+                "preparing needs the official files:\n"
+                + download_lib.missing_files_message(missing, folder, mirror, mode))
+    else:
+        download_lib.ensure_files(every, resolve_data_dir(data_dir, create=True), download=mode,
+                           mirror=mirror, cache_dir=cache_dir)
+    for n in names:
+        tfds_source.prepare_tfds(n, data_dir, tfds_data_dir, cache_dir=cache_dir)
 
 
 IDX_TEST_NAMES = (
@@ -287,11 +367,14 @@ def read_idx_folder(folder: PathLike, name: str | None = None) -> Split:
 
 def load_ood(name_or_path: PathLike, data_dir: PathLike | None = None,
              cache_dir: PathLike | None = None, source: str = "auto",
-             tfds_data_dir: PathLike | None = None) -> Split:
+             tfds_data_dir: PathLike | None = None, *, download: str | None = "auto",
+             mirror: str | None = None) -> Split:
     """An OOD set: the official *test* split of a registered dataset (only its test files need be
-    present, e.g. kmnist's two t10k files), or a folder of MNIST-format IDX test files."""
+    present or fetched, e.g. kmnist's two t10k files), or a folder of MNIST-format IDX test
+    files."""
     if isinstance(name_or_path, str) and name_or_path in DATASETS:
-        return load_split(name_or_path, "test", data_dir, cache_dir, source, tfds_data_dir)
+        return load_split(name_or_path, "test", data_dir, cache_dir, source, tfds_data_dir,
+                          download=download, mirror=mirror)
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         return read_idx_folder(path)

@@ -8,9 +8,10 @@ TFDS's, is used instead.
 
 Besides the official archives, a dataset folder may hold decoded arrays, `train.npz` / `test.npz`
 (`images` N x H x W x C uint8, `labels` N), the same decoded form the cache keeps. For CIFAR-10 the
-project registers the checksums of the lossless arrays kept in `shared/data/cifar10` (pixel-exact
-but not in the official record order, see shared/data/README.md); arrays of other datasets are
-accepted unverified, with a warning.
+project registers the checksums of one lossless decoded copy (60,000 images exported losslessly
+from the official release, pixel-exact but sorted by (label, file name) instead of the official
+record order, so a seeded train/validation split differs from the official archive's); arrays of
+other datasets are accepted unverified, with a warning.
 """
 
 from __future__ import annotations

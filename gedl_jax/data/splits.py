@@ -36,15 +36,18 @@ def train_val_split(train: Split, val_fraction: float, seed: int,
 
 def load_train_val_test(name: str, data_dir: PathLike | None = None, seed: int = 0,
                         val_fraction: float | None = None, cache_dir: PathLike | None = None,
-                        source: str = "auto", tfds_data_dir: PathLike | None = None
+                        source: str = "auto", tfds_data_dir: PathLike | None = None, *,
+                        download: str | None = "auto", mirror: str | None = None
                         ) -> dict[str, Split]:
     """{"train", "validation", "test"} of in-distribution dataset `name`. val_fraction defaults
-    to the registry's protocol value (MNIST family 0.2, CIFAR 0.05)."""
+    to the registry's protocol value (MNIST family 0.2, CIFAR 0.05). Missing official files are
+    downloaded and verified unless `download="never"` (see `load_split`)."""
     info = get_info(name)
     if val_fraction is None:
         val_fraction = info.val_fraction
-    official = load_split(name, "train", data_dir, cache_dir, source, tfds_data_dir)
+    fetching = dict(download=download, mirror=mirror)
+    official = load_split(name, "train", data_dir, cache_dir, source, tfds_data_dir, **fetching)
     train, validation = train_val_split(official, val_fraction, seed, name)
     del official
-    test = load_split(name, "test", data_dir, cache_dir, source, tfds_data_dir)
+    test = load_split(name, "test", data_dir, cache_dir, source, tfds_data_dir, **fetching)
     return {"train": train, "validation": validation, "test": test}

@@ -21,6 +21,7 @@ import numpy as np
 
 from gedl_jax.data import cache as cache_lib
 from gedl_jax.data.errors import DataError, MissingDataError
+from gedl_jax.data.locations import resolve_data_dir
 from gedl_jax.data.registry import get_info, registered_files
 
 log = logging.getLogger(__name__)
@@ -111,8 +112,6 @@ def prepare_tfds(name: str, data_dir: str | os.PathLike | None = None,
     `<data_dir>/<name>/` used as TFDS's manual_dir. Fails within seconds, before TFDS runs, if a
     registered file is missing or has the wrong checksum. Needs TensorFlow (extra
     `tfds-prepare`); returns the prepared dataset's folder."""
-    from gedl_jax.data.loading import resolve_data_dir  # noqa: PLC0415 (cycle)
-
     info = get_info(name)
     manual_dir = resolve_data_dir(data_dir) / info.folder
     specs = registered_files(name, "official")
