@@ -20,6 +20,7 @@ import jax
 import numpy as np
 
 from gedl_jax import checkpointing, configuration, data, evaluation, parallel
+from gedl_jax.data.registry import corruption_file_stem
 
 
 def _outputs(eval_step, params, batch_stats, mesh, split, batch_size, with_labels=True):
@@ -47,10 +48,21 @@ def _write_plots(results_dir: pathlib.Path, id_out, ood_outs) -> list[str]:
     return [str(p) for p in written]
 
 
+def loss_spec(config, train_split: data.Split):
+    """The LossSpec a run was trained with, so evaluation scores the same alpha: with
+    `base_rate="label_frequency"` the base rate a is the training split's label frequencies,
+    computed as train.py computes it (Eq. e2alpha: alpha = e + W a)."""
+    from gedl_jax import losses, train  # noqa: PLC0415
+
+    base_rate = (train._label_frequencies(train_split.labels, config.num_classes)
+                 if config.base_rate == "label_frequency" else None)
+    return losses.LossSpec.from_config(config, base_rate=base_rate)
+
+
 def evaluate_and_write(config, params, batch_stats, workdir, *, loaded=None, eval_model=None,
                        mesh=None, extra_ood: tuple[str, ...] = ()) -> dict[str, Any]:
     """Score test + OOD sets with the given parameters; write JSON, markdown table, plots."""
-    from gedl_jax import losses, train  # noqa: PLC0415
+    from gedl_jax import train  # noqa: PLC0415
 
     workdir = pathlib.Path(workdir)
     mesh = mesh or parallel.make_mesh()
@@ -64,9 +76,7 @@ def evaluate_and_write(config, params, batch_stats, workdir, *, loaded=None, eva
                                        cache_dir=config.cache_dir or None,
                                        source=config.data_source,
                                        tfds_data_dir=config.tfds_data_dir or None)
-    base_rate = (train._label_frequencies(splits["train"].labels, config.num_classes)
-                 if config.base_rate == "label_frequency" else None)
-    spec = losses.LossSpec.from_config(config, base_rate=base_rate)
+    spec = loss_spec(config, splits["train"])
     mean, std = train.normalization_stats(config, splits["train"])
     eval_step = parallel.make_eval_step(eval_model, spec, mesh, mean, std)
     batch = config.eval_batch_size
@@ -148,48 +158,112 @@ def evaluate_workdir(workdir, extra_ood: tuple[str, ...] = (),
                               eval_model=eval_model, mesh=mesh, extra_ood=extra_ood)
 
 
-def corruption_study(workdirs, corruptions, out_dir, overrides: dict[str, Any] | None = None
-                     ) -> dict[str, Any]:
+def _first(split: data.Split, num_examples: int) -> data.Split:
+    if not num_examples or num_examples >= len(split):
+        return split
+    return split.take(np.arange(num_examples), split.name)
+
+
+def _source_label(sources: set[str], config, corruption: str) -> tuple[str, dict[str, Any]]:
+    """A label naming where the corrupted sets came from, and the regenerated set's provenance
+    (empty for the official release)."""
+    if sources == {"regenerated"}:
+        from gedl_jax.data import corruptions as corruptions_lib  # noqa: PLC0415
+
+        folder = corruptions_lib.regenerated_folder(data.resolve_data_dir(config.data_dir or
+                                                                          None))
+        stem = corruption_file_stem(corruption)
+        entry = corruptions_lib.read_provenance(folder).get("corruptions", {}).get(stem, {})
+        return corruptions_lib.describe_source(folder, corruption), dict(entry, folder=str(
+            folder))
+    if "regenerated" in sources:
+        return "mixed official and regenerated CIFAR-10-C", {}
+    return "official CIFAR-10-C", {}
+
+
+def _study_table(study: dict[str, Any]) -> str:
+    labels = sorted({v["source_label"] for v in study.values()})
+    lines = [f"CIFAR-10-C corruption study; data: {'; '.join(labels)}. Severity 0 = clean test "
+             "set; means over the examples, averaged over the runs.", "",
+             "| corruption | severity | n | accuracy | u = W/S | mutual information | "
+             "variance sum | ensemble MI | source |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for corruption, v in study.items():
+        for sev, m in v["measures"].items():
+            ens = v["ensemble_epistemic"]
+            ens_text = f"{ens[sev]:.4f}" if ens else "-"
+            lines.append(f"| {corruption} | {sev} | {v['num_examples'][sev]} | "
+                         f"{v['accuracy'][sev]:.4f} | {m['u']:.4f} | "
+                         f"{m['mutual_information']:.4f} | {m['variance_sum']:.5f} | "
+                         f"{ens_text} | {v['source_label'] if sev else 'clean test'} |")
+    return "\n".join(lines)
+
+
+def corruption_study(workdirs, corruptions, out_dir, overrides: dict[str, Any] | None = None,
+                     num_examples: int = 0) -> dict[str, Any]:
     """The paper's Fig. uncertainty (bottom row) on CIFAR-10-C: for each corruption, the mean of
     u = W/S, mutual information and variance sum at severities 0 (clean test) to 5, averaged
     over the runs (seeds), next to the epistemic uncertainty of the runs' ensemble (mutual
-    information between prediction and member). Writes corruption_study.json and one PNG per
-    corruption into `out_dir`."""
-    from gedl_jax import losses, train  # noqa: PLC0415
+    information between prediction and member). `num_examples` > 0 scores only the first n
+    examples of the clean test set and of each severity.
+
+    Writes corruption_study.json, corruption_study.md and one PNG per corruption into `out_dir`;
+    each names where the corrupted sets came from (the official release, or the set
+    regenerated by gedl_jax.data.corruptions, with its seed and whether it is approximate)."""
+    from gedl_jax import train  # noqa: PLC0415
     from gedl_jax.evaluation import plots  # noqa: PLC0415
 
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     runs = [restore_run(w, overrides) for w in workdirs]
+    eval_steps = []
+    for config, _, eval_model, mesh, loaded in runs:  # compiled once per run, not per corruption
+        # The base rate a the run was trained with (label frequencies where configured).
+        spec = loss_spec(config, loaded["splits"]["train"])
+        mean, std = train.normalization_stats(config, loaded["splits"]["train"])
+        eval_steps.append(parallel.make_eval_step(eval_model, spec, mesh, mean, std))
     study: dict[str, Any] = {}
     for corruption in corruptions:
-        per_run, probs_by_severity = [], {}
-        for config, state, eval_model, mesh, loaded in runs:
-            spec = losses.LossSpec.from_config(config)
-            mean, std = train.normalization_stats(config, loaded["splits"]["train"])
-            eval_step = parallel.make_eval_step(eval_model, spec, mesh, mean, std)
-            sets = {0: loaded["splits"]["test"]}
+        per_run, probs_by_severity, accuracy, sources = [], {}, {}, set()
+        counts: dict[int, int] = {}
+        for (config, state, _, mesh, loaded), eval_step in zip(runs, eval_steps):
+            batch = config.eval_batch_size
+            if num_examples:  # no padding a small study up to a whole large batch
+                batch = min(batch, -(-num_examples // mesh.size) * mesh.size)
+            sets = {0: _first(loaded["splits"]["test"], num_examples)}
             for severity in range(1, 6):
-                sets[severity] = data.load_corrupted(
+                split = data.load_corrupted(
                     corruption, severity, data_dir=config.data_dir or None,
                     cache_dir=config.cache_dir or None, source=config.data_source,
                     tfds_data_dir=config.tfds_data_dir or None)
+                sources.add(split.source.split("+")[0])
+                sets[severity] = _first(split, num_examples)
             outputs = {sev: _outputs(eval_step, state.params, state.batch_stats, mesh, split,
-                                     config.eval_batch_size)
+                                     batch)
                        for sev, split in sets.items()}
             per_run.append(evaluation.severity_summary(outputs))
             for sev, o in outputs.items():
-                probs_by_severity.setdefault(sev, []).append(
-                    o.alpha / o.alpha.sum(-1, keepdims=True))
+                probs = o.alpha / o.alpha.sum(-1, keepdims=True)
+                probs_by_severity.setdefault(sev, []).append(probs)
+                accuracy.setdefault(sev, []).append(float(np.mean(
+                    np.argmax(probs, -1) == np.asarray(sets[sev].labels))))
+                counts[sev] = len(sets[sev])
         measures = {sev: {m: float(np.mean([r[sev][m] for r in per_run]))
                           for m in per_run[0][sev]} for sev in per_run[0]}
         ensemble = ({sev: float(np.mean(evaluation.ensemble_epistemic_uncertainty(
             np.stack(p)))) for sev, p in probs_by_severity.items()} if len(runs) > 1 else None)
-        plot = plots.corruption_severity_study(measures, out_dir / f"corruption_{corruption}.png",
-                                               ensemble_epistemic=ensemble, title=corruption)
+        label, provenance = _source_label(sources, runs[0][0], corruption)
+        plot = plots.corruption_severity_study(
+            measures, out_dir / f"corruption_{corruption}.png", ensemble_epistemic=ensemble,
+            title=f"{corruption} ({label}, n={counts[1]})")
         study[corruption] = {"measures": measures, "ensemble_epistemic": ensemble,
-                             "num_runs": len(runs), "plot": str(plot)}
+                             "accuracy": {sev: float(np.mean(a)) for sev, a in accuracy.items()},
+                             "num_runs": len(runs), "num_examples": counts,
+                             "source": sorted(sources)[0] if len(sources) == 1 else
+                             sorted(sources), "source_label": label,
+                             "regenerated_provenance": provenance or None, "plot": str(plot)}
     (out_dir / "corruption_study.json").write_text(json.dumps(study, indent=2))
+    (out_dir / "corruption_study.md").write_text(_study_table(study) + "\n")
     return study
 
 
@@ -203,7 +277,15 @@ def main(argv=None) -> int:
     flags.DEFINE_string("out", None, "Write the combined table (markdown) to this file.")
     flags.DEFINE_bool("latex", False, "Also print the table as LaTeX.")
     flags.DEFINE_list("corruptions", [], "CIFAR-10-C corruption study over the workdirs (an "
-                      "ensemble when several), e.g. snow,brightness,pixelate,shot_noise.")
+                      "ensemble when several), e.g. snow,brightness,pixelate,shot_noise. Uses "
+                      "the official CIFAR-10-C where present, else a set regenerated by "
+                      "`python -m gedl_jax.data.corruptions` (outputs say which).")
+    flags.DEFINE_bool("study_only", False, "With --corruptions: run only the corruption study "
+                      "(the runs' eval_results.json from training stay as they are).")
+    flags.DEFINE_string("study_dir", None, "Folder of the corruption study's outputs (default: "
+                        "the folder of --out, else the first workdir).")
+    flags.DEFINE_integer("corruption_examples", 0, "Corruption study on the first N examples "
+                         "of the clean test set and of each severity (0 = all).")
     flags.mark_flag_as_required("workdir")
     FLAGS = flags.FLAGS
 
@@ -211,9 +293,12 @@ def main(argv=None) -> int:
         from absl import logging as absl_logging  # noqa: PLC0415
         absl_logging.set_verbosity(absl_logging.WARNING)  # Orbax logs every save at INFO
         overrides = {"data_dir": FLAGS.data_dir} if FLAGS.data_dir else {}
+        if FLAGS.study_only and not FLAGS.corruptions:
+            print("error: --study_only needs --corruptions=...", file=sys.stderr, flush=True)
+            return 2
         try:
-            all_results = [evaluate_workdir(w, tuple(FLAGS.ood), overrides)
-                           for w in FLAGS.workdir]
+            all_results = [] if FLAGS.study_only else [
+                evaluate_workdir(w, tuple(FLAGS.ood), overrides) for w in FLAGS.workdir]
         except (ValueError, FileNotFoundError, data.DataError) as e:
             print(f"error: {e}", file=sys.stderr, flush=True)
             return 2
@@ -222,17 +307,18 @@ def main(argv=None) -> int:
             print(f"\n{table}")
             if FLAGS.out:
                 pathlib.Path(FLAGS.out).write_text(table + "\n")
-        if FLAGS.latex:
+        if FLAGS.latex and all_results:
             print(evaluation.results_table(all_results, fmt="latex"))
         if FLAGS.corruptions:
-            out_dir = pathlib.Path(FLAGS.out).parent if FLAGS.out else pathlib.Path(
-                FLAGS.workdir[0])
+            out_dir = pathlib.Path(FLAGS.study_dir or (pathlib.Path(FLAGS.out).parent if FLAGS.out
+                                                       else FLAGS.workdir[0]))
             try:
-                study = corruption_study(FLAGS.workdir, FLAGS.corruptions, out_dir, overrides)
+                study = corruption_study(FLAGS.workdir, FLAGS.corruptions, out_dir, overrides,
+                                         num_examples=FLAGS.corruption_examples)
             except (ValueError, FileNotFoundError, data.DataError) as e:
                 print(f"error: {e}", file=sys.stderr, flush=True)
                 return 2
-            print(json.dumps({c: v["measures"] for c, v in study.items()}, indent=1))
+            print(_study_table(study), flush=True)
         return 0
 
     try:
