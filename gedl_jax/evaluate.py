@@ -134,12 +134,10 @@ def predict_outputs(workdir, splits: dict[str, data.Split] | None = None,
     """Dirichlet outputs (alpha, W; labels on the ID test set) of `workdir`'s best checkpoint on
     its test set ("test") and its OOD sets, each cut to config.eval_examples, or on `splits`
     ({name: Split}, with labels). For analyses beyond the written evaluation (notebooks)."""
-    from gedl_jax import losses, train  # noqa: PLC0415
+    from gedl_jax import train  # noqa: PLC0415
 
     config, state, eval_model, mesh, loaded = restore_run(workdir, overrides)
-    base_rate = (train._label_frequencies(loaded["splits"]["train"].labels, config.num_classes)
-                 if config.base_rate == "label_frequency" else None)
-    spec = losses.LossSpec.from_config(config, base_rate=base_rate)
+    spec = loss_spec(config, loaded["splits"]["train"])
     mean, std = train.normalization_stats(config, loaded["splits"]["train"])
     eval_step = parallel.make_eval_step(eval_model, spec, mesh, mean, std)
     with_labels = splits is not None
