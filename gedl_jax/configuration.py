@@ -20,6 +20,7 @@ import ml_collections
 ALLOWED: dict[str, tuple[str, ...]] = {
     "dataset": ("mnist", "fashion_mnist", "cifar10", "cifar100"),
     "data_source": ("auto", "raw", "tfds"),
+    "download": ("auto", "never", "force"),
     "model": ("convnet", "vgg16"),
     "evidence": ("softplus", "relu", "exp"),
     "base_rate": ("uniform", "label_frequency"),
@@ -111,9 +112,16 @@ def default_config(dataset: str) -> ml_collections.ConfigDict:
     d = DATASET_DEFAULTS[dataset]
     c = ml_collections.ConfigDict()
     c.variant = "gedl"                 # name of the variant preset applied (recorded in outputs)
+    c.run_name = f"{dataset}_gedl"     # default workdir name: runs/<run_name> (set by the preset)
     # --- data ---
     c.dataset = dataset                # in-distribution dataset (TFDS name)
-    c.data_dir = ""                    # folder with one subfolder per dataset; "" -> $GEDL_DATA_DIR
+    c.data_dir = ""                    # folder with one subfolder per dataset; "" ->
+                                       # $GEDL_DATA_DIR, else ~/.cache/gedl_jax/data (printed)
+    c.download = "auto"                # "auto": fetch missing official files (verified) before
+                                       # training; "never": offline; "force": fetch again.
+                                       # $GEDL_OFFLINE=1 means "never"
+    c.data_mirror = ""                 # base URL or folder <mirror>/<dataset>/<file> to fetch
+                                       # from instead of the official URLs ("" -> $GEDL_DATA_MIRROR)
     c.cache_dir = ""                   # decoded-array cache; "" -> $GEDL_CACHE_DIR or
                                        # ~/.cache/gedl_jax
     c.data_source = "auto"             # "raw" official files in data_dir, "tfds" a prepared TFDS
@@ -228,6 +236,7 @@ def build_config(dataset: str, arg: str | None) -> ml_collections.ConfigDict:
     apply_variant(c, variants[0] if variants else "gedl")
     if "quick" in tokens:
         apply_quick(c)
+    c.run_name = "_".join([dataset, c.variant] + [t for t in MODIFIERS if t in tokens])
     return c
 
 

@@ -1,6 +1,6 @@
 r"""Train an evidential classifier.
 
-    python -m gedl_jax.train --config=configs/mnist.py --workdir=DIR
+    python -m gedl_jax.train --config=configs/mnist.py [--workdir=DIR]
 
 
 Config syntax (ml_collections):
@@ -9,10 +9,13 @@ Config syntax (ml_collections):
   --config=configs/mnist.py:gedl,quick      a variant, shrunk to a few-minute run
   --config.c_w=0.7 --config.seeds=0,1,2     override any field (see gedl_jax/configuration.py)
 
-The run writes into the workdir: config.json, checkpoints/{last,best}, metrics.jsonl,
-tensorboard/, and at the end eval_results.json, eval_table.md and plots. Started again with the
-same command, a killed run continues from its last checkpoint and ends with the same parameters
-as an uninterrupted run.
+Before any training, every input (ID splits, OOD sets) is obtained: files missing from the data
+folder are downloaded and verified (config.download, config.data_mirror; $GEDL_OFFLINE=1 turns
+downloads off), or all of them are named in one error. The default workdir is
+runs/<dataset>_<variant>[_quick]. The run writes into the workdir: config.json,
+checkpoints/{last,best}, metrics.jsonl, tensorboard/, and at the end eval_results.json,
+eval_table.md and plots. Started again with the same command, a killed run continues from its
+last checkpoint and ends with the same parameters as an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from gedl_jax import checkpointing, configuration, data, losses, models, paralle
 _NON_TRAINING_FIELDS = {"evaluate_at_end", "plots", "log_every_steps", "ood_datasets",
                         "extra_ood", "eval_batch_size", "seeds", "data_dir", "cache_dir",
                         "data_source", "tfds_data_dir", "checkpoint_every_steps", "distributed",
-                        "eval_examples"}
+                        "download", "data_mirror", "run_name", "eval_examples"}
 
 
 class NonFiniteLossError(RuntimeError):
@@ -145,8 +148,35 @@ def _seed_splits(config, official: data.Split, test: data.Split, seed: int
     return splits, train_idx
 
 
+def obtain_inputs(config) -> None:
+    """Pre-flight: make every split and OOD set of the run loadable before any work, i.e.
+    downloaded and verified (config.download, config.data_mirror), or all missing files named in
+    one error. Under jax.distributed only process 0 downloads; the others wait at a barrier and
+    then verify the files as they load them."""
+    wanted = [(config.dataset, "train"), (config.dataset, "test")] + [
+        (name, "test") for name in configuration.parse_list(config.ood_datasets)
+        if name in data.DATASETS]
+    fetching = dict(download=config.get("download", "auto"),
+                    mirror=config.get("data_mirror", "") or None)
+    if jax.process_count() == 1:
+        data.ensure_available(wanted, **_sources(config), **fetching)
+        return
+    from jax.experimental import multihost_utils  # noqa: PLC0415
+
+    failure = None
+    if jax.process_index() == 0:
+        try:
+            data.ensure_available(wanted, **_sources(config), **fetching)
+        except data.DataError as e:  # reach the barrier first, so no process waits forever
+            failure = e
+    multihost_utils.sync_global_devices("gedl_jax: inputs obtained")
+    if failure is not None:
+        raise failure
+
+
 def _load_official_and_ood(config) -> tuple[data.Split, data.Split, dict[str, data.Split]]:
-    sources = _sources(config)
+    obtain_inputs(config)
+    sources = dict(_sources(config), download="never")  # obtained above: no second fetch
     official = data.load_split(config.dataset, "train", **sources)
     test = data.load_split(config.dataset, "test", **sources).head(config.eval_examples)
     ood = {}
@@ -530,8 +560,9 @@ def main(argv=None) -> int:
     flags_ = flags.FLAGS
     config_flags.DEFINE_config_file("config", None, "Experiment config file (see configs/).",
                                     lock_config=True)
-    flags.DEFINE_string("workdir", None, "Output folder (checkpoints, logs, results).")
-    flags.mark_flags_as_required(["config", "workdir"])
+    flags.DEFINE_string("workdir", None, "Output folder (checkpoints, logs, results); default "
+                        "runs/<dataset>_<variant>[_quick].")
+    flags.mark_flags_as_required(["config"])
 
     def _main(_argv):
         from absl import logging as absl_logging  # noqa: PLC0415
@@ -541,8 +572,12 @@ def main(argv=None) -> int:
         config = flags_.config
         if config.distributed:
             jax.distributed.initialize()
+        workdir = flags_.workdir
+        if not workdir:
+            workdir = str(pathlib.Path("runs") / config.run_name)
+            _log(f"workdir: {workdir} (the default for this config; --workdir=DIR to choose)")
         try:
-            run(config, flags_.workdir)
+            run(config, workdir)
         except (ValueError, ConfigMismatchError, NonFiniteLossError, data.DataError) as e:
             print(f"error: {e}", file=sys.stderr, flush=True)
             return 2

@@ -25,6 +25,16 @@ def test_paper_defaults():
     assert configuration.parse_list(mnist.ood_datasets) == ["kmnist", "fashion_mnist"]
 
 
+def test_default_workdir_name_and_download_fields():
+    assert configuration.build_config("mnist", None).run_name == "mnist_gedl"
+    assert configuration.build_config("cifar10", "edl,quick").run_name == "cifar10_edl_quick"
+    c = configuration.build_config("mnist", None)
+    assert (c.download, c.data_mirror) == ("auto", "")
+    c.download = "sometimes"
+    with pytest.raises(ValueError, match=r"config.download=.*'auto', 'never', 'force'"):
+        configuration.validate_config(c)
+
+
 def test_unknown_variant_lists_allowed():
     with pytest.raises(ValueError, match="unknown config argument.*gedl"):
         configuration.build_config("mnist", "gedel")
