@@ -156,10 +156,13 @@ def evaluate_workdir(workdir, extra_ood: tuple[str, ...] = (),
                               eval_model=eval_model, mesh=mesh, extra_ood=extra_ood)
 
 
-def _first(split: data.Split, num_examples: int) -> data.Split:
+def _subset(split: data.Split, num_examples: int) -> data.Split:
+    """`num_examples` evenly spaced examples (a split sorted by label still gives every class)."""
+    from gedl_jax.data import corruptions as corruptions_lib  # noqa: PLC0415
+
     if not num_examples or num_examples >= len(split):
         return split
-    return split.take(np.arange(num_examples), split.name)
+    return split.take(corruptions_lib.subset_indices(len(split), num_examples), split.name)
 
 
 def _source_label(sources: set[str], config, corruption: str) -> tuple[str, dict[str, Any]]:
@@ -202,8 +205,8 @@ def corruption_study(workdirs, corruptions, out_dir, overrides: dict[str, Any] |
     """The paper's Fig. uncertainty (bottom row) on CIFAR-10-C: for each corruption, the mean of
     u = W/S, mutual information and variance sum at severities 0 (clean test) to 5, averaged
     over the runs (seeds), next to the epistemic uncertainty of the runs' ensemble (mutual
-    information between prediction and member). `num_examples` > 0 scores only the first n
-    examples of the clean test set and of each severity.
+    information between prediction and member). `num_examples` > 0 scores only n evenly spaced
+    examples of the clean test set and of each severity (the same positions in each).
 
     Writes corruption_study.json, corruption_study.md and one PNG per corruption into `out_dir`;
     each names where the corrupted sets came from (the official release, or the set
@@ -228,14 +231,14 @@ def corruption_study(workdirs, corruptions, out_dir, overrides: dict[str, Any] |
             batch = config.eval_batch_size
             if num_examples:  # no padding a small study up to a whole large batch
                 batch = min(batch, -(-num_examples // mesh.size) * mesh.size)
-            sets = {0: _first(loaded["splits"]["test"], num_examples)}
+            sets = {0: _subset(loaded["splits"]["test"], num_examples)}
             for severity in range(1, 6):
                 split = data.load_corrupted(
                     corruption, severity, data_dir=config.data_dir or None,
                     cache_dir=config.cache_dir or None, source=config.data_source,
                     tfds_data_dir=config.tfds_data_dir or None)
                 sources.add(split.source.split("+")[0])
-                sets[severity] = _first(split, num_examples)
+                sets[severity] = _subset(split, num_examples)
             outputs = {sev: _outputs(eval_step, state.params, state.batch_stats, mesh, split,
                                      batch)
                        for sev, split in sets.items()}
@@ -253,7 +256,7 @@ def corruption_study(workdirs, corruptions, out_dir, overrides: dict[str, Any] |
         label, provenance = _source_label(sources, runs[0][0], corruption)
         plot = plots.corruption_severity_study(
             measures, out_dir / f"corruption_{corruption}.png", ensemble_epistemic=ensemble,
-            title=f"{corruption} ({label}, n={counts[1]})")
+            title=f"{corruption}\n({label}, n={counts[1]})")
         study[corruption] = {"measures": measures, "ensemble_epistemic": ensemble,
                              "accuracy": {sev: float(np.mean(a)) for sev, a in accuracy.items()},
                              "num_runs": len(runs), "num_examples": counts,
@@ -282,8 +285,8 @@ def main(argv=None) -> int:
                       "(the runs' eval_results.json from training stay as they are).")
     flags.DEFINE_string("study_dir", None, "Folder of the corruption study's outputs (default: "
                         "the folder of --out, else the first workdir).")
-    flags.DEFINE_integer("corruption_examples", 0, "Corruption study on the first N examples "
-                         "of the clean test set and of each severity (0 = all).")
+    flags.DEFINE_integer("corruption_examples", 0, "Corruption study on N evenly spaced "
+                         "examples of the clean test set and of each severity (0 = all).")
     flags.mark_flag_as_required("workdir")
     FLAGS = flags.FLAGS
 

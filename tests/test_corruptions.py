@@ -288,12 +288,15 @@ def test_regenerated_layout_is_read_back_by_the_release_reader(cifar10_root, tmp
         "glass_blur.npy", "labels.npy", "pixelate.npy", "provenance.json", "snow.npy"]
     raw = np.load(folder / "snow.npy")
     assert raw.shape == (25, 32, 32, 3) and raw.dtype == np.uint8
+    kept = [0, 1, 2, 3, 4]  # (i * 6) // 5: evenly spaced, not the first five
+    assert list(C.subset_indices(6, 5)) == [0, 1, 2, 3, 4]
+    assert list(C.subset_indices(10, 4)) == [0, 2, 5, 7] and len(C.subset_indices(6, 0)) == 6
     np.testing.assert_array_equal(np.load(folder / "labels.npy"),
-                                  np.tile(labels[:5], 5).astype(np.uint8))
+                                  np.tile(labels[kept], 5).astype(np.uint8))
     images5, labels5 = readers.read_cifar10c_all(folder.parent, "snow")
     for s in SEVERITIES:
-        np.testing.assert_array_equal(images5[s - 1], C.corrupt(images[:5], "snow", s, seed=3))
-    np.testing.assert_array_equal(labels5, labels[:5])
+        np.testing.assert_array_equal(images5[s - 1], C.corrupt(images[kept], "snow", s, seed=3))
+    np.testing.assert_array_equal(labels5, labels[kept])
     split = data.load_corrupted("snow", 4, data_dir=root, tfds_data_dir=tmp_path / "t")
     assert split.source == "regenerated" and split.name == "cifar10_corrupted/snow_4"
     np.testing.assert_array_equal(split.images, images5[3])
@@ -327,6 +330,6 @@ def test_cli_regenerates_and_reports_errors(cifar10_root, capsys):
     assert C.main([f"--data_dir={root}", "--corruptions=brightness", "--num_examples=2"]) == 0
     folder = C.regenerated_folder(root)
     np.testing.assert_array_equal(np.load(folder / "brightness.npy")[2:4],
-                                  C.corrupt(images[:2], "brightness", 2))
+                                  C.corrupt(images[[0, 3]], "brightness", 2))
     assert C.main([f"--data_dir={root}", "--corruptions=frost"]) == 2
     assert "frost photographs" in capsys.readouterr().err
