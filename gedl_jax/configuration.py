@@ -136,8 +136,8 @@ def default_config(dataset: str) -> ml_collections.ConfigDict:
     c.augment = d["augment"]           # CIFAR flip + crop(pad 4) + rotation(15 deg), on device
     c.train_examples = 0               # use only the first N training examples (0 = all)
     c.val_examples = 0                 # use only the first N validation examples (0 = all)
-    c.eval_examples = 0                # evaluate on only the first N examples of the test set and
-                                       # of each OOD / corrupted set (0 = all; smoke runs)
+    c.eval_examples = 0                # evaluate on N evenly spaced examples of the test set and of
+                                       # each OOD set (0 = all; smoke runs)
     # --- model ---
     c.model = d["model"]               # "convnet" (MNIST) or "vgg16" (CIFAR, batch norm)
     c.num_classes = d["num_classes"]   # K

@@ -132,7 +132,8 @@ def predict_outputs(workdir, splits: dict[str, data.Split] | None = None,
                     overrides: dict[str, Any] | None = None
                     ) -> dict[str, evaluation.ModelOutputs]:
     """Dirichlet outputs (alpha, W; labels on the ID test set) of `workdir`'s best checkpoint on
-    its test set ("test") and its OOD sets, each cut to config.eval_examples, or on `splits`
+    its test set ("test") and its OOD sets (each config.eval_examples evenly spaced examples, when
+    set), or on `splits`
     ({name: Split}, with labels). For analyses beyond the written evaluation (notebooks)."""
     from gedl_jax import train  # noqa: PLC0415
 

@@ -46,7 +46,7 @@ def smoke_mode() -> bool:
 
 def shrink(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     """Turn `config` (in place, and returned) into the smoke setting: one epoch on a few hundred
-    examples, every evaluation set cut to its first few hundred examples, small batches (so an
+    examples, every evaluation set cut to a few hundred evenly spaced examples, small batches (so an
     epoch still has several steps), no warm-up."""
     family = "mnist" if config.dataset in ("mnist", "fashion_mnist") else "cifar"
     for key, value in SMOKE_EXAMPLES[family].items():

@@ -178,11 +178,11 @@ def _load_official_and_ood(config) -> tuple[data.Split, data.Split, dict[str, da
     obtain_inputs(config)
     sources = dict(_sources(config), download="never")  # obtained above: no second fetch
     official = data.load_split(config.dataset, "train", **sources)
-    test = data.load_split(config.dataset, "test", **sources).head(config.eval_examples)
+    test = data.load_split(config.dataset, "test", **sources).subset(config.eval_examples)
     ood = {}
     for name in configuration.parse_list(config.ood_datasets) + configuration.parse_list(
             config.extra_ood):
-        ood[name] = data.load_ood(name, **sources).head(config.eval_examples)
+        ood[name] = data.load_ood(name, **sources).subset(config.eval_examples)
     return official, test, ood
 
 

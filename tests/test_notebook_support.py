@@ -1,9 +1,10 @@
-"""gedl_jax.notebook: the smoke switch, the smoke config, the GPU check; data.Split.head."""
+"""gedl_jax.notebook: the smoke switch, the smoke config, the GPU check; data.Split.subset."""
 
 import numpy as np
 import pytest
 
 from gedl_jax import configuration, data, notebook
+from gedl_jax.data import corruptions
 
 
 @pytest.mark.parametrize("value, expected", [(None, False), ("", False), ("0", False),
@@ -69,29 +70,15 @@ def test_check_accelerator_refuses_a_silent_cpu_fallback():
         assert "device(s)" in notebook.check_accelerator()
 
 
-def test_split_head():
-    s = data.Split(np.arange(5 * 4, dtype=np.uint8).reshape(5, 2, 2, 1),
-                   np.arange(5, dtype=np.int32), "x/test", "arrays")
-    assert s.head(0) is s and s.head(5) is s and s.head(9) is s
-    h = s.head(2)
-    assert len(h) == 2 and h.name == "x/test" and h.source == "arrays"
-    np.testing.assert_array_equal(h.images, s.images[:2])
-    np.testing.assert_array_equal(h.labels, [0, 1])
-
-
-def test_experiment_config_is_the_cli_config_with_the_given_fields(monkeypatch):
-    monkeypatch.delenv(notebook.SMOKE_ENV, raising=False)
-    c = notebook.experiment_config("mnist", "redl", num_epochs=7, seed=3, data_dir="/d",
-                                   ood_datasets="kmnist")
-    expected = configuration.build_config("mnist", "redl")
-    expected.num_epochs, expected.seed, expected.data_dir = 7, 3, "/d"
-    expected.ood_datasets = "kmnist"
-    assert c.to_dict() == expected.to_dict()
-    monkeypatch.setenv(notebook.SMOKE_ENV, "1")
-    small = notebook.experiment_config("mnist", "redl", num_epochs=7)
-    assert small.num_epochs == 1 and small.train_examples == 512 and small.variant == "redl"
-    assert notebook.experiment_config("mnist", num_epochs=7, smoke=False).num_epochs == 7
-    with pytest.raises(ValueError, match="no field 'epochs'"):
-        notebook.experiment_config("mnist", num_epochs=1, epochs=3)
-    with pytest.raises(ValueError, match="num_epochs"):
-        notebook.experiment_config("mnist", num_epochs=0, smoke=False)
+def test_split_subset_is_evenly_spaced_like_the_corruption_subsets():
+    labels = np.repeat(np.arange(10, dtype=np.int32), 7)          # sorted by label, as CIFAR's
+    s = data.Split(np.arange(70 * 4, dtype=np.uint8).reshape(70, 2, 2, 1), labels, "x/test",
+                   "arrays")
+    assert s.subset(0) is s and s.subset(70) is s and s.subset(99) is s
+    sub = s.subset(10)
+    assert len(sub) == 10 and sub.name == "x/test" and sub.source == "arrays"
+    np.testing.assert_array_equal(sub.labels, np.arange(10))        # every class, once
+    np.testing.assert_array_equal(sub.images, s.images[::7])
+    for n in (1, 3, 9, 33, 69):
+        np.testing.assert_array_equal(s.subset(n).images,
+                                      s.images[corruptions.subset_indices(70, n)])
