@@ -29,9 +29,10 @@ constraints=()
 if [ -f "$constraints_file" ]; then
   constraints=(-c "$constraints_file")
 else
-  tested="$(ls requirements/constraints-py*.txt | sed 's/.*constraints-py\(.*\)\.txt/\1/' | tr '\n' ' ')"
+  tested="$(ls requirements/constraints-py*.txt | sed 's/.*constraints-py\(.*\)\.txt/\1/' |
+            paste -sd, -)"
   echo "setup: WARNING: no $constraints_file; resolving freely for Python $version" \
-       "(CI tests Python ${tested% }: use one of those for the tested dependency set)" >&2
+       "(CI tests Python $tested: use one of those for the tested dependency set)" >&2
 fi
 "$VENV/bin/python" -m pip install -q "${constraints[@]}" -e ".[${EXTRAS}]"
 "$VENV/bin/python" -c 'import jax, flax, gedl_jax, sys; print(f"gedl-jax {gedl_jax.__version__} ready: Python {sys.version.split()[0]}, jax {jax.__version__} on {jax.default_backend()}, flax {flax.__version__}")'
