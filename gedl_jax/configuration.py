@@ -136,6 +136,8 @@ def default_config(dataset: str) -> ml_collections.ConfigDict:
     c.augment = d["augment"]           # CIFAR flip + crop(pad 4) + rotation(15 deg), on device
     c.train_examples = 0               # use only the first N training examples (0 = all)
     c.val_examples = 0                 # use only the first N validation examples (0 = all)
+    c.eval_examples = 0                # evaluate on N evenly spaced examples of the test set and of
+                                       # each OOD set (0 = all; smoke runs)
     # --- model ---
     c.model = d["model"]               # "convnet" (MNIST) or "vgg16" (CIFAR, batch norm)
     c.num_classes = d["num_classes"]   # K
@@ -272,7 +274,8 @@ def validate_config(c: ml_collections.ConfigDict, num_devices: int = 1) -> None:
         if not c[field] > 0:
             raise ValueError(f"config.{field}={c[field]!r} must be > 0")
     non_negative = ("weight_decay", "kl_weight", "fisher_logdet_weight", "red_regularizer_weight",
-                    "warmup_epochs", "train_examples", "val_examples", "checkpoint_every_steps",
+                    "warmup_epochs", "train_examples", "val_examples", "eval_examples",
+                    "checkpoint_every_steps",
                     "grad_clip_norm", "c_w")
     for field in non_negative:
         if c[field] < 0:

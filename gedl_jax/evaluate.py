@@ -17,7 +17,6 @@ import sys
 from typing import Any
 
 import jax
-import ml_collections
 import numpy as np
 
 from gedl_jax import checkpointing, configuration, data, evaluation, parallel
@@ -106,7 +105,10 @@ def restore_run(workdir, overrides: dict[str, Any] | None = None):
     config_path = workdir / "config.json"
     if not config_path.exists():
         raise FileNotFoundError(f"{workdir} has no config.json: is it a gedl_jax.train workdir?")
-    config = ml_collections.ConfigDict(json.loads(config_path.read_text()))
+    saved = json.loads(config_path.read_text())
+    # Fields added after the run was written take their defaults (e.g. eval_examples = all).
+    config = configuration.default_config(saved.get("dataset", "mnist"))
+    config.update(saved)
     for key, value in (overrides or {}).items():
         config[key] = value
     mesh = parallel.make_mesh()
@@ -124,6 +126,27 @@ def restore_run(workdir, overrides: dict[str, Any] | None = None):
     finally:
         ckpt.close()
     return config, state, eval_model, mesh, loaded
+
+
+def predict_outputs(workdir, splits: dict[str, data.Split] | None = None,
+                    overrides: dict[str, Any] | None = None
+                    ) -> dict[str, evaluation.ModelOutputs]:
+    """Dirichlet outputs (alpha, W; labels on the ID test set) of `workdir`'s best checkpoint on
+    its test set ("test") and its OOD sets (each config.eval_examples evenly spaced examples, when
+    set), or on `splits`
+    ({name: Split}, with labels). For analyses beyond the written evaluation (notebooks)."""
+    from gedl_jax import train  # noqa: PLC0415
+
+    config, state, eval_model, mesh, loaded = restore_run(workdir, overrides)
+    spec = loss_spec(config, loaded["splits"]["train"])
+    mean, std = train.normalization_stats(config, loaded["splits"]["train"])
+    eval_step = parallel.make_eval_step(eval_model, spec, mesh, mean, std)
+    with_labels = splits is not None
+    if splits is None:
+        splits = {"test": loaded["splits"]["test"], **loaded["ood"]}
+    return {name: _outputs(eval_step, state.params, state.batch_stats, mesh, split,
+                           config.eval_batch_size, with_labels or name == "test")
+            for name, split in splits.items()}
 
 
 def evaluate_workdir(workdir, extra_ood: tuple[str, ...] = (),

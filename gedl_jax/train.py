@@ -40,7 +40,7 @@ from gedl_jax import checkpointing, configuration, data, losses, models, paralle
 _NON_TRAINING_FIELDS = {"evaluate_at_end", "plots", "log_every_steps", "ood_datasets",
                         "extra_ood", "eval_batch_size", "seeds", "data_dir", "cache_dir",
                         "data_source", "tfds_data_dir", "checkpoint_every_steps", "distributed",
-                        "download", "data_mirror", "run_name"}
+                        "download", "data_mirror", "run_name", "eval_examples"}
 
 
 class NonFiniteLossError(RuntimeError):
@@ -178,11 +178,11 @@ def _load_official_and_ood(config) -> tuple[data.Split, data.Split, dict[str, da
     obtain_inputs(config)
     sources = dict(_sources(config), download="never")  # obtained above: no second fetch
     official = data.load_split(config.dataset, "train", **sources)
-    test = data.load_split(config.dataset, "test", **sources)
+    test = data.load_split(config.dataset, "test", **sources).subset(config.eval_examples)
     ood = {}
     for name in configuration.parse_list(config.ood_datasets) + configuration.parse_list(
             config.extra_ood):
-        ood[name] = data.load_ood(name, **sources)
+        ood[name] = data.load_ood(name, **sources).subset(config.eval_examples)
     return official, test, ood
 
 

@@ -350,6 +350,28 @@ def test_results_table_splits_a_mixed_list_by_variant():
     assert "| gedl | 92.00 ± 2.00 |" in text and "| edl | 50.00 |" in text
 
 
+def test_main_table_values_are_the_main_table_numbers(tmp_path):
+    results = {"EDL": [_fake_result(0.8, 0.9, {"SVHN": (0.7, 0.71)})] * 2,
+               "GEDL_ours": _three_seeds()}
+    columns, values = report.main_table_values(results, ood_names=["KMNIST", "SVHN"])
+    assert columns == ["Acc", "Conf.MP", "KMNIST MP", "KMNIST UM", "SVHN MP", "SVHN UM"]
+    assert list(values) == ["EDL", "GEDL_ours"]
+    np.testing.assert_allclose([m for m, _ in values["GEDL_ours"][:3]], [92.0, 99.0, 96.0])
+    np.testing.assert_allclose([s for _, s in values["GEDL_ours"][:3]], [2.0, 0.0, 1.0],
+                               atol=1e-9)
+    assert values["EDL"][2] == (None, None) and values["EDL"][0] == (80.0, 0.0)
+    assert values["GEDL_ours"][4] == (None, None)
+    single = report.main_table_values([_fake_result(0.9, 0.99, {"A": (0.8, 0.7)}, variant="x")])
+    assert single == (["Acc", "Conf.MP", "A MP", "A UM"],
+                      {"x": [(90.0, None), (99.0, None), (80.0, None), (70.0, None)]})
+    _assert_png(plots.method_comparison(results, tmp_path / "methods.png",
+                                        ood_names=["KMNIST", "SVHN"]))
+    _assert_png(plots.method_comparison([_fake_result(0.9, 0.99, {"A": (0.8, 0.7)})],
+                                        tmp_path / "one.png"))
+    with pytest.raises(ValueError, match="at least one result"):
+        plots.method_comparison({"empty": []}, tmp_path / "none.png")
+
+
 def test_results_table_single_run_has_no_spread():
     text = report.results_table([_fake_result(0.9, 0.99, {"A": (0.8, 0.7)}, variant="solo")])
     assert "| solo | 90.00 | 99.00 | 80.00 | 70.00 |" in text and "1 seed" in text
@@ -425,6 +447,11 @@ def test_plots_write_pngs(tmp_path, synthetic_outputs):
     mask[::7] = False
     _assert_png(plots.distributional_uncertainty_study(
         id_out.alpha, id_out.prior_strength, tmp_path / "dist.png", mask_N=mask, max_points=100))
+    _assert_png(plots.uncertainty_against_strength(
+        id_out.alpha, id_out.prior_strength, tmp_path / "strength.png", max_points=100))
+    with pytest.raises(ValueError, match="alpha_NxK"):
+        plots.uncertainty_against_strength(-id_out.alpha, id_out.prior_strength,
+                                           tmp_path / "bad_alpha.png")
     per_sev = core.severity_summary({sev: core.ModelOutputs(id_out.alpha / (1 + sev),
                                                             id_out.prior_strength)
                                      for sev in range(6)})

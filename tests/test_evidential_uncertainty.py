@@ -115,6 +115,19 @@ def test_mutual_information_asymptotics_at_large_strength(k):
 
 
 @pytest.mark.parametrize("k", KS)
+def test_mutual_information_asymptote_is_the_leading_term(k):
+    """(K - 1)/(2S) against the float64 closed form of S, and as MI's limit: S (MI - asymptote)
+    -> 0 like 1/S (the O(S^-2) remainder of Eq. dist_MI), for S = 1e2 .. 1e8."""
+    alpha, s, _ = _fixed_mean_rows(k, 90 + k, 3.0)
+    got = np.asarray(ev.mutual_information_asymptote(alpha), np.float64)[:13]
+    np.testing.assert_allclose(got, (k - 1) / (2 * s), rtol=4 * EPS)
+    mi = ref.mutual_information(alpha)[:13]
+    scaled_gap = s * np.abs(mi - (k - 1) / (2 * s))
+    assert np.all(scaled_gap[1:] <= scaled_gap[:-1] * 1.0001)         # shrinks as S grows
+    assert scaled_gap[-1] < 1e-4 * scaled_gap[0]
+
+
+@pytest.mark.parametrize("k", KS)
 def test_variance_sum_asymptotics(k):
     """Eq. dist_var_sum: sum_k Var[pi_k] (S + 1) = sum_k p_k (1 - p_k) exactly, so variance
     sum * S = O(1), for S up to 1e8."""

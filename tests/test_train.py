@@ -69,6 +69,30 @@ def test_quick_run_trains_and_evaluates(tmp_path):
 
 
 @needs_mnist
+def test_eval_examples_cuts_test_and_ood_sets_and_old_workdirs_restore(tmp_path):
+    c = tiny_config(num_epochs=1, evaluate_at_end=True, ood_datasets="kmnist", eval_examples=300)
+    results = train.train_and_evaluate(c, tmp_path)["evaluation"]
+    assert results["id"]["num_examples"] == 300
+    assert results["ood"]["kmnist"]["num_examples"] == 300
+    from gedl_jax import evaluate, evaluation
+
+    # The outputs behind the written evaluation, for analyses in notebooks.
+    outputs = evaluate.predict_outputs(tmp_path)
+    assert list(outputs) == ["test", "kmnist"]
+    assert outputs["test"].num_examples == 300 and outputs["kmnist"].labels is None
+    again = evaluation.evaluate_outputs(outputs["test"], {"kmnist": outputs["kmnist"]})
+    assert again["id"]["accuracy"] == results["id"]["accuracy"]
+    assert again["ood"]["kmnist"]["detection"] == results["ood"]["kmnist"]["detection"]
+    # A workdir written before the field existed restores with its default (all examples).
+
+    saved = json.loads((tmp_path / "config.json").read_text())
+    del saved["eval_examples"]
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    config, *_ = evaluate.restore_run(tmp_path)
+    assert config.eval_examples == 0 and config.train_examples == 512
+
+
+@needs_mnist
 @pytest.mark.parametrize("variant", ["gedl", "red"])
 def test_resume_equals_uninterrupted(tmp_path, variant):
     c = tiny_config(variant, checkpoint_every_steps=3)

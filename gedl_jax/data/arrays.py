@@ -41,6 +41,15 @@ class Split:
         return Split(np.ascontiguousarray(self.images[indices]),
                      np.ascontiguousarray(self.labels[indices]), name or self.name, self.source)
 
+    def subset(self, n: int) -> Split:
+        """`n` evenly spaced examples, indices (i * len) // n (a copy), or this Split itself when
+        n <= 0 or n >= len. Evenly spaced, not the first n: a split stored sorted by label (the
+        decoded CIFAR-10 test arrays) still gives every class; the same positions as
+        `corruptions.subset_indices`, so a subset of the test set matches a subset of CIFAR-10-C."""
+        if n <= 0 or n >= len(self):
+            return self
+        return self.take((np.arange(n) * len(self)) // n)
+
     def label_counts(self, num_classes: int | None = None) -> np.ndarray:
         return np.bincount(self.labels, minlength=num_classes or 0)
 

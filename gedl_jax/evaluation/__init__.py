@@ -23,7 +23,7 @@ from gedl_jax.evaluation.core import (
     severity_summary,
     summarise_measures,
 )
-from gedl_jax.evaluation.report import aggregate, load_runs, results_table
+from gedl_jax.evaluation.report import aggregate, load_runs, main_table_values, results_table
 from gedl_jax.evaluation.scores import (
     MEASURE_NAMES,
     SCORE_NAMES,
@@ -34,6 +34,7 @@ from gedl_jax.evaluation.scores import (
 __all__ = [
     "CONVENTIONS", "MEASURE_NAMES", "SCORE_NAMES", "ModelOutputs", "aggregate",
     "confidence_scores", "ensemble_epistemic_uncertainty", "evaluate_outputs", "load_runs",
+    "main_table_values",
     "rank_correlations", "results_table", "severity_summary", "summarise_measures",
     "uncertainty_measures",
 ]

@@ -18,12 +18,14 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from scipy import stats
 
+from gedl_jax.evaluation import report as report_lib
 from gedl_jax.evaluation import scores as scores_lib
 from gedl_jax.evaluation.core import ensemble_epistemic_uncertainty
 from gedl_jax.metrics import CalibrationResult
 
 __all__ = ["reliability_diagram", "score_histograms", "distributional_uncertainty_study",
-           "corruption_severity_study", "ensemble_epistemic_uncertainty"]
+           "uncertainty_against_strength", "method_comparison", "corruption_severity_study",
+           "ensemble_epistemic_uncertainty"]
 
 _MEASURE_LABELS = {"u": "u = W/S", "mutual_information": "mutual information",
                    "variance_sum": r"$\sum_k$ Var[$\pi_k$]"}
@@ -147,6 +149,73 @@ def distributional_uncertainty_study(alpha_NxK: Any, prior_strength_N: Any, path
     for ax in (ax_rank, ax_value):
         ax.legend(fontsize=8, markerscale=3)
     fig.suptitle(title or f"Distributional uncertainty vs log S (N={n})")
+    return _save(fig, path)
+
+
+def uncertainty_against_strength(alpha_NxK: Any, prior_strength_N: Any, path: str | Path,
+                                 max_points: int = 4000, seed: int = 0,
+                                 title: str | None = None) -> Path:
+    """u = W/S, mutual information and variance sum against S on log-log axes, with the
+    asymptote (K - 1)/(2S) of the mutual information (Eq. dist_MI; Appendix proposition u).
+
+    All three measures fall like 1/S for large S (slope -1 here); the mutual information meets
+    its asymptote as S grows. The legend gives the median ratio MI / ((K - 1)/(2S)) over the
+    examples with the largest 10% of S. At most ``max_points`` random examples are drawn.
+    """
+    from gedl_jax import evidential  # noqa: PLC0415
+
+    alpha_NxK, prior_strength_N = scores_lib.check_dirichlet(alpha_NxK, prior_strength_N)
+    names = ("u", "mutual_information", "variance_sum")
+    m = scores_lib.uncertainty_measures(alpha_NxK, prior_strength_N,
+                                        names=names + ("strength",))
+    strength = np.asarray(m["strength"], np.float64)
+    asymptote = np.asarray(evidential.mutual_information_asymptote(
+        np.asarray(alpha_NxK, np.float64)), np.float64)
+    n = strength.size
+    top = strength >= np.quantile(strength, 0.9)
+    ratio = float(np.median(np.asarray(m["mutual_information"], np.float64)[top] / asymptote[top]))
+    shown = np.random.default_rng(seed).choice(n, size=min(n, max_points), replace=False)
+    fig, axes = _new_figure(6, 4.5)
+    ax = axes[0, 0]
+    for name in names:
+        ax.scatter(strength[shown], np.asarray(m[name], np.float64)[shown], s=4, alpha=0.5,
+                   color=_MEASURE_COLORS[name], label=_MEASURE_LABELS[name], rasterized=True)
+    order = np.argsort(strength)
+    k = np.shape(alpha_NxK)[-1]
+    ax.plot(strength[order], asymptote[order], "k--", lw=1.5,
+            label=f"(K-1)/(2S), K={k}; MI/asymptote at top 10% S: {ratio:.3f}")
+    ax.set(xscale="log", yscale="log", xlabel="S (Dirichlet strength)",
+           ylabel="uncertainty measure", title=title or f"Uncertainty vs S (N={n})")
+    ax.legend(fontsize=8, markerscale=3)
+    return _save(fig, path)
+
+
+def method_comparison(results: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[Mapping]],
+                      path: str | Path, ood_names: Sequence[str] | None = None,
+                      title: str | None = None) -> Path:
+    """Grouped bars of the main table's columns (Acc, Conf.MP, <set> MP / UM AUPR, in %) per
+    method, with the sample std over seeds as error bars where there are several seeds.
+
+    ``results`` and ``ood_names`` as in ``report.results_table`` (``{method: [results of its
+    seeds]}`` keeps the given order)."""
+    columns, values = report_lib.main_table_values(results, ood_names)
+    methods = list(values)
+    fig, axes = _new_figure(max(6.0, 1.1 * len(columns) + 0.25 * len(methods) * len(columns)),
+                            4.2)
+    ax = axes[0, 0]
+    width = 0.8 / len(methods)
+    x = np.arange(len(columns))
+    lows = []
+    for i, name in enumerate(methods):
+        means = np.array([np.nan if m is None else m for m, _ in values[name]])
+        stds = np.array([0.0 if s is None else s for _, s in values[name]])
+        ax.bar(x + (i - (len(methods) - 1) / 2) * width, means, width=width, label=name,
+               yerr=stds if np.any(stds > 0) else None, capsize=2)
+        lows.append(np.nanmin(means) if np.any(np.isfinite(means)) else 0.0)
+    ax.set_xticks(x, columns, rotation=20, ha="right")
+    ax.set(ylabel="%", ylim=(max(0.0, min(lows) - 5.0), 100.5),
+           title=title or "Methods compared (AUPR for Conf./OOD columns)")
+    ax.legend(fontsize=8, ncols=min(len(methods), 5))
     return _save(fig, path)
 
 

@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["aggregate", "results_table", "load_runs", "main", "RESULTS_FILENAME"]
+__all__ = ["aggregate", "main_table_values", "results_table", "load_runs", "main",
+           "RESULTS_FILENAME"]
 
 RESULTS_FILENAME = "eval_results.json"
 _SKIP_KEYS = frozenset({"conventions", "seed"})   # not aggregated
@@ -154,6 +155,34 @@ def _seed_phrase(counts: dict[str, int]) -> str:
         n = values.pop()
         return f"{n} seed{'s' if n != 1 else ''}"
     return "seeds per method: " + ", ".join(f"{k} {v}" for k, v in counts.items())
+
+
+def main_table_values(results: Sequence[Mapping[str, Any]]
+                      | Mapping[str, Sequence[Mapping[str, Any]]],
+                      ood_names: Sequence[str] | None = None
+                      ) -> tuple[list[str], dict[str, list[tuple[float | None, float | None]]]]:
+    """The numbers of ``results_table``'s main table: (column labels, {method: [(mean, std) in %
+    per column]}), columns Acc, Conf.MP, then <set> MP and <set> UM per OOD set (AUPR-in).
+    Accepts the same ``results`` and ``ood_names`` as ``results_table``; a value no seed has is
+    (None, None), a single seed's std is None. Backs ``plots.method_comparison``."""
+    groups = _as_groups(results)
+    if ood_names is None:
+        ood_names = list(dict.fromkeys(k for runs in groups.values() for r in runs
+                                       for k in (r.get("ood") or {})))
+    paths = [("Acc", ("id", "accuracy")), ("Conf.MP", ("id", "misclassification", "mp", "aupr"))]
+    paths += [(f"{o} {label}", ("ood", o, "detection", s, "aupr_in"))
+              for o in ood_names for s, label in _PAPER_SCORES]
+    values = {}
+    for name, runs in groups.items():
+        agg = aggregate(runs)
+        row = []
+        for _, path in paths:
+            stat = _get(agg, path)
+            mean = None if stat is None or stat["mean"] is None else 100 * stat["mean"]
+            std = None if stat is None or stat["std"] is None else 100 * stat["std"]
+            row.append((mean, std))
+        values[name] = row
+    return [label for label, _ in paths], values
 
 
 def results_table(results: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[Mapping[str, Any]]],

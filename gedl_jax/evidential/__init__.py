@@ -19,7 +19,8 @@ from gedl_jax.evidential.schedules import (TAU_READINGS, TauState, edl_annealing
                                            tau_accumulate, tau_init)
 from gedl_jax.evidential.uncertainty import (differential_entropy, expected_entropy,
                                              max_probability, mutual_information,
-                                             predictive_entropy, total_evidence, variance_sum)
+                                             mutual_information_asymptote, predictive_entropy,
+                                             total_evidence, variance_sum)
 
 __all__ = [
     "ACTIVATIONS", "evidence_from_logits", "exp_evidence", "relu_evidence", "softplus_evidence",
@@ -31,5 +32,5 @@ __all__ = [
     "masked_kl_target", "red_regularizer",
     "TAU_READINGS", "TauState", "edl_annealing", "gedl_tau", "tau_accumulate", "tau_init",
     "differential_entropy", "expected_entropy", "max_probability", "mutual_information",
-    "predictive_entropy", "total_evidence", "variance_sum",
+    "mutual_information_asymptote", "predictive_entropy", "total_evidence", "variance_sum",
 ]

@@ -88,6 +88,22 @@ def mutual_information(alpha_BxK: ArrayLike) -> jax.Array:
     return jnp.sum(p_BxK * gap_BxK, axis=-1)
 
 
+def mutual_information_asymptote(alpha_BxK: ArrayLike) -> jax.Array:
+    """(K - 1) / (2S): the leading term of the mutual information as S -> infinity at a fixed
+    mean (Eq. dist_MI; Appendix proposition u), MI = (K - 1)/(2S) + O(S^-2). It depends on S
+    only, so evidential uncertainty u = W/S with a bounded W follows the same 1/S law.
+
+    Args:
+      alpha_BxK: concentrations, shape (..., K).
+
+    Returns:
+      Shape (...), in nats.
+    """
+    alpha_BxK = jnp.asarray(alpha_BxK)
+    num_classes = alpha_BxK.shape[-1]
+    return (num_classes - 1) / (2.0 * jnp.sum(alpha_BxK, axis=-1))
+
+
 def differential_entropy(alpha_BxK: ArrayLike) -> jax.Array:
     """Differential entropy of Dir(alpha) (the baselines' "-differential entropy" score).
 
