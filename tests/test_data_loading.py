@@ -104,7 +104,7 @@ def test_missing_files_fail_fast_with_names(tmp_path):
     t = time.perf_counter()
     with pytest.raises(data.MissingDataError) as e:
         data.load_split("kmnist", "train", data_dir=root, tfds_data_dir=tmp_path / "tfds")
-    assert time.perf_counter() - t < 5
+    assert time.perf_counter() - t < 30  # seconds, not TFDS's minutes of network retries
     msg = str(e.value)
     assert "train-images-idx3-ubyte.gz" in msg and "train-labels-idx1-ubyte.gz" in msg
     assert str(root / "kmnist") in msg and "downloads are off" in msg and "GEDL_OFFLINE" in msg
@@ -131,7 +131,7 @@ def test_wrong_checksum_is_clear_and_leaves_nothing(tmp_path, isolated_env):
     t = time.perf_counter()
     with pytest.raises(data.ChecksumError) as e:
         data.load_split("mnist", "test", data_dir=root)
-    assert time.perf_counter() - t < 5
+    assert time.perf_counter() - t < 30  # seconds, not TFDS's minutes of network retries
     msg = str(e.value)
     assert "t10k-images-idx3-ubyte.gz" in msg and "1,648,877 bytes" in msg
     assert "replace it with the official file" in msg
