@@ -13,6 +13,10 @@ The run writes into the workdir: config.json, checkpoints/{last,best}, metrics.j
 tensorboard/, and at the end eval_results.json, eval_table.md and plots. Started again with the
 same command, a killed run continues from its last checkpoint and ends with the same parameters
 as an uninterrupted run.
+
+Exit status: 0 finished; 2 bad input (config, data, workdir; the message says what to fix);
+75 preempted: SIGTERM or SIGINT arrived, the run saved a checkpoint at the next step boundary and
+stopped (rerun the same command to resume; `gedl_jax.preemption.EXIT_PREEMPTED`); 1 anything else.
 """
 
 from __future__ import annotations
@@ -31,12 +35,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gedl_jax import checkpointing, configuration, data, losses, models, parallel
+from gedl_jax import checkpointing, configuration, data, losses, models, parallel, preemption
 
 # Fields that do not change the trained parameters: a resumed run may change them.
 _NON_TRAINING_FIELDS = {"evaluate_at_end", "plots", "log_every_steps", "ood_datasets",
                         "extra_ood", "eval_batch_size", "seeds", "data_dir", "cache_dir",
-                        "data_source", "tfds_data_dir", "checkpoint_every_steps", "distributed"}
+                        "data_source", "tfds_data_dir", "checkpoint_every_steps", "distributed",
+                        "coordinator_address", "num_processes", "process_id"}
 
 
 class NonFiniteLossError(RuntimeError):
@@ -432,7 +437,7 @@ def _train_seeds(runs: list[_SeedRun], *, vmapped: bool, stop_after_steps: int |
                               for r, (a, imp, _) in zip(runs, accuracies))
             _log(f"epoch {epoch + 1}: validation accuracy per seed {listed} (* = best so far)")
 
-    stopped_early = False
+    stopped_early = preempted = False
     try:
         while step < total_steps:
             if stop_after_steps is not None and step >= stop_after_steps:
@@ -462,6 +467,12 @@ def _train_seeds(runs: list[_SeedRun], *, vmapped: bool, stop_after_steps: int |
                         and step != epoch_end:
                     flush_metrics()
                     save_last()
+                # Called after every step on every process (JAX's multi-host sync point needs
+                # that). At an epoch end the stop waits for validation and the epoch's
+                # checkpoint below, so a resumed run never skips a validation.
+                preempted = preemption.should_stop(step)
+                if preempted and step != epoch_end:
+                    _stop_for_preemption(flush_metrics, save_last, runs, step)
                 if stop_after_steps is not None and step >= stop_after_steps:
                     stopped_early = True
                     break
@@ -471,6 +482,8 @@ def _train_seeds(runs: list[_SeedRun], *, vmapped: bool, stop_after_steps: int |
             if (epoch + 1) % config.eval_every_epochs == 0 or step == total_steps:
                 validate(epoch)
             save_last()
+            if preempted:
+                _stop_for_preemption(flush_metrics, save_last, runs, step)
     finally:
         for run_ in runs:
             run_.ckpt.wait()
@@ -491,6 +504,18 @@ def _train_seeds(runs: list[_SeedRun], *, vmapped: bool, stop_after_steps: int |
         run_.ckpt.close()
         summaries.append(summary)
     return summaries
+
+
+def _stop_for_preemption(flush_metrics: Callable, save_last: Callable, runs: list[_SeedRun],
+                         step: int) -> None:
+    """Write the pending metrics and the `last` checkpoint of every seed, wait until it is on
+    disk, and raise `preemption.Preempted` (the CLI exits with `EXIT_PREEMPTED`)."""
+    flush_metrics()
+    save_last()
+    for run_ in runs:
+        run_.ckpt.wait()
+    where = runs[0].workdir if len(runs) == 1 else runs[0].workdir.parent / "seed_*"
+    raise preemption.Preempted(step, str(where))
 
 
 def run(config, workdir: str | pathlib.Path) -> list[dict[str, Any]]:
@@ -522,6 +547,25 @@ def run(config, workdir: str | pathlib.Path) -> list[dict[str, Any]]:
     return results
 
 
+def initialize_distributed(config) -> None:
+    """`jax.distributed.initialize` from the config; empty fields are left to JAX, which reads
+    JAX_COORDINATOR_ADDRESS and detects SLURM, Open MPI and TPU pods."""
+    kwargs: dict[str, Any] = {}
+    if config.coordinator_address:
+        kwargs["coordinator_address"] = config.coordinator_address
+    if config.num_processes:
+        kwargs["num_processes"] = int(config.num_processes)
+        kwargs["process_id"] = int(config.process_id)
+    try:
+        jax.distributed.initialize(**kwargs)
+    except ValueError as e:  # JAX: "coordinator_address should be defined." and the like
+        raise ValueError(f"config.distributed=True but {e} Outside SLURM/Open MPI/TPU, give "
+                         f"--config.coordinator_address=HOST:PORT --config.num_processes=N "
+                         f"--config.process_id=I on every host (docs/multihost.md)") from None
+    _log(f"jax.distributed: process {jax.process_index()} of {jax.process_count()}, "
+         f"{jax.local_device_count()} local / {jax.device_count()} global devices")
+
+
 def main(argv=None) -> int:
     from absl import app, flags  # noqa: PLC0415
     from ml_collections import config_flags  # noqa: PLC0415
@@ -538,10 +582,15 @@ def main(argv=None) -> int:
         if len(_argv) > 1:
             raise app.UsageError(f"unexpected arguments: {_argv[1:]}")
         config = flags_.config
-        if config.distributed:
-            jax.distributed.initialize()
         try:
+            if config.distributed:
+                configuration.validate_config(config)  # before waiting for the other hosts
+                initialize_distributed(config)
+            preemption.install()
             run(config, flags_.workdir)
+        except preemption.Preempted as e:
+            print(f"{e}", file=sys.stderr, flush=True)
+            return preemption.EXIT_PREEMPTED
         except (ValueError, ConfigMismatchError, NonFiniteLossError, data.DataError) as e:
             print(f"error: {e}", file=sys.stderr, flush=True)
             return 2
