@@ -109,7 +109,7 @@ def test_preemption_request_in_process_stops_with_a_checkpoint(tmp_path, fast_co
 @pytest.fixture
 def fast_compile():
     """In-process runs compile with XLA's optimisations mostly off (seconds, not tens)."""
-    previous = jax.config.jax_disable_most_optimizations
+    previous = jax.config.read("jax_disable_most_optimizations")
     jax.config.update("jax_disable_most_optimizations", True)
     yield
     jax.config.update("jax_disable_most_optimizations", previous)
