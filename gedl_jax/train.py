@@ -25,9 +25,11 @@ import dataclasses
 import functools
 import json
 import math
+import os
 import pathlib
 import sys
 import time
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -86,6 +88,35 @@ def _check_or_write_config(config, workdir: pathlib.Path) -> None:
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(current, indent=2, sort_keys=True))
         tmp.replace(path)
+
+
+def check_shared_workdir(workdir: pathlib.Path) -> None:
+    """With several processes, the workdir must be one folder all of them see (Orbax writes
+    each checkpoint collectively, process 0 its metadata): process 0 writes a token, every
+    process reads it back, and all of them fail together if any could not."""
+    if jax.process_count() == 1:
+        return
+    from jax.experimental import multihost_utils  # noqa: PLC0415
+
+    token = workdir / ".shared_filesystem_check"
+    if jax.process_index() == 0:
+        token.write_text(f"{os.getpid()}-{time.time_ns()}")
+    multihost_utils.sync_global_devices("gedl_jax: shared workdir token written")
+    try:
+        seen = zlib.crc32(token.read_bytes()) + 1
+    except OSError:
+        seen = 0
+    everyone = np.asarray(multihost_utils.process_allgather(np.int64(seen))).reshape(-1)
+    multihost_utils.sync_global_devices("gedl_jax: shared workdir token read")
+    if jax.process_index() == 0:
+        token.unlink(missing_ok=True)
+    blind = [i for i, value in enumerate(everyone) if value != everyone[0] or value == 0]
+    if blind:
+        raise ValueError(
+            f"--workdir={workdir} is not one folder shared by all {jax.process_count()} "
+            f"processes: process(es) {blind} cannot see the file process 0 wrote there. "
+            f"Multi-host runs need a shared filesystem (NFS, Lustre, a mounted bucket) for the "
+            f"workdir, at the same path on every host.")
 
 
 class MetricsWriter:
@@ -271,6 +302,7 @@ def _train_seeds(runs: list[_SeedRun], *, vmapped: bool, stop_after_steps: int |
     num_devices = mesh.size
     for run_ in runs:
         run_.workdir.mkdir(parents=True, exist_ok=True)
+        check_shared_workdir(run_.workdir)
         _check_or_write_config(run_.config, run_.workdir)
 
     num_train = len(runs[0].train.labels)

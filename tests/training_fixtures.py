@@ -96,14 +96,21 @@ def saved_state(workdir: pathlib.Path, kind: str = "last", step: int | None = No
     """(state as nested dict of numpy arrays, meta) of a checkpoint, read without the model."""
     import orbax.checkpoint as ocp  # noqa: PLC0415
 
+    import jax  # noqa: PLC0415
+
     folder = (workdir / "checkpoints" / kind).absolute()
     manager = ocp.CheckpointManager(folder)
     step = manager.latest_step() if step is None else step
+    # Onto this process's first device, whatever devices wrote it.
+    on_device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    metadata = ocp.StandardCheckpointer().metadata(folder / str(step) / "state")
+    tree = getattr(metadata, "item_metadata", metadata)
+    tree = getattr(tree, "tree", tree)
+    abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype,
+                                                           sharding=on_device), tree)
     restored = manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()))
+        state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
     manager.close()
-    import jax  # noqa: PLC0415
-
     return jax.tree.map(np.asarray, restored["state"]), restored["meta"]
 
 
