@@ -12,6 +12,7 @@ optional modifiers (`quick`).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import ml_collections
@@ -261,6 +262,11 @@ def validate_config(c: ml_collections.ConfigDict, num_devices: int = 1) -> None:
         if value not in allowed:
             raise ValueError(f"config.{field}={value!r} is not allowed; allowed values: "
                              f"{list(allowed)}")
+    for field, value in c.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"config.{field}={value!r} must be a finite number")
+    if c.num_classes < 2:
+        raise ValueError(f"config.num_classes={c.num_classes} must be >= 2")
     positive = ("learning_rate", "batch_size", "num_epochs", "eval_batch_size",
                 "eval_every_epochs", "log_every_steps", "num_classes", "c_tau", "exp_clip",
                 "annealing_epochs")

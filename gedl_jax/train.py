@@ -75,7 +75,24 @@ def _check_or_write_config(config, workdir: pathlib.Path) -> None:
     path = workdir / "config.json"
     current = _config_dict(config)
     if path.exists():
-        previous = json.loads(path.read_text())
+        try:
+            previous = json.loads(path.read_text())
+            if not isinstance(previous, dict):
+                raise ValueError("not a JSON object")
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ConfigMismatchError(
+                f"{path} is not a readable config ({type(e).__name__}: {e}); it was left as it "
+                f"is. Use a new --workdir, or restore that file.") from None
+        unknown = sorted(set(previous) - set(current))
+        if unknown:
+            raise ConfigMismatchError(
+                f"{workdir} holds a run written by another version of gedl-jax: its "
+                f"config.json has fields this version does not know ({', '.join(unknown)}). "
+                f"Resume it with the version that wrote it, or use a new --workdir.")
+        # A field added since that run was written counts as unchanged at its default value
+        # (new fields default to the earlier behaviour).
+        defaults = _config_dict(configuration.build_config(config.dataset, config.variant))
+        previous = {k: previous.get(k, defaults.get(k)) for k in current}
         changed = sorted(k for k in set(previous) | set(current)
                          if k not in _NON_TRAINING_FIELDS and previous.get(k) != current.get(k))
         if changed:
@@ -170,6 +187,11 @@ def _seed_splits(config, official: data.Split, test: data.Split, seed: int
     and the training examples' indices into it (the order the split lists them in)."""
     train_idx, val_idx = data.split_indices(len(official), config.val_fraction,
                                             _split_seed(config, seed))
+    for field, idx in (("train_examples", train_idx), ("val_examples", val_idx)):
+        if config[field] > len(idx):
+            raise ValueError(f"config.{field}={config[field]} exceeds the {len(idx)} examples "
+                             f"of the {'training' if field == 'train_examples' else 'validation'} split of {config.dataset}; use at "
+                             f"most {len(idx)}, or 0 for all")
     if config.train_examples:
         train_idx = train_idx[:config.train_examples]
     if config.val_examples:
@@ -184,11 +206,28 @@ def _load_official_and_ood(config) -> tuple[data.Split, data.Split, dict[str, da
     sources = _sources(config)
     official = data.load_split(config.dataset, "train", **sources)
     test = data.load_split(config.dataset, "test", **sources)
+    for split in (official, test):
+        _check_labels_fit(config, split)
     ood = {}
     for name in configuration.parse_list(config.ood_datasets) + configuration.parse_list(
             config.extra_ood):
         ood[name] = data.load_ood(name, **sources)
+        _check_ood_shape(name, ood[name], official)
     return official, test, ood
+
+
+def _check_labels_fit(config, split: data.Split) -> None:
+    if len(split.labels) and int(split.labels.max()) >= config.num_classes:
+        raise ValueError(f"config.num_classes={config.num_classes} but {split.name} has labels up "
+                         f"to {int(split.labels.max())}: set config.num_classes to at least "
+                         f"{int(split.labels.max()) + 1}")
+
+
+def _check_ood_shape(name: str, ood: data.Split, train: data.Split) -> None:
+    if ood.images.shape[1:] != train.images.shape[1:]:
+        raise ValueError(f"OOD set {name!r} has images of shape {ood.images.shape[1:]}, but the "
+                         f"model reads {train.images.shape[1:]} ({train.name}): an OOD set must "
+                         f"have the in-distribution image size and channels")
 
 
 def load_data(config) -> dict[str, Any]:
@@ -301,6 +340,9 @@ def _train_seeds(runs: list[_SeedRun], *, vmapped: bool, stop_after_steps: int |
     mesh = parallel.make_mesh()
     num_devices = mesh.size
     for run_ in runs:
+        if run_.workdir.exists() and not run_.workdir.is_dir():
+            raise ValueError(f"--workdir={run_.workdir} is a file, not a folder: give a folder "
+                             f"(it is created if missing)")
         run_.workdir.mkdir(parents=True, exist_ok=True)
         check_shared_workdir(run_.workdir)
         _check_or_write_config(run_.config, run_.workdir)
@@ -378,7 +420,7 @@ def _train_seeds(runs: list[_SeedRun], *, vmapped: bool, stop_after_steps: int |
         resume_step = max(common_steps)
         restored = []
         for run_ in runs:
-            seed_restored, meta = run_.ckpt.restore_last(seed_abstract, resume_step)
+            seed_restored, meta = _restore_for_resume(run_, seed_abstract, resume_step)
             run_.best_accuracy, run_.best_step = meta["best_val_accuracy"], meta["best_step"]
             restored.append(seed_restored)
         state = _stack_on(mesh, restored) if vmapped else restored[0]
@@ -536,6 +578,19 @@ def _train_seeds(runs: list[_SeedRun], *, vmapped: bool, stop_after_steps: int |
         run_.ckpt.close()
         summaries.append(summary)
     return summaries
+
+
+def _restore_for_resume(run_: _SeedRun, abstract_state, step: int):
+    """The `last` checkpoint at `step`, or a clear error if it does not fit this program (a
+    workdir from another version of gedl-jax, or a damaged checkpoint). Nothing is deleted."""
+    try:
+        return run_.ckpt.restore_last(abstract_state, step)
+    except (ValueError, KeyError, TypeError, FileNotFoundError, OSError) as e:
+        raise ConfigMismatchError(
+            f"cannot resume from {run_.workdir}/checkpoints/last/{step}: it does not match the "
+            f"train state of this version of gedl-jax, or it is damaged ({type(e).__name__}: "
+            f"{str(e)[:300]}). The workdir was left as it is; use a new --workdir, or the "
+            f"version that wrote it.") from None
 
 
 def _stop_for_preemption(flush_metrics: Callable, save_last: Callable, runs: list[_SeedRun],
