@@ -4,6 +4,7 @@ lost. The table of what was tried is docs/robustness.md. Generated data only."""
 
 import json
 import shutil
+import subprocess
 
 import jax
 import numpy as np
@@ -32,6 +33,10 @@ def config(data_dir, tmp_path, **fields):
     ({"c_w": float("nan")}, "config.c_w=nan must be a finite number"),
     ({"learning_rate": float("inf")}, "config.learning_rate=inf must be a finite number"),
     ({"num_classes": 1}, "config.num_classes=1 must be >= 2"),
+    ({"exp_clip": 0.0}, "config.exp_clip=0.0 must be > 0"),
+    ({"checkpoint_every_steps": -1}, "config.checkpoint_every_steps=-1 must be >= 0"),
+    ({"seeds": "1,2,1"}, "lists a seed twice"),
+    ({"model": "vgg16"}, "config.model='vgg16' needs 32x32 RGB input"),
     ({"coordinator_address": "127.0.0.1:1234"}, "config.distributed=False"),
     ({"distributed": True, "coordinator_address": "localhost"}, "must be 'host:port'"),
     ({"distributed": True, "num_processes": 2, "process_id": 2}, "config.process_id=2 must be"),
@@ -145,3 +150,19 @@ def test_workdir_from_another_version(data_dir, tmp_path, fast_compile, monkeypa
     assert checkpoint_steps(workdir) == [1]
     assert sorted(p.relative_to(workdir) for p in workdir.rglob("*")) == before
     shutil.rmtree(tmp_path / "cache", ignore_errors=True)
+
+
+def test_distributed_with_nothing_to_detect_is_a_clear_cli_error(tmp_path):
+    """Outside SLURM / Open MPI / TPU, `--config.distributed=True` alone cannot find the other
+    processes: exit 2 with what to add, no waiting."""
+    from training_fixtures import REPO, cli_args, subprocess_env
+
+    env = subprocess_env(tmp_path / "cache")
+    for name in [k for k in env if k.startswith(("SLURM_", "OMPI_", "PMI_", "JAX_COORD"))]:
+        del env[name]
+    proc = subprocess.run(cli_args(tmp_path / "w", tmp_path / "data") + [
+        "--config.distributed=True"], cwd=REPO, env=env, capture_output=True, text=True,
+        timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "--config.coordinator_address=HOST:PORT" in proc.stderr, proc.stderr
+    assert not (tmp_path / "w").exists()
