@@ -187,11 +187,12 @@ def _seed_splits(config, official: data.Split, test: data.Split, seed: int
     and the training examples' indices into it (the order the split lists them in)."""
     train_idx, val_idx = data.split_indices(len(official), config.val_fraction,
                                             _split_seed(config, seed))
-    for field, idx in (("train_examples", train_idx), ("val_examples", val_idx)):
+    for field, idx, part in (("train_examples", train_idx, "training"),
+                             ("val_examples", val_idx, "validation")):
         if config[field] > len(idx):
             raise ValueError(f"config.{field}={config[field]} exceeds the {len(idx)} examples "
-                             f"of the {'training' if field == 'train_examples' else 'validation'} split of {config.dataset}; use at "
-                             f"most {len(idx)}, or 0 for all")
+                             f"of the {part} split of {config.dataset}; use at most "
+                             f"{len(idx)}, or 0 for all")
     if config.train_examples:
         train_idx = train_idx[:config.train_examples]
     if config.val_examples:

@@ -59,7 +59,8 @@ def test_more_examples_than_the_split_holds(data_dir, tmp_path, field):
 
 
 @pytest.mark.parametrize("images,labels,message", [
-    (np.zeros((40, 32, 32, 3), np.uint8), np.zeros(40, np.int64), r"images are \(32, 32, 3\), expected"),
+    (np.zeros((40, 32, 32, 3), np.uint8), np.zeros(40, np.int64),
+     r"images are \(32, 32, 3\), expected"),
     (np.zeros((40, 28, 28), np.float32), np.zeros(40, np.int64), "must be N x H x W x C uint8"),
     (np.zeros((40, 28, 28), np.uint8), np.full(40, 12), r"labels span 12\.\.12, expected 0\.\.9"),
     (np.zeros((40, 28, 28), np.uint8), np.zeros(39, np.int64), "'labels' must be 40 integers"),
