@@ -5,13 +5,14 @@ its exit code checked. Generated data (tests/training_fixtures.py)."""
 
 import json
 import pathlib
+import signal
 import subprocess
 import sys
 import time
 
 import numpy as np
-from training_fixtures import (REPO, assert_same_tree, cli_args, free_port, run_to_end,
-                               saved_state, subprocess_env, write_tiny_mnist)
+from training_fixtures import (REPO, assert_same_tree, checkpoint_steps, cli_args, free_port,
+                               run_to_end, saved_state, subprocess_env, write_tiny_mnist)
 
 TIMEOUT = 300
 HERE = pathlib.Path(__file__).resolve().parent
@@ -79,6 +80,42 @@ def test_two_processes_equal_one_process_with_two_devices(tmp_path):
     lines_b = (multi / "metrics.jsonl").read_text().splitlines()
     assert len(lines_a) == len(lines_b) > 0
     assert not list(multi.glob(".shared_filesystem_check*"))
+
+
+def test_sigterm_to_one_host_stops_every_host_at_the_same_step(tmp_path):
+    """SIGTERM to process 1 only: JAX's preemption service agrees on a step, both processes
+    save that step's checkpoint together and exit with 75; rerun, they finish."""
+    data_dir = write_tiny_mnist(tmp_path / "data")
+    workdir = tmp_path / "w"
+    port = free_port()
+    env = subprocess_env(tmp_path / "c", devices=1)
+    commands = [cli_args(workdir, data_dir, num_epochs=4, log_every_steps=1)
+                + distributed_args(port, i) for i in range(2)]
+    procs = [subprocess.Popen(c, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for c in commands]
+    try:
+        seen, deadline = [], time.time() + TIMEOUT
+        while time.time() < deadline:
+            line = procs[0].stdout.readline()
+            seen.append(line)
+            if not line or "epoch 2/4 step 10/32" in line:
+                break
+        assert procs[1].poll() is None, "".join(seen)
+        procs[1].send_signal(signal.SIGTERM)
+        outs = ["".join(seen) + procs[0].communicate(timeout=120)[0],
+                procs[1].communicate(timeout=120)[0]]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    codes = [p.returncode for p in procs]
+    assert codes == [75, 75], "\n\n".join(outs)
+    steps = checkpoint_steps(workdir)
+    assert steps and 10 <= steps[-1] < 32, steps
+    assert all(f"checkpoint at step {steps[-1]} " in out for out in outs), outs
+    outputs = run_processes(commands, env)
+    assert f"resumed from {workdir}/checkpoints/last at step {steps[-1]}" in outputs[0]
+    assert checkpoint_steps(workdir)[-1] == 32
 
 
 def test_workdir_not_shared_fails_on_every_process_with_a_clear_error(tmp_path):
