@@ -1,6 +1,8 @@
-"""Preemption: SIGTERM/SIGINT to a real training process save a checkpoint at the next step
-boundary, exit with `EXIT_PREEMPTED` within seconds, and the same command resumes to the
-parameters of an uninterrupted run. Generated data (tests/training_fixtures.py)."""
+"""Interrupted runs. SIGTERM/SIGINT to a real training process save a checkpoint at the next step
+boundary and exit with `EXIT_PREEMPTED` within seconds; SIGKILL at random points leaves the last
+complete checkpoint; a save cut off half-way is ignored. Each time the same command resumes to
+the parameters of an uninterrupted run, bit for bit. Generated data (tests/training_fixtures.py).
+"""
 
 import shutil
 import signal
@@ -10,8 +12,8 @@ import time
 import jax
 import numpy as np
 import pytest
-from training_fixtures import (REPO, assert_same_tree, checkpoint_steps, cli_args, run_to_end,
-                               saved_state, subprocess_env, write_tiny_mnist)
+from training_fixtures import (REPO, TINY_FIELDS, assert_same_tree, checkpoint_steps, cli_args,
+                               run_to_end, saved_state, subprocess_env, write_tiny_mnist)
 
 from gedl_jax import preemption
 
@@ -95,7 +97,8 @@ def test_preemption_request_in_process_stops_with_a_checkpoint(tmp_path, fast_co
 
     data_dir = write_tiny_mnist(tmp_path / "data")
     c = configuration.build_config("mnist", "gedl")
-    for k, v in {**_tiny(), "data_dir": str(data_dir), "cache_dir": str(tmp_path / "c")}.items():
+    fields = {**TINY_FIELDS, "data_dir": str(data_dir), "cache_dir": str(tmp_path / "c")}
+    for k, v in fields.items():
         c[k] = v
     preemption.request()
     try:
@@ -113,12 +116,6 @@ def fast_compile():
     jax.config.update("jax_disable_most_optimizations", True)
     yield
     jax.config.update("jax_disable_most_optimizations", previous)
-
-
-def _tiny():
-    from training_fixtures import TINY_FIELDS
-
-    return dict(TINY_FIELDS)
 
 
 def test_sigkill_at_random_points_then_rerun_ends_like_an_uninterrupted_run(tmp_path,
@@ -171,7 +168,7 @@ def test_checkpoint_cut_off_while_written_is_never_used(tmp_path, fast_compile):
 
     data_dir = write_tiny_mnist(tmp_path / "data")
     c = configuration.build_config("mnist", "gedl")
-    for k, v in {**_tiny(), "data_dir": str(data_dir), "cache_dir": str(tmp_path / "c"),
+    for k, v in {**TINY_FIELDS, "data_dir": str(data_dir), "cache_dir": str(tmp_path / "c"),
                  "checkpoint_every_steps": 3}.items():
         c[k] = v
     full = train.train_and_evaluate(c, tmp_path / "full")
