@@ -13,19 +13,29 @@ ignored on restore.
 from __future__ import annotations
 
 import pathlib
+import zlib
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
 
 
+def _options(folder: pathlib.Path, max_to_keep: int) -> ocp.CheckpointManagerOptions:
+    # With several processes Orbax synchronises each save with barriers named after the step;
+    # `last` and `best` (and the seeds of a vmapped run) save the same step at the same time,
+    # so each manager needs its own barrier names.
+    prefix = f"gedl{zlib.crc32(str(folder).encode()):08x}"
+    return ocp.CheckpointManagerOptions(
+        max_to_keep=max_to_keep, create=True,
+        multiprocessing_options=ocp.options.MultiprocessingOptions(
+            barrier_sync_key_prefix=prefix))
+
+
 class RunCheckpoints:
     def __init__(self, workdir: str | pathlib.Path):
         root = pathlib.Path(workdir).absolute() / "checkpoints"
-        self.last = ocp.CheckpointManager(
-            root / "last", options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True))
-        self.best = ocp.CheckpointManager(
-            root / "best", options=ocp.CheckpointManagerOptions(max_to_keep=1, create=True))
+        self.last = ocp.CheckpointManager(root / "last", options=_options(root / "last", 2))
+        self.best = ocp.CheckpointManager(root / "best", options=_options(root / "best", 1))
 
     def save_last(self, step: int, state, meta: dict[str, Any]) -> None:
         self._save(self.last, step, state, meta)

@@ -12,6 +12,7 @@ optional modifiers (`quick`).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import ml_collections
@@ -181,7 +182,12 @@ def default_config(dataset: str) -> ml_collections.ConfigDict:
     c.checkpoint_every_steps = 0       # extra mid-epoch checkpoints (0 = only at epoch ends)
     c.evaluate_at_end = True           # test + OOD evaluation of the best checkpoint
     c.plots = True                     # write PNG plots at the end
-    c.distributed = False              # call jax.distributed.initialize() (multi-host)
+    c.distributed = False              # call jax.distributed.initialize() (multi-host; see
+                                       # docs/multihost.md); the three fields below, where empty,
+                                       # come from JAX_COORDINATOR_ADDRESS or SLURM/Open MPI/TPU
+    c.coordinator_address = ""         # "host:port" of process 0's coordinator service
+    c.num_processes = 0                # number of processes (hosts) in the job; 0 = auto
+    c.process_id = -1                  # this process's index in [0, num_processes); -1 = auto
     return c
 
 
@@ -267,6 +273,11 @@ def validate_config(c: ml_collections.ConfigDict, num_devices: int = 1) -> None:
         if value not in allowed:
             raise ValueError(f"config.{field}={value!r} is not allowed; allowed values: "
                              f"{list(allowed)}")
+    for field, value in c.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"config.{field}={value!r} must be a finite number")
+    if c.num_classes < 2:
+        raise ValueError(f"config.num_classes={c.num_classes} must be >= 2")
     positive = ("learning_rate", "batch_size", "num_epochs", "eval_batch_size",
                 "eval_every_epochs", "log_every_steps", "num_classes", "c_tau", "exp_clip",
                 "annealing_epochs")
@@ -302,9 +313,33 @@ def validate_config(c: ml_collections.ConfigDict, num_devices: int = 1) -> None:
         raise ValueError("config.vmap_seeds=True with config.base_rate='label_frequency' needs one "
                          "train split for all seeds (the base rate is compiled into the step): "
                          "set config.split_seed to an integer, or config.vmap_seeds=False")
+    _validate_distributed(c)
     expected_model = DATASET_DEFAULTS[c.dataset]["model"]
     if c.model != expected_model:
         # Not an error (a user may try VGG on MNIST) but the input shape must suit the model.
         if c.model == "vgg16" and c.dataset in ("mnist", "fashion_mnist"):
             raise ValueError("config.model='vgg16' needs 32x32 RGB input; MNIST-family data is "
                              "28x28x1: use config.model='convnet'")
+
+
+def _validate_distributed(c: ml_collections.ConfigDict) -> None:
+    given = [f for f, unset in (("coordinator_address", ""), ("num_processes", 0),
+                                ("process_id", -1)) if c.get(f, unset) != unset]
+    if given and not c.distributed:
+        raise ValueError(f"config.{given[0]} is set but config.distributed=False: add "
+                         f"--config.distributed=True to start a multi-process run")
+    address = str(c.get("coordinator_address", ""))
+    if address:
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"config.coordinator_address={address!r} must be 'host:port' "
+                             f"(e.g. '10.0.0.1:1234'), the address of process 0")
+    num_processes, process_id = int(c.get("num_processes", 0)), int(c.get("process_id", -1))
+    if num_processes < 0:
+        raise ValueError(f"config.num_processes={num_processes} must be >= 1 (0 = auto-detect)")
+    if process_id < -1 or (num_processes and process_id >= num_processes):
+        raise ValueError(f"config.process_id={process_id} must be in [0, num_processes="
+                         f"{num_processes}) (-1 = auto-detect)")
+    if (num_processes > 0) != (process_id >= 0):
+        raise ValueError("config.num_processes and config.process_id go together: set both "
+                         "(or neither, to auto-detect them from the cluster)")

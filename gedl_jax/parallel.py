@@ -255,14 +255,16 @@ def make_eval_step(model, spec: losses.LossSpec, mesh,
                    normalize_mean=None, normalize_std=None) -> Callable:
     """`eval_step(params, batch_stats, images_BxHxWxC_u8) -> (alpha_BxK, prior_strength_B)`.
 
-    The batch is laid out over the "data" axis by the jit partitioner (no collectives needed:
-    batch norm uses its running statistics in evaluation).
+    The batch is laid out over the "data" axis by the jit partitioner (batch norm uses its
+    running statistics in evaluation); the outputs are gathered onto every device, so each
+    process can read all of them (JAX refuses to fetch an array with shards on other
+    processes' devices).
     """
     mean = None if normalize_mean is None else jnp.asarray(normalize_mean)
     std = None if normalize_std is None else jnp.asarray(normalize_std)
     batch_sharding = NamedSharding(mesh, P(AXIS))
 
-    @jax.jit
+    @functools.partial(jax.jit, out_shardings=replicated(mesh))
     def eval_step(params, batch_stats, images_BxHxWxC):
         x = jax.lax.with_sharding_constraint(data.to_float(images_BxHxWxC, mean, std),
                                              batch_sharding)

@@ -16,6 +16,10 @@ runs/<dataset>_<variant>[_quick]. The run writes into the workdir: config.json,
 checkpoints/{last,best}, metrics.jsonl, tensorboard/, and at the end eval_results.json,
 eval_table.md and plots. Started again with the same command, a killed run continues from its
 last checkpoint and ends with the same parameters as an uninterrupted run.
+
+Exit status: 0 finished; 2 bad input (config, data, workdir; the message says what to fix);
+75 preempted: SIGTERM or SIGINT arrived, the run saved a checkpoint at the next step boundary and
+stopped (rerun the same command to resume; `gedl_jax.preemption.EXIT_PREEMPTED`); 1 anything else.
 """
 
 from __future__ import annotations
@@ -24,9 +28,11 @@ import dataclasses
 import functools
 import json
 import math
+import os
 import pathlib
 import sys
 import time
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -34,13 +40,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gedl_jax import checkpointing, configuration, data, losses, models, parallel
+from gedl_jax import checkpointing, configuration, data, losses, models, parallel, preemption
 
 # Fields that do not change the trained parameters: a resumed run may change them.
 _NON_TRAINING_FIELDS = {"evaluate_at_end", "plots", "log_every_steps", "ood_datasets",
                         "extra_ood", "eval_batch_size", "seeds", "data_dir", "cache_dir",
                         "data_source", "tfds_data_dir", "checkpoint_every_steps", "distributed",
-                        "download", "data_mirror", "run_name", "eval_examples"}
+                        "download", "data_mirror", "run_name", "eval_examples",
+                        "coordinator_address", "num_processes", "process_id"}
 
 
 class NonFiniteLossError(RuntimeError):
@@ -72,7 +79,24 @@ def _check_or_write_config(config, workdir: pathlib.Path) -> None:
     path = workdir / "config.json"
     current = _config_dict(config)
     if path.exists():
-        previous = json.loads(path.read_text())
+        try:
+            previous = json.loads(path.read_text())
+            if not isinstance(previous, dict):
+                raise ValueError("not a JSON object")
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ConfigMismatchError(
+                f"{path} is not a readable config ({type(e).__name__}: {e}); it was left as it "
+                f"is. Use a new --workdir, or restore that file.") from None
+        unknown = sorted(set(previous) - set(current))
+        if unknown:
+            raise ConfigMismatchError(
+                f"{workdir} holds a run written by another version of gedl-jax: its "
+                f"config.json has fields this version does not know ({', '.join(unknown)}). "
+                f"Resume it with the version that wrote it, or use a new --workdir.")
+        # A field added since that run was written counts as unchanged at its default value
+        # (new fields default to the earlier behaviour).
+        defaults = _config_dict(configuration.build_config(config.dataset, config.variant))
+        previous = {k: previous.get(k, defaults.get(k)) for k in current}
         changed = sorted(k for k in set(previous) | set(current)
                          if k not in _NON_TRAINING_FIELDS and previous.get(k) != current.get(k))
         if changed:
@@ -85,6 +109,35 @@ def _check_or_write_config(config, workdir: pathlib.Path) -> None:
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(current, indent=2, sort_keys=True))
         tmp.replace(path)
+
+
+def check_shared_workdir(workdir: pathlib.Path) -> None:
+    """With several processes, the workdir must be one folder all of them see (Orbax writes
+    each checkpoint collectively, process 0 its metadata): process 0 writes a token, every
+    process reads it back, and all of them fail together if any could not."""
+    if jax.process_count() == 1:
+        return
+    from jax.experimental import multihost_utils  # noqa: PLC0415
+
+    token = workdir / ".shared_filesystem_check"
+    if jax.process_index() == 0:
+        token.write_text(f"{os.getpid()}-{time.time_ns()}")
+    multihost_utils.sync_global_devices("gedl_jax: shared workdir token written")
+    try:
+        seen = zlib.crc32(token.read_bytes()) + 1
+    except OSError:
+        seen = 0
+    everyone = np.asarray(multihost_utils.process_allgather(np.int64(seen))).reshape(-1)
+    multihost_utils.sync_global_devices("gedl_jax: shared workdir token read")
+    if jax.process_index() == 0:
+        token.unlink(missing_ok=True)
+    blind = [i for i, value in enumerate(everyone) if value != everyone[0] or value == 0]
+    if blind:
+        raise ValueError(
+            f"--workdir={workdir} is not one folder shared by all {jax.process_count()} "
+            f"processes: process(es) {blind} cannot see the file process 0 wrote there. "
+            f"Multi-host runs need a shared filesystem (NFS, Lustre, a mounted bucket) for the "
+            f"workdir, at the same path on every host.")
 
 
 class MetricsWriter:
@@ -138,6 +191,12 @@ def _seed_splits(config, official: data.Split, test: data.Split, seed: int
     and the training examples' indices into it (the order the split lists them in)."""
     train_idx, val_idx = data.split_indices(len(official), config.val_fraction,
                                             _split_seed(config, seed))
+    for field, idx, part in (("train_examples", train_idx, "training"),
+                             ("val_examples", val_idx, "validation")):
+        if config[field] > len(idx):
+            raise ValueError(f"config.{field}={config[field]} exceeds the {len(idx)} examples "
+                             f"of the {part} split of {config.dataset}; use at most "
+                             f"{len(idx)}, or 0 for all")
     if config.train_examples:
         train_idx = train_idx[:config.train_examples]
     if config.val_examples:
@@ -178,12 +237,31 @@ def _load_official_and_ood(config) -> tuple[data.Split, data.Split, dict[str, da
     obtain_inputs(config)
     sources = dict(_sources(config), download="never")  # obtained above: no second fetch
     official = data.load_split(config.dataset, "train", **sources)
-    test = data.load_split(config.dataset, "test", **sources).subset(config.eval_examples)
+    test = data.load_split(config.dataset, "test", **sources)
+    for split in (official, test):
+        _check_labels_fit(config, split)
+    test = test.subset(config.eval_examples)
     ood = {}
     for name in configuration.parse_list(config.ood_datasets) + configuration.parse_list(
             config.extra_ood):
-        ood[name] = data.load_ood(name, **sources).subset(config.eval_examples)
+        ood[name] = data.load_ood(name, **sources)
+        _check_ood_shape(name, ood[name], official)
+        ood[name] = ood[name].subset(config.eval_examples)
     return official, test, ood
+
+
+def _check_labels_fit(config, split: data.Split) -> None:
+    if len(split.labels) and int(split.labels.max()) >= config.num_classes:
+        raise ValueError(f"config.num_classes={config.num_classes} but {split.name} has labels up "
+                         f"to {int(split.labels.max())}: set config.num_classes to at least "
+                         f"{int(split.labels.max()) + 1}")
+
+
+def _check_ood_shape(name: str, ood: data.Split, train: data.Split) -> None:
+    if ood.images.shape[1:] != train.images.shape[1:]:
+        raise ValueError(f"OOD set {name!r} has images of shape {ood.images.shape[1:]}, but the "
+                         f"model reads {train.images.shape[1:]} ({train.name}): an OOD set must "
+                         f"have the in-distribution image size and channels")
 
 
 def load_data(config) -> dict[str, Any]:
@@ -296,7 +374,11 @@ def _train_seeds(runs: list[_SeedRun], *, vmapped: bool, stop_after_steps: int |
     mesh = parallel.make_mesh()
     num_devices = mesh.size
     for run_ in runs:
+        if run_.workdir.exists() and not run_.workdir.is_dir():
+            raise ValueError(f"--workdir={run_.workdir} is a file, not a folder: give a folder "
+                             f"(it is created if missing)")
         run_.workdir.mkdir(parents=True, exist_ok=True)
+        check_shared_workdir(run_.workdir)
         _check_or_write_config(run_.config, run_.workdir)
 
     num_train = len(runs[0].train.labels)
@@ -372,7 +454,7 @@ def _train_seeds(runs: list[_SeedRun], *, vmapped: bool, stop_after_steps: int |
         resume_step = max(common_steps)
         restored = []
         for run_ in runs:
-            seed_restored, meta = run_.ckpt.restore_last(seed_abstract, resume_step)
+            seed_restored, meta = _restore_for_resume(run_, seed_abstract, resume_step)
             run_.best_accuracy, run_.best_step = meta["best_val_accuracy"], meta["best_step"]
             restored.append(seed_restored)
         state = _stack_on(mesh, restored) if vmapped else restored[0]
@@ -463,7 +545,7 @@ def _train_seeds(runs: list[_SeedRun], *, vmapped: bool, stop_after_steps: int |
                               for r, (a, imp, _) in zip(runs, accuracies))
             _log(f"epoch {epoch + 1}: validation accuracy per seed {listed} (* = best so far)")
 
-    stopped_early = False
+    stopped_early = preempted = False
     try:
         while step < total_steps:
             if stop_after_steps is not None and step >= stop_after_steps:
@@ -493,6 +575,12 @@ def _train_seeds(runs: list[_SeedRun], *, vmapped: bool, stop_after_steps: int |
                         and step != epoch_end:
                     flush_metrics()
                     save_last()
+                # Called after every step on every process (JAX's multi-host sync point needs
+                # that). At an epoch end the stop waits for validation and the epoch's
+                # checkpoint below, so a resumed run never skips a validation.
+                preempted = preemption.should_stop(step)
+                if preempted and step != epoch_end:
+                    _stop_for_preemption(flush_metrics, save_last, runs, step)
                 if stop_after_steps is not None and step >= stop_after_steps:
                     stopped_early = True
                     break
@@ -502,6 +590,8 @@ def _train_seeds(runs: list[_SeedRun], *, vmapped: bool, stop_after_steps: int |
             if (epoch + 1) % config.eval_every_epochs == 0 or step == total_steps:
                 validate(epoch)
             save_last()
+            if preempted:
+                _stop_for_preemption(flush_metrics, save_last, runs, step)
     finally:
         for run_ in runs:
             run_.ckpt.wait()
@@ -522,6 +612,31 @@ def _train_seeds(runs: list[_SeedRun], *, vmapped: bool, stop_after_steps: int |
         run_.ckpt.close()
         summaries.append(summary)
     return summaries
+
+
+def _restore_for_resume(run_: _SeedRun, abstract_state, step: int):
+    """The `last` checkpoint at `step`, or a clear error if it does not fit this program (a
+    workdir from another version of gedl-jax, or a damaged checkpoint). Nothing is deleted."""
+    try:
+        return run_.ckpt.restore_last(abstract_state, step)
+    except (ValueError, KeyError, TypeError, FileNotFoundError, OSError) as e:
+        raise ConfigMismatchError(
+            f"cannot resume from {run_.workdir}/checkpoints/last/{step}: it does not match the "
+            f"train state of this version of gedl-jax, or it is damaged ({type(e).__name__}: "
+            f"{str(e)[:300]}). The workdir was left as it is; use a new --workdir, or the "
+            f"version that wrote it.") from None
+
+
+def _stop_for_preemption(flush_metrics: Callable, save_last: Callable, runs: list[_SeedRun],
+                         step: int) -> None:
+    """Write the pending metrics and the `last` checkpoint of every seed, wait until it is on
+    disk, and raise `preemption.Preempted` (the CLI exits with `EXIT_PREEMPTED`)."""
+    flush_metrics()
+    save_last()
+    for run_ in runs:
+        run_.ckpt.wait()
+    where = runs[0].workdir if len(runs) == 1 else runs[0].workdir.parent / "seed_*"
+    raise preemption.Preempted(step, str(where))
 
 
 def run(config, workdir: str | pathlib.Path) -> list[dict[str, Any]]:
@@ -553,6 +668,25 @@ def run(config, workdir: str | pathlib.Path) -> list[dict[str, Any]]:
     return results
 
 
+def initialize_distributed(config) -> None:
+    """`jax.distributed.initialize` from the config; empty fields are left to JAX, which reads
+    JAX_COORDINATOR_ADDRESS and detects SLURM, Open MPI and TPU pods."""
+    kwargs: dict[str, Any] = {}
+    if config.coordinator_address:
+        kwargs["coordinator_address"] = config.coordinator_address
+    if config.num_processes:
+        kwargs["num_processes"] = int(config.num_processes)
+        kwargs["process_id"] = int(config.process_id)
+    try:
+        jax.distributed.initialize(**kwargs)
+    except ValueError as e:  # JAX: "coordinator_address should be defined." and the like
+        raise ValueError(f"config.distributed=True but {e} Outside SLURM/Open MPI/TPU, give "
+                         f"--config.coordinator_address=HOST:PORT --config.num_processes=N "
+                         f"--config.process_id=I on every host (docs/multihost.md)") from None
+    _log(f"jax.distributed: process {jax.process_index()} of {jax.process_count()}, "
+         f"{jax.local_device_count()} local / {jax.device_count()} global devices")
+
+
 def main(argv=None) -> int:
     from absl import app, flags  # noqa: PLC0415
     from ml_collections import config_flags  # noqa: PLC0415
@@ -570,14 +704,19 @@ def main(argv=None) -> int:
         if len(_argv) > 1:
             raise app.UsageError(f"unexpected arguments: {_argv[1:]}")
         config = flags_.config
-        if config.distributed:
-            jax.distributed.initialize()
-        workdir = flags_.workdir
-        if not workdir:
-            workdir = str(pathlib.Path("runs") / config.run_name)
-            _log(f"workdir: {workdir} (the default for this config; --workdir=DIR to choose)")
         try:
+            if config.distributed:
+                configuration.validate_config(config)  # before waiting for the other hosts
+                initialize_distributed(config)
+            workdir = flags_.workdir
+            if not workdir:
+                workdir = str(pathlib.Path("runs") / config.run_name)
+                _log(f"workdir: {workdir} (the default for this config; --workdir=DIR to choose)")
+            preemption.install()
             run(config, workdir)
+        except preemption.Preempted as e:
+            print(f"{e}", file=sys.stderr, flush=True)
+            return preemption.EXIT_PREEMPTED
         except (ValueError, ConfigMismatchError, NonFiniteLossError, data.DataError) as e:
             print(f"error: {e}", file=sys.stderr, flush=True)
             return 2

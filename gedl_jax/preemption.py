@@ -1,0 +1,98 @@
+"""Preemption: SIGTERM/SIGINT end a run at the next step boundary with a checkpoint.
+
+Clusters (SLURM, Kubernetes, cloud spot VMs) announce a preemption with SIGTERM and kill the job
+a grace period later. `install()` (called by the training CLI) turns SIGTERM and SIGINT into a
+request; the training loop asks `should_stop(step)` after every step, saves its `last`
+checkpoint, and the CLI exits with `EXIT_PREEMPTED`. Started again with the same command, the run
+resumes from that checkpoint exactly (the data order, augmentation and dropout draws are
+functions of the seed and the step).
+
+Several processes (`jax.distributed`): every host must stop at the *same* step, or the hosts that
+go on would wait forever in the next collective. JAX's preemption service (on by default after
+`jax.distributed.initialize`) catches SIGTERM on any host and agrees on a step with all others;
+`multihost_utils.reached_preemption_sync_point(step)` turns True on every host at that step. So
+with more than one process SIGTERM is left to JAX's handler, and SIGINT is forwarded to it as a
+SIGTERM to this process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import jax
+
+# Exit status of a run that stopped for a preemption signal after saving its checkpoint:
+# EX_TEMPFAIL of sysexits.h ("temporary failure, retry"), distinct from 0 (finished), 1 (crash)
+# and 2 (bad input). Rerun the same command (e.g. SLURM --requeue) to resume.
+EXIT_PREEMPTED = 75
+
+_requested = threading.Event()
+_signal_name: list[str] = []
+
+
+class Preempted(Exception):
+    """Raised by the training loop after it saved a checkpoint because of a preemption signal."""
+
+    def __init__(self, step: int, workdir: str):
+        super().__init__(f"preempted ({signal_name()}): saved a checkpoint at step {step} in "
+                         f"{workdir}/checkpoints/last; rerun the same command to resume")
+        self.step = step
+
+
+def signal_name() -> str:
+    return _signal_name[0] if _signal_name else "request"
+
+
+def _multi_process() -> bool:
+    return jax.process_count() > 1
+
+
+def _on_signal(signum, frame) -> None:
+    del frame
+    if not _signal_name:
+        _signal_name.append(signal.Signals(signum).name)
+    _requested.set()
+
+
+def _forward_to_jax(signum, frame) -> None:
+    """SIGINT under jax.distributed: let JAX's preemption service (which owns SIGTERM) agree on
+    the stopping step with the other hosts."""
+    _on_signal(signum, frame)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def install() -> None:
+    """Route SIGTERM and SIGINT to a checkpoint-and-stop (main thread only). Call after
+    `jax.distributed.initialize`, if any."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if _multi_process():
+        signal.signal(signal.SIGINT, _forward_to_jax)
+    else:
+        signal.signal(signal.SIGTERM, _on_signal)
+        signal.signal(signal.SIGINT, _on_signal)
+
+
+def request() -> None:
+    """What a preemption signal does (for library callers and tests)."""
+    _requested.set()
+
+
+def reset() -> None:
+    _requested.clear()
+    _signal_name.clear()
+
+
+def should_stop(step: int) -> bool:
+    """True when the loop should checkpoint and stop after `step`. With several processes, True
+    on all of them at the same step; call it after every step on every process."""
+    if _multi_process():
+        from jax._src import distributed  # noqa: PLC0415
+        from jax.experimental import multihost_utils  # noqa: PLC0415
+
+        if distributed.global_state.preemption_sync_manager is None:  # service switched off
+            return False
+        return bool(multihost_utils.reached_preemption_sync_point(step))
+    return _requested.is_set()

@@ -1,0 +1,187 @@
+"""Interrupted runs. SIGTERM/SIGINT to a real training process save a checkpoint at the next step
+boundary and exit with `EXIT_PREEMPTED` within seconds; SIGKILL at random points leaves the last
+complete checkpoint; a save cut off half-way is ignored. Each time the same command resumes to
+the parameters of an uninterrupted run, bit for bit. Generated data (tests/training_fixtures.py).
+"""
+
+import shutil
+import signal
+import subprocess
+import time
+
+import jax
+import numpy as np
+import pytest
+from training_fixtures import (REPO, TINY_FIELDS, assert_same_tree, checkpoint_steps, cli_args,
+                               run_to_end, saved_state, subprocess_env, write_tiny_mnist)
+
+from gedl_jax import preemption
+
+# Enough steps that the signal lands mid-run: 8 steps/epoch x 4 epochs.
+FIELDS = {"num_epochs": 4, "log_every_steps": 1}
+TOTAL = 32
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """(data_dir, env, workdir of an uninterrupted run), shared by the tests of this module."""
+    root = tmp_path_factory.mktemp("preemption")
+    data_dir = write_tiny_mnist(root / "data")
+    env = subprocess_env(root / "cache")
+    run_to_end(cli_args(root / "reference", data_dir, **FIELDS), env)
+    return data_dir, env, root / "reference"
+
+
+def _wait_for_line(proc: subprocess.Popen, needle: str, timeout: float) -> list[str]:
+    lines, deadline = [], time.time() + timeout
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if needle in line:
+            return lines
+    proc.kill()
+    raise AssertionError(f"no {needle!r} within {timeout} s:\n{''.join(lines)}")
+
+
+def _preempt(workdir, data_dir, env, signum) -> tuple[list[str], str]:
+    """Start the CLI, send `signum` in epoch 2; check the exit code, the time it took and the
+    checkpoint. Returns the command and its output."""
+    args = cli_args(workdir, data_dir, **FIELDS)
+    proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        # The first progress line of epoch 2: the loop is running, mid-epoch.
+        _wait_for_line(proc, f"epoch 2/4 step 10/{TOTAL}", timeout=180)
+        sent = time.time()
+        proc.send_signal(signum)
+        out, _ = proc.communicate(timeout=60)
+        elapsed = time.time() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == preemption.EXIT_PREEMPTED, out
+    assert elapsed < 15, f"took {elapsed:.1f} s to stop"
+    assert f"preempted ({signal.Signals(signum).name})" in out, out
+    steps = checkpoint_steps(workdir)
+    assert steps and 10 <= steps[-1] < TOTAL, (steps, out)
+    _, meta = saved_state(workdir)
+    assert meta["epoch"] == steps[-1] // 8
+    return args, out
+
+
+def test_sigint_checkpoints_and_exits_75(tmp_path, uninterrupted):
+    data_dir, env, _ = uninterrupted
+    _preempt(tmp_path / "w", data_dir, env, signal.SIGINT)
+
+
+def test_sigterm_checkpoints_at_next_step_and_same_command_resumes(tmp_path, uninterrupted):
+    data_dir, env, reference = uninterrupted
+    workdir = tmp_path / "preempted"
+    args, _ = _preempt(workdir, data_dir, env, signal.SIGTERM)
+    steps = checkpoint_steps(workdir)
+    rerun = run_to_end(args, env)
+    assert f"resumed from {workdir}/checkpoints/last at step {steps[-1]}" in rerun.stdout
+    full, full_meta = saved_state(reference)
+    resumed, resumed_meta = saved_state(workdir)
+    assert int(full["step"]) == int(resumed["step"]) == TOTAL
+    assert_same_tree(full, resumed)
+    assert resumed_meta["best_val_accuracy"] == full_meta["best_val_accuracy"]
+
+
+def test_preemption_request_in_process_stops_with_a_checkpoint(tmp_path, fast_compile):
+    """Library callers: `preemption.request()` (what the signal handler does) ends
+    `train_and_evaluate` with `Preempted` after saving the current step."""
+    from gedl_jax import configuration, train
+
+    data_dir = write_tiny_mnist(tmp_path / "data")
+    c = configuration.build_config("mnist", "gedl")
+    fields = {**TINY_FIELDS, "data_dir": str(data_dir), "cache_dir": str(tmp_path / "c")}
+    for k, v in fields.items():
+        c[k] = v
+    preemption.request()
+    try:
+        with pytest.raises(preemption.Preempted, match="step 1 in"):
+            train.train_and_evaluate(c, tmp_path / "w")
+    finally:
+        preemption.reset()
+    assert checkpoint_steps(tmp_path / "w") == [1]
+
+
+@pytest.fixture
+def fast_compile():
+    """In-process runs compile with XLA's optimisations mostly off (seconds, not tens)."""
+    previous = jax.config.read("jax_disable_most_optimizations")
+    jax.config.update("jax_disable_most_optimizations", True)
+    yield
+    jax.config.update("jax_disable_most_optimizations", previous)
+
+
+def test_sigkill_at_random_points_then_rerun_ends_like_an_uninterrupted_run(tmp_path,
+                                                                           uninterrupted):
+    """SIGKILL (no handler, no checkpoint on the way out; possibly in the middle of an Orbax
+    save) three times at seeded random points, rerunning the same command after each; the
+    final parameters are bit-identical to the uninterrupted run's."""
+    data_dir, env, reference = uninterrupted
+    workdir = tmp_path / "killed"
+    # Mid-epoch checkpoints every 3 steps; checkpoint_every_steps does not change the
+    # parameters (it is not part of the training config), so the reference stays comparable.
+    args = cli_args(workdir, data_dir, **FIELDS, checkpoint_every_steps=3)
+    rng = np.random.default_rng(1234)
+    kills = []
+    for _ in range(3):
+        proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        try:
+            # Kill after a random number (1..7) of progress lines, i.e. steps of this attempt.
+            lines: list[str] = []
+            wanted, seen, deadline = int(rng.integers(1, 8)), 0, time.time() + 180
+            while seen < wanted and time.time() < deadline:
+                line = proc.stdout.readline()
+                if not line:
+                    break
+                lines.append(line)
+                seen += " step " in line and "/32 loss" in line
+            assert proc.poll() is None, "".join(lines)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        kills.append((wanted, checkpoint_steps(workdir)))
+    assert any(steps for _, steps in kills), kills  # at least one attempt left a checkpoint
+    rerun = run_to_end(args, env)
+    assert "resumed from" in rerun.stdout
+    full, full_meta = saved_state(reference)
+    final, final_meta = saved_state(workdir)
+    assert int(final["step"]) == TOTAL
+    assert_same_tree(full, final)
+    assert final_meta["best_val_accuracy"] == full_meta["best_val_accuracy"]
+
+
+def test_checkpoint_cut_off_while_written_is_never_used(tmp_path, fast_compile):
+    """A save interrupted before Orbax's final rename leaves `<step>.orbax-checkpoint-tmp-*`:
+    resuming ignores it and continues from the newest complete checkpoint, ending bit-identical
+    to an uninterrupted run."""
+    from gedl_jax import configuration, train
+
+    data_dir = write_tiny_mnist(tmp_path / "data")
+    c = configuration.build_config("mnist", "gedl")
+    for k, v in {**TINY_FIELDS, "data_dir": str(data_dir), "cache_dir": str(tmp_path / "c"),
+                 "checkpoint_every_steps": 3}.items():
+        c[k] = v
+    full = train.train_and_evaluate(c, tmp_path / "full")
+    workdir = tmp_path / "cut"
+    train.train_and_evaluate(c, workdir, stop_after_steps=5)
+    last = workdir / "checkpoints" / "last"
+    assert checkpoint_steps(workdir) == [3]
+    # A half-written step 6: a copy of step 3 with its array data truncated, under the
+    # temporary name Orbax writes to before renaming.
+    partial = last / "6.orbax-checkpoint-tmp-1763870000000000"
+    shutil.copytree(last / "3", partial)
+    for f in sorted(p for p in partial.rglob("*") if p.is_file() and p.stat().st_size > 64):
+        f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    resumed = train.train_and_evaluate(c, workdir)
+    assert resumed["steps"] == full["steps"] == 16
+    assert_same_tree(jax.device_get(full["state"]), jax.device_get(resumed["state"]))
