@@ -247,7 +247,7 @@ def load_split(name: str, split: str = "train", data_dir: PathLike | None = None
     cached = _from_cache_only(info, split, cache_root)
     if cached is not None:
         return cached
-    if source == "auto" and tfds_source.is_prepared(info.name, tfds_data_dir):
+    if source == "auto" and tfds_source.is_prepared(info.name, tfds_data_dir, split):
         return _from_tfds(info, split, cache_root, tfds_data_dir)
     if mode == "auto":
         root = _fetch(info, split, data_dir, mirror, cache_dir, force=False)
@@ -268,7 +268,7 @@ def _available_offline(info: DatasetInfo, split: str, root: Path | None, cache_r
                        source: str, tfds_data_dir: PathLike | None) -> bool:
     """Whether `split` loads without the network: raw files, a verified cache entry, or TFDS."""
     if source == "tfds":
-        return tfds_source.is_prepared(info.name, tfds_data_dir)
+        return tfds_source.is_prepared(info.name, tfds_data_dir, split)
     if _raw_attempts(info, split, root)[0] is not None:
         return True
     try:
@@ -276,7 +276,7 @@ def _available_offline(info: DatasetInfo, split: str, root: Path | None, cache_r
             return True
     except CorruptDataError:
         return False
-    return source == "auto" and tfds_source.is_prepared(info.name, tfds_data_dir)
+    return source == "auto" and tfds_source.is_prepared(info.name, tfds_data_dir, split)
 
 
 def ensure_available(wanted: list[tuple[str, str]], data_dir: PathLike | None = None,
@@ -329,7 +329,7 @@ def _ensure_tfds(wanted: list[tuple[str, str]], data_dir: PathLike | None,
     """TFDS prepares a whole builder from *every* registered file (for svhn_cropped that includes
     the 1.3 GB extra split; for kmnist the training images), so those are what is fetched."""
     names = [n for n in dict.fromkeys(n for n, _ in wanted)
-             if not tfds_source.is_prepared(n, tfds_data_dir)]
+             if not all(tfds_source.is_prepared(n, tfds_data_dir, s) for m, s in wanted if m == n)]
     if not names:
         return
     every = [(n, s) for n in names for s in get_info(n).splits]

@@ -47,10 +47,12 @@ def tfds_available() -> bool:
     return True
 
 
-def is_prepared(tfds_name: str, tfds_data_dir: str | os.PathLike | None = None) -> bool:
+def is_prepared(tfds_name: str, tfds_data_dir: str | os.PathLike | None = None,
+                split: str | None = None) -> bool:
     """Whether TFDS has `tfds_name` prepared under `tfds_data_dir` (its default if None), or at
-    least `tfds.data_source` (what `read_tfds` uses) can open it, as under
-    `tfds.testing.mock_data`."""
+    least `tfds.data_source` (what `read_tfds` uses) can open `split` of it with examples in it,
+    as under `tfds.testing.mock_data`. (Without a split, data_source opens even an empty or
+    half-written folder, so it proves nothing.)"""
     try:
         tfds = _tfds()
     except DataError:
@@ -58,11 +60,13 @@ def is_prepared(tfds_name: str, tfds_data_dir: str | os.PathLike | None = None) 
     try:
         if tfds.builder(tfds_name, data_dir=tfds_data_dir).is_prepared():
             return True
-    except Exception:  # noqa: BLE001, S110  (unknown name, broken folder: try the reader)
+    except Exception:  # noqa: BLE001  (unknown name, broken folder: try the reader)
         pass
+    if split is None:
+        return False
     try:
-        tfds.data_source(tfds_name, data_dir=tfds_data_dir, download=False)
-        return True
+        return len(tfds.data_source(tfds_name, split=split, data_dir=tfds_data_dir,
+                                    download=False)) > 0
     except Exception:  # noqa: BLE001
         return False
 
