@@ -21,6 +21,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "dataset": ("mnist", "fashion_mnist", "cifar10", "cifar100"),
     "data_source": ("auto", "raw", "tfds"),
     "model": ("convnet", "vgg16"),
+    "init": ("torch", "flax"),
     "evidence": ("softplus", "relu", "exp"),
     "base_rate": ("uniform", "label_frequency"),
     "prior_strength": ("fixed", "adaptive"),
@@ -131,6 +132,10 @@ def default_config(dataset: str) -> ml_collections.ConfigDict:
     # --- model ---
     c.model = d["model"]               # "convnet" (MNIST) or "vgg16" (CIFAR, batch norm)
     c.num_classes = d["num_classes"]   # K
+    c.init = "torch"                   # parameter init: "torch" = the PyTorch reference code's
+                                       # (U(+-1/sqrt(fan_in)) weights and biases; VGG convs
+                                       # N(0, sqrt(2/(9 C_out)))), "flax" = flax's defaults
+                                       # (lecun_normal kernels, zero biases); docs/reproduction.md
     c.compute_dtype = "float32"        # conv/matmul dtype; params and loss stay float32
     # --- prior (Eq. e2alpha, weight_update) ---
     c.evidence = "softplus"            # evidence activation e = f(logits)

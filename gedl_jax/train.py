@@ -176,9 +176,9 @@ def normalization_stats(config, train: data.Split):
 def build_models(config):
     dtype = jnp.bfloat16 if config.compute_dtype == "bfloat16" else jnp.float32
     train_model = models.build_model(config.model, config.num_classes, dtype=dtype,
-                                     axis_name=parallel.AXIS)
+                                     axis_name=parallel.AXIS, init=config.init)
     eval_model = models.build_model(config.model, config.num_classes, dtype=dtype,
-                                    axis_name=None)
+                                    axis_name=None, init=config.init)
     return train_model, eval_model
 
 
