@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -95,6 +96,10 @@ def parse_worker(spec: str) -> dict:
     return w
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def load_average() -> str:
     try:
         return " ".join(f"{x:.1f}" for x in os.getloadavg())
@@ -143,18 +148,29 @@ def main(argv=None) -> int:
         w["times"] = []
         print(f"# {w['label']}: {w['kind']} dtype {w['dtype']} {json.dumps(w['info'])}"
               + (f" env {w['env']}" if w["env"] else ""), flush=True)
-    for r in range(args.rounds):
-        order = workers[r % len(workers):] + workers[:r % len(workers)]
-        for w in order:
-            w["proc"].stdin.write(f"{args.steps}\n")
-            w["proc"].stdin.flush()
-            w["times"].append(float(w["proc"].stdout.readline()))
-        print(f"round {r + 1}: " + "  ".join(
-            f"{w['label']} {args.batch * args.steps / w['times'][-1]:,.0f}" for w in workers)
-            + f" img/s  (load {load_average()})", flush=True)
-    for w in workers:
-        w["proc"].stdin.close()
-        w["proc"].wait()
+    # SIGTERM (or Ctrl-C) ends the rounds early: the summary covers the rounds completed.
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        for r in range(args.rounds):
+            order = workers[r % len(workers):] + workers[:r % len(workers)]
+            times = {}
+            for w in order:
+                w["proc"].stdin.write(f"{args.steps}\n")
+                w["proc"].stdin.flush()
+                times[w["label"]] = float(w["proc"].stdout.readline())
+            for w in workers:   # a round counts only when every worker finished it
+                w["times"].append(times[w["label"]])
+            print(f"round {r + 1}: " + "  ".join(
+                f"{w['label']} {args.batch * args.steps / w['times'][-1]:,.0f}" for w in workers)
+                + f" img/s  (load {load_average()})", flush=True)
+    except KeyboardInterrupt:
+        print("# interrupted: summary of the completed rounds", flush=True)
+    finally:
+        for w in workers:
+            w["proc"].kill()
+            w["proc"].wait()
+    if not ref["times"]:
+        raise SystemExit("no round completed")
     print(f"\n# load average at end: {load_average()}")
     print(f"{'worker':>14} {'img/s (median)':>15} {'ratio to ' + ref['label']:>18} "
           f"{'ratio range':>14}")
