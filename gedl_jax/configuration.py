@@ -103,6 +103,10 @@ VARIANTS["ablation_full"] = dict(VARIANTS["gedl"])
 
 MODIFIERS = ("quick",)
 
+# Fields added after runs had been published, with the value those earlier runs used. A workdir's
+# config.json that lacks such a field is read with this value (to resume or evaluate it).
+LEGACY_DEFAULTS: dict[str, Any] = {"init": "torch"}
+
 
 def default_config(dataset: str) -> ml_collections.ConfigDict:
     """All fields with their defaults (GEDL on `dataset`). Each field documents its meaning."""

@@ -68,7 +68,7 @@ def _check_or_write_config(config, workdir: pathlib.Path) -> None:
     path = workdir / "config.json"
     current = _config_dict(config)
     if path.exists():
-        previous = json.loads(path.read_text())
+        previous = {**configuration.LEGACY_DEFAULTS, **json.loads(path.read_text())}
         changed = sorted(k for k in set(previous) | set(current)
                          if k not in _NON_TRAINING_FIELDS and previous.get(k) != current.get(k))
         if changed:
@@ -175,10 +175,11 @@ def normalization_stats(config, train: data.Split):
 
 def build_models(config):
     dtype = jnp.bfloat16 if config.compute_dtype == "bfloat16" else jnp.float32
+    init = config.get("init", configuration.LEGACY_DEFAULTS["init"])   # pre-`init` config.json
     train_model = models.build_model(config.model, config.num_classes, dtype=dtype,
-                                     axis_name=parallel.AXIS, init=config.init)
+                                     axis_name=parallel.AXIS, init=init)
     eval_model = models.build_model(config.model, config.num_classes, dtype=dtype,
-                                    axis_name=None, init=config.init)
+                                    axis_name=None, init=init)
     return train_model, eval_model
 
 
