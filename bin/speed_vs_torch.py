@@ -115,6 +115,8 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--steps", type=int, default=10, help="timed steps per worker per round")
     p.add_argument("--rounds", type=int, default=6)
+    p.add_argument("--reference", default=None,
+                   help="label of the worker the ratios are taken to (default: the first torch)")
     p.add_argument("--out", default=None, help="write the per-round times as JSON")
     p.add_argument("--_worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--_dtype", default="float32", help=argparse.SUPPRESS)
@@ -128,7 +130,13 @@ def main(argv=None) -> int:
     workers = [parse_worker(s) for s in specs]
     if not any(w["kind"] == "torch" for w in workers):
         raise SystemExit("give one --worker of KIND torch: ratios are taken against it")
-    ref = next(w for w in workers if w["kind"] == "torch")
+    if args.reference:
+        matches = [w for w in workers if w["label"] == args.reference]
+        if not matches:
+            raise SystemExit(f"--reference={args.reference!r} names no --worker label")
+        ref = matches[0]
+    else:
+        ref = next(w for w in workers if w["kind"] == "torch")
     print(f"# {args.model} train step, batch {args.batch}, {args.rounds} rounds x {args.steps} "
           f"steps per worker; host {platform.node()}, {os.cpu_count()} CPUs; load average "
           f"(1, 5, 15 min) at start: {load_average()}", flush=True)
