@@ -31,4 +31,9 @@ edl torch 0
 gedl flax 0 --config.tau_reading=step
 redl flax 0
 redl torch 0
+iedl flax 0
+iedl torch 0
+red flax 0
+red torch 0
+gedl torch 0 --config.tau_reading=step
 QUEUE
