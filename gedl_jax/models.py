@@ -15,7 +15,7 @@ initialisation written out explicitly (spec: variants.md 8.1 and 10):
 models' default, bit for bit the parameters of every run made before the option existed);
 "flax" is flax's defaults for every conv and Dense layer, lecun_normal kernels (variance
 1/fan_in) and zero biases, VGG's convs included (BatchNorm unchanged). `config.init` defaults to
-"flax": at 3 full-data MNIST epochs it detects OOD 3-5 AUPR points better (docs/reproduction.md).
+"flax": at 3 full-data MNIST epochs it detects OOD 3-7 AUPR points better (docs/reproduction.md).
 
 Inputs are NHWC images in [0, 1] (the reference does no normalisation); outputs are float32 logits
 `logits_BxK`. `dtype` is the compute dtype of convolutions and matmuls (e.g. bfloat16); parameters
