@@ -61,10 +61,14 @@ def peak_memory_bytes() -> int | None:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # host RSS on CPU
 
 
-def bench_one(model_name: str, batch: int, dtype: str, num_devices: int, steps: int,
-              repeats: int, seeds: int = 1) -> dict:
-    """One configuration; with `seeds` > 1 the vmapped multi-seed step (`config.vmap_seeds`)
-    trains that many models at once and images/s counts every seed's images."""
+def compiled_train_step(model_name: str, batch: int, dtype: str, num_devices: int, steps: int,
+                        seeds: int = 1):
+    """The real GEDL train step (`parallel.make_train_step`, as `gedl_jax.train` runs it), compiled,
+    on `steps` batches of synthetic uint8 data resident on the device.
+
+    Returns (run, compile_s): `run(n)` does n steps from the current state and blocks on the
+    result; with `seeds` > 1 the vmapped multi-seed step (`config.vmap_seeds`).
+    """
     dataset = "mnist" if model_name == "convnet" else "cifar10"
     config = configuration.build_config(dataset, "gedl")
     config.compute_dtype = dtype
@@ -103,14 +107,29 @@ def bench_one(model_name: str, batch: int, dtype: str, num_devices: int, steps: 
     t0 = time.perf_counter()
     compiled = step_fn.lower(state, images, labels, *extra).compile()
     compile_s = time.perf_counter() - t0
-    state, m = compiled(state, images, labels, *extra)  # warm-up
-    jax.block_until_ready(m)
+    current = {"state": state}
+
+    def run(num_steps: int) -> None:
+        state = current["state"]
+        for _ in range(num_steps):
+            state, m = compiled(state, images, labels, *extra)
+        jax.block_until_ready(m)
+        current["state"] = state
+
+    return run, compile_s
+
+
+def bench_one(model_name: str, batch: int, dtype: str, num_devices: int, steps: int,
+              repeats: int, seeds: int = 1) -> dict:
+    """One configuration; with `seeds` > 1 the vmapped multi-seed step (`config.vmap_seeds`)
+    trains that many models at once and images/s counts every seed's images."""
+    image_shape = (28, 28, 1) if model_name == "convnet" else (32, 32, 3)
+    run, compile_s = compiled_train_step(model_name, batch, dtype, num_devices, steps, seeds)
+    run(1)  # warm-up
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        for _ in range(steps):
-            state, m = compiled(state, images, labels, *extra)
-        jax.block_until_ready(m)
+        run(steps)
         times.append((time.perf_counter() - t0) / steps)
     step_s = statistics.median(times)
     flops_per_image = 3 * models.model_flops_per_example(model_name, image_shape)

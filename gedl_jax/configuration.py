@@ -23,6 +23,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "data_source": ("auto", "raw", "tfds"),
     "download": ("auto", "never", "force"),
     "model": ("convnet", "vgg16"),
+    "init": ("torch", "flax"),
     "evidence": ("softplus", "relu", "exp"),
     "base_rate": ("uniform", "label_frequency"),
     "prior_strength": ("fixed", "adaptive"),
@@ -104,6 +105,10 @@ VARIANTS["ablation_full"] = dict(VARIANTS["gedl"])
 
 MODIFIERS = ("quick",)
 
+# Fields added after runs had been published, with the value those earlier runs used. A workdir's
+# config.json that lacks such a field is read with this value (to resume or evaluate it).
+LEGACY_DEFAULTS: dict[str, Any] = {"init": "torch"}
+
 
 def default_config(dataset: str) -> ml_collections.ConfigDict:
     """All fields with their defaults (GEDL on `dataset`). Each field documents its meaning."""
@@ -142,6 +147,12 @@ def default_config(dataset: str) -> ml_collections.ConfigDict:
     # --- model ---
     c.model = d["model"]               # "convnet" (MNIST) or "vgg16" (CIFAR, batch norm)
     c.num_classes = d["num_classes"]   # K
+    c.init = "flax"                    # parameter init: "flax" = flax's defaults (lecun_normal
+                                       # kernels, zero biases); "torch" = the PyTorch reference
+                                       # code's (U(+-1/sqrt(fan_in)) weights and biases; VGG convs
+                                       # N(0, sqrt(2/(9 C_out)))), which every result published
+                                       # before this option used. Why "flax" is the default:
+                                       # docs/reproduction.md ("Initialisation")
     c.compute_dtype = "float32"        # conv/matmul dtype; params and loss stay float32
     # --- prior (Eq. e2alpha, weight_update) ---
     c.evidence = "softplus"            # evidence activation e = f(logits)

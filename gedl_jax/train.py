@@ -93,9 +93,11 @@ def _check_or_write_config(config, workdir: pathlib.Path) -> None:
                 f"{workdir} holds a run written by another version of gedl-jax: its "
                 f"config.json has fields this version does not know ({', '.join(unknown)}). "
                 f"Resume it with the version that wrote it, or use a new --workdir.")
-        # A field added since that run was written counts as unchanged at its default value
-        # (new fields default to the earlier behaviour).
-        defaults = _config_dict(configuration.build_config(config.dataset, config.variant))
+        # A field added since that run was written counts as unchanged at the value runs had
+        # before it existed: LEGACY_DEFAULTS where the default changed with the field (init:
+        # "torch"), else its default (new fields default to the earlier behaviour).
+        defaults = {**_config_dict(configuration.build_config(config.dataset, config.variant)),
+                    **configuration.LEGACY_DEFAULTS}
         previous = {k: previous.get(k, defaults.get(k)) for k in current}
         changed = sorted(k for k in set(previous) | set(current)
                          if k not in _NON_TRAINING_FIELDS and previous.get(k) != current.get(k))
@@ -284,10 +286,11 @@ def normalization_stats(config, train: data.Split):
 
 def build_models(config):
     dtype = jnp.bfloat16 if config.compute_dtype == "bfloat16" else jnp.float32
+    init = config.get("init", configuration.LEGACY_DEFAULTS["init"])   # pre-`init` config.json
     train_model = models.build_model(config.model, config.num_classes, dtype=dtype,
-                                     axis_name=parallel.AXIS)
+                                     axis_name=parallel.AXIS, init=init)
     eval_model = models.build_model(config.model, config.num_classes, dtype=dtype,
-                                    axis_name=None)
+                                    axis_name=None, init=init)
     return train_model, eval_model
 
 

@@ -84,3 +84,11 @@ def test_red_evidence_clip_follows_the_reference_per_dataset():
     assert configuration.build_config("mnist", "red").exp_clip == 80.0
     assert configuration.build_config("cifar10", "red").exp_clip == 10.0
     assert configuration.build_config("mnist", "gedl").exp_clip == 10.0  # untouched elsewhere
+
+
+def test_init_default_and_validation():
+    c = configuration.build_config("mnist", "gedl")
+    assert c.init == "flax"   # chosen by the ablation in docs/results/init_ablation/
+    c.init = "kaiming"
+    with pytest.raises(ValueError, match=r"config.init='kaiming'.*\['torch', 'flax'\]"):
+        configuration.validate_config(c)

@@ -3,6 +3,7 @@ implementations against flax's, BatchNorm (also synchronised inside shard_map), 
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import subprocess
@@ -14,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.stats
 
 from gedl_jax import models
 
@@ -184,6 +186,137 @@ def test_vgg_init_matches_reference(vgg):
         _check_uniform(params[layer]["bias"], bound)
     for name, leaf in jax.tree_util.tree_leaves_with_path(vgg.variables):
         assert leaf.dtype == jnp.float32, name
+
+
+# The initial parameters as the code stood before `config.init` existed (commit df5217e), drawn
+# as the training loop draws them (`train.run_keys(seed)["init"]`, jitted init as in
+# `parallel.init_train_state`). init="torch" must keep reproducing them, so every published
+# number stays reproducible with `--config.init=torch`.
+# ConvNet (all published MNIST numbers): sha256 over (keystr(path), float32 bytes) of every
+# "params" leaf in path order, i.e. bit for bit.
+TORCH_INIT_SHA256 = {
+    0: "63b99b606ab4160dd81db3c746b80a563ce038925b0c4cbca2e43d8b7e9e19fa",
+    1: "d65952ca50ce7507e856426d7d45495d0af0f1151545fc7505622e2e7efc702e",
+}
+# VGG16 seed 0: first three values and sum of |x| of four leaves. Not a hash: XLA may fuse the
+# normal draw's scaling differently across versions (1-ulp differences, seen between eager and
+# jitted init), so these are compared to rtol 1e-5.
+TORCH_INIT_VGG_SEED0 = {
+    ("conv0", "kernel"): [-0.041127, 0.0741827339, 0.0198899079, 83.507661],
+    ("conv12", "kernel"): [0.0227400232, -0.00440614717, -0.0153598199, 39213.1929],
+    ("dense0", "kernel"): [-0.00840876997, -0.0270520169, -0.0418112762, 5799.50138],
+    ("dense2", "bias"): [-0.0188932624, 0.0326658711, 0.044149857, 0.245152335],
+}
+
+
+def _params_fingerprint(params) -> str:
+    h = hashlib.sha256()
+    leaves = sorted(jax.tree_util.tree_leaves_with_path(params),
+                    key=lambda t: jax.tree_util.keystr(t[0]))
+    for path, leaf in leaves:
+        h.update(jax.tree_util.keystr(path).encode())
+        h.update(np.asarray(leaf, np.float32).tobytes())
+    return h.hexdigest()
+
+
+def _training_init(dataset, seed, shape, init="torch"):
+    from gedl_jax import configuration, train  # noqa: PLC0415
+
+    config = configuration.build_config(dataset, "gedl")
+    config.init = init
+    _, eval_model = train.build_models(config)
+    key = train.run_keys(seed)["init"]
+    return jax.jit(lambda k: eval_model.init({"params": k, "dropout": k},
+                                             jnp.zeros((1, *shape)), train=False))(key)["params"]
+
+
+@pytest.mark.parametrize("seed", sorted(TORCH_INIT_SHA256))
+def test_torch_init_reproduces_the_published_convnet_parameters(seed):
+    params = _training_init("mnist", seed, (28, 28, 1))
+    assert _params_fingerprint(params) == TORCH_INIT_SHA256[seed]
+    # and "flax" really is another draw
+    assert _params_fingerprint(_training_init("mnist", seed, (28, 28, 1), "flax")) \
+        != TORCH_INIT_SHA256[seed]
+
+
+def test_torch_init_reproduces_the_published_vgg_parameters():
+    params = _training_init("cifar10", 0, (32, 32, 3))
+    for (layer, name), expected in TORCH_INIT_VGG_SEED0.items():
+        a = np.asarray(params[layer][name], np.float64).ravel()
+        np.testing.assert_allclose([*a[:3], np.abs(a).sum()], expected, rtol=1e-5,
+                                   err_msg=f"{layer}.{name}")
+
+
+# flax's lecun_normal: N(0, 1) truncated to [-2, 2], scaled so that the variance is 1/fan_in.
+# The truncated normal's std is computed by SciPy, independently of flax's constant.
+_TRUNC_STD = float(scipy.stats.truncnorm(-2.0, 2.0).std())
+
+
+def _check_lecun_normal(w, fan_in):
+    """Moments, bound and shape (Kolmogorov-Smirnov) of a lecun_normal draw with `fan_in`."""
+    w = np.asarray(w, np.float64).ravel()
+    std = 1 / math.sqrt(fan_in)
+    assert np.abs(w).max() <= 2 * std / _TRUNC_STD * (1 + 1e-6)   # truncation at 2 raw sigmas
+    tol = 4 * math.sqrt(1 / (2 * w.size)) + 1e-3
+    assert abs(w.std() / std - 1) < tol, (w.std(), std)
+    assert abs(w.mean()) < 5 * std / math.sqrt(w.size)
+    standard = w[:100_000] / (std / _TRUNC_STD)                   # back to N(0,1) cut at +-2
+    assert scipy.stats.kstest(standard, scipy.stats.truncnorm(-2.0, 2.0).cdf).pvalue > 1e-4
+
+
+def _check_uniform_ks(w, bound):
+    w = np.asarray(w, np.float64).ravel()[:100_000]
+    assert scipy.stats.kstest(w, scipy.stats.uniform(-bound, 2 * bound).cdf).pvalue > 1e-4
+
+
+CONVNET_FAN_INS = {"conv0": 25, "conv1": 25 * 64, "conv2": 25 * 64,
+                   "dense0": 576, "dense1": 64, "dense2": 64, "dense3": 64}
+
+
+def test_convnet_flax_init_is_lecun_normal_with_zero_bias():
+    model = models.build_model("convnet", 10, init="flax")
+    assert model.param_init == "flax"
+    params = jax.jit(lambda k: model.init(k, jnp.zeros((1, 28, 28, 1))))(jax.random.key(3))[
+        "params"]
+    for layer, fan_in in CONVNET_FAN_INS.items():
+        _check_lecun_normal(params[layer]["kernel"], fan_in)
+        np.testing.assert_array_equal(params[layer]["bias"], 0.0)
+    # same tree as the torch init, so checkpoints and code paths are shared
+    torch_shapes = jax.eval_shape(lambda: models.ConvNet().init(jax.random.key(0),
+                                                               jnp.zeros((1, 28, 28, 1))))
+    assert jax.tree_util.tree_map(lambda x: x.shape, params) == jax.tree_util.tree_map(
+        lambda x: x.shape, torch_shapes["params"])
+
+
+def test_convnet_torch_init_distribution_per_layer(convnet):
+    params = convnet[1]["params"]
+    for layer, fan_in in CONVNET_FAN_INS.items():
+        _check_uniform_ks(params[layer]["kernel"], 1 / math.sqrt(fan_in))
+
+
+def test_vgg_flax_init():
+    """init="flax" on VGG16: lecun_normal convs (fan_in 9 C_in) and Dense kernels, zero biases;
+    BatchNorm unchanged."""
+    model = models.build_model("vgg16", 10, init="flax")
+    variables = jax.jit(lambda k: model.init(k, jnp.zeros((1, 32, 32, 3)), train=False))(
+        jax.random.key(4, impl="rbg"))
+    params = variables["params"]
+    c_in = 3
+    for i, c_out in enumerate(VGG_CHANNELS):
+        _check_lecun_normal(params[f"conv{i}"]["kernel"], 9 * c_in)
+        np.testing.assert_array_equal(params[f"conv{i}"]["bias"], 0.0)
+        np.testing.assert_array_equal(params[f"bn{i}"]["scale"], 1.0)
+        np.testing.assert_array_equal(params[f"bn{i}"]["bias"], 0.0)
+        c_in = c_out
+    for layer in ("dense0", "dense1", "dense2"):
+        _check_lecun_normal(params[layer]["kernel"], 512)
+        np.testing.assert_array_equal(params[layer]["bias"], 0.0)
+
+
+def test_unknown_init_is_rejected():
+    with pytest.raises(ValueError, match="torch, flax"):
+        models.build_model("convnet", 10, init="xavier").init(jax.random.key(0),
+                                                              jnp.zeros((1, 28, 28, 1)))
 
 
 # ------------------------------------------------------------------------------------------------

@@ -286,3 +286,22 @@ def test_cifar10_vgg_end_to_end_on_tfds_mock_data(tmp_path):
         study = evaluate.corruption_study([tmp_path / "run"], ["snow"], tmp_path / "study")
     assert sorted(study["snow"]["measures"]) == [0, 1, 2, 3, 4, 5]
     assert (tmp_path / "study" / "corruption_snow.png").stat().st_size > 0
+
+
+def test_workdir_from_before_the_init_field_reads_as_torch_init(tmp_path):
+    """A config.json written before `config.init` existed (no "init" key) is a torch-init run: it
+    resumes with init="torch", refuses "flax" naming the field, and builds its models."""
+    config = configuration.build_config("mnist", "gedl")
+    config.init = "torch"
+    old = json.loads(config.to_json_best_effort())
+    del old["init"]
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    train._check_or_write_config(config, tmp_path)             # same run: accepted
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    config.init = "flax"
+    with pytest.raises(train.ConfigMismatchError, match="init: 'torch' -> 'flax'"):
+        train._check_or_write_config(config, tmp_path)
+    import ml_collections  # noqa: PLC0415
+
+    _, eval_model = train.build_models(ml_collections.ConfigDict(old))
+    assert eval_model.param_init == "torch"
