@@ -333,3 +333,11 @@ def test_cli_regenerates_and_reports_errors(cifar10_root, capsys):
                                   C.corrupt(images[[0, 3]], "brightness", 2))
     assert C.main([f"--data_dir={root}", "--corruptions=frost"]) == 2
     assert "frost photographs" in capsys.readouterr().err
+
+
+def test_the_loader_knows_exactly_the_corruptions_the_generator_makes():
+    from gedl_jax.data import regenerated
+
+    assert regenerated.REGENERABLE == C.REGENERABLE
+    assert set(regenerated.NOT_REGENERABLE) == (set(registry.CORRUPTION_FILES.values())
+                                                - set(C.FUNCTIONS))

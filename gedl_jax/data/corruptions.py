@@ -53,14 +53,18 @@ from scipy import ndimage
 
 from gedl_jax.data.errors import DataError
 from gedl_jax.data.registry import CORRUPTION_FILES, corruption_file_stem
+from gedl_jax.data.regenerated import (  # noqa: F401  (facts about the regenerated set, re-exported)
+    NOT_REGENERABLE,
+    PROVENANCE_FILE,
+    REGENERATED_FOLDER,
+    RELEASE_SUBFOLDER,
+    describe_source,
+    read_provenance,
+    regenerated_folder,
+)
 
 log = logging.getLogger(__name__)
 
-# Folder (inside the data folder) and subfolder of the regenerated set. The name says
-# "regenerated" so that nobody mistakes it for the release; the subfolder is the release's.
-REGENERATED_FOLDER = "cifar10_corrupted_regenerated"
-RELEASE_SUBFOLDER = "CIFAR-10-C"
-PROVENANCE_FILE = "provenance.json"
 IMAGE_SIZE = 32  # the CIFAR parameters below are for 32 x 32 images
 
 # ------------------------------------------------------------------------ CIFAR parameters
@@ -127,12 +131,6 @@ FIDELITY: dict[str, tuple[str, str]] = {
                                 "the same libjpeg)"),
     "saturate": (EXACT, "HSV saturation S a + b (own HSV conversion, the same float "
                         "operations as scikit-image's)"),
-}
-NOT_REGENERABLE: dict[str, str] = {
-    "frost": "needs the release's frost photographs (frost1.png ... frost6.jpg), which "
-             "gedl_jax does not ship",
-    "spatter": "needs OpenCV's Canny edge detector, distance transform and histogram "
-               "equalisation, which numpy/scipy/Pillow do not provide with the same semantics",
 }
 
 Array = np.ndarray
@@ -564,19 +562,6 @@ def corrupt(images_NxHxWx3: np.ndarray, corruption: str, severity: int, *,
 
 
 # ----------------------------------------------------------------------- regeneration
-def regenerated_folder(data_dir: str | os.PathLike) -> Path:
-    """Where the regenerated set lives: `<data_dir>/cifar10_corrupted_regenerated/CIFAR-10-C/`."""
-    return Path(data_dir).expanduser() / REGENERATED_FOLDER / RELEASE_SUBFOLDER
-
-
-def read_provenance(folder: str | os.PathLike) -> dict[str, Any]:
-    """The provenance record of a regenerated folder ({} when there is none)."""
-    path = Path(folder) / PROVENANCE_FILE
-    if not path.is_file():
-        return {}
-    return json.loads(path.read_text())
-
-
 def _atomic_write(path: Path, write: Callable[[Any], None], mode: str = "wb") -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     umask = os.umask(0)
@@ -702,18 +687,6 @@ def regenerate_cifar10c(data_dir=None, *, corruptions: Sequence[str] | None = No
     text = json.dumps(provenance, indent=2)
     _atomic_write(folder / PROVENANCE_FILE, lambda f: f.write(text), mode="w")
     return folder
-
-
-def describe_source(folder: str | os.PathLike, corruption: str) -> str:
-    """A one-line label of a regenerated corruption for outputs (tables, plot titles)."""
-    stem = corruption_file_stem(corruption)
-    entry = read_provenance(folder).get("corruptions", {}).get(stem, {})
-    label = "regenerated CIFAR-10-C"
-    if entry:
-        label += f", seed {entry.get('seed')}"
-        if entry.get("approximate"):
-            label += ", approximate"
-    return label
 
 
 def main(argv: Sequence[str] | None = None) -> int:
