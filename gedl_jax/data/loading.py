@@ -476,6 +476,14 @@ def load_corrupted(corruption: str, severity: int, data_dir: PathLike | None = N
         from_regenerated = _from_regenerated(root, stem, severity, name)
         if from_regenerated is not None:
             return from_regenerated
+    raise _corrupted_missing_error(split_name, tname, stem, root,
+                                   missing_note or "  " + root_note + ".")
+
+
+def _corrupted_missing_error(split_name: str, tname: str, stem: str, root: Path | None,
+                             where: str) -> MissingDataError:
+    """No source of a CIFAR-10-C split: where the release goes, and how to regenerate it (or why
+    this corruption cannot be)."""
     regen = f"{root}/{regenerated.REGENERATED_FOLDER}" if root else \
         f"<data_dir>/{regenerated.REGENERATED_FOLDER}"
     how = (f"  Or regenerate it from the CIFAR-10 test split (approximate for some corruptions, "
@@ -485,10 +493,9 @@ def load_corrupted(corruption: str, severity: int, data_dir: PathLike | None = N
            if tname in regenerated.REGENERABLE else
            f"  {stem} cannot be regenerated locally "
            f"({regenerated.NOT_REGENERABLE.get(stem, 'not implemented')}).")
-    raise MissingDataError(f"CIFAR-10-C {split_name}: no usable source found.\n"
-                           f"{missing_note or '  ' + root_note + '.'}\n"
-                           "  Put the official CIFAR-10-C.tar (or its extracted .npy files) in "
-                           "<data_dir>/cifar10_corrupted/. No download is attempted.\n" + how)
+    return MissingDataError(f"CIFAR-10-C {split_name}: no usable source found.\n{where}\n"
+                            "  Put the official CIFAR-10-C.tar (or its extracted .npy files) in "
+                            "<data_dir>/cifar10_corrupted/. No download is attempted.\n" + how)
 
 
 def _from_regenerated(root: Path, stem: str, severity: int, name: str) -> Split | None:
