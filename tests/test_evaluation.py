@@ -73,7 +73,7 @@ def test_confidence_scores_are_oriented_and_match_references():
     alpha, w, _ = _synthetic(rng, 100, 1.0)
     got = scores.confidence_scores(alpha, w)
     ref = _ref_measures(alpha, w)
-    assert set(got) == set(scores.SCORE_NAMES)
+    assert set(got) == set(scores.DIRICHLET_SCORE_NAMES)
     np.testing.assert_allclose(got["mp"], (alpha / alpha.sum(1, keepdims=True)).max(1), rtol=1e-12)
     np.testing.assert_allclose(got["um"], -w / alpha.sum(1), rtol=1e-12)
     np.testing.assert_allclose(got["max_alpha"], alpha.max(1), rtol=1e-12)
@@ -168,7 +168,7 @@ def test_evaluate_outputs_numbers_and_json(synthetic_outputs):
     correct = probs.argmax(1) == labels
     assert r["num_correct"] == int(correct.sum())
     s_id = scores.confidence_scores(id_out.alpha, id_out.prior_strength)
-    for name in scores.SCORE_NAMES:
+    for name in scores.DIRICHLET_SCORE_NAMES:
         assert r["misclassification"][name] == metrics.misclassification_detection(
             correct, s_id[name])
         for set_name, o in ood.items():

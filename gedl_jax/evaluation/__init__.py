@@ -17,23 +17,31 @@ demand: ``from gedl_jax.evaluation import plots``). The metrics themselves are i
 from gedl_jax.evaluation.core import (
     CONVENTIONS,
     ModelOutputs,
+    Predictions,
+    dirichlet_predictions,
     ensemble_epistemic_uncertainty,
     evaluate_outputs,
+    evaluate_predictions,
     rank_correlations,
     severity_summary,
     summarise_measures,
 )
 from gedl_jax.evaluation.report import aggregate, load_runs, main_table_values, results_table
 from gedl_jax.evaluation.scores import (
+    DIRICHLET_SCORE_NAMES,
     MEASURE_NAMES,
     SCORE_NAMES,
+    categorical_scores,
     confidence_scores,
+    sampled_scores,
     uncertainty_measures,
 )
 
 __all__ = [
-    "CONVENTIONS", "MEASURE_NAMES", "SCORE_NAMES", "ModelOutputs", "aggregate",
-    "confidence_scores", "ensemble_epistemic_uncertainty", "evaluate_outputs", "load_runs",
+    "CONVENTIONS", "DIRICHLET_SCORE_NAMES", "MEASURE_NAMES", "SCORE_NAMES", "ModelOutputs",
+    "Predictions", "aggregate", "categorical_scores", "confidence_scores",
+    "dirichlet_predictions", "ensemble_epistemic_uncertainty", "evaluate_outputs",
+    "evaluate_predictions", "load_runs", "sampled_scores",
     "main_table_values",
     "rank_correlations", "results_table", "severity_summary", "summarise_measures",
     "uncertainty_measures",

@@ -18,7 +18,8 @@ from scipy import stats
 from gedl_jax import metrics
 from gedl_jax.evaluation import scores as scores_lib
 
-__all__ = ["CONVENTIONS", "ModelOutputs", "evaluate_outputs", "summarise_measures",
+__all__ = ["CONVENTIONS", "ModelOutputs", "Predictions", "dirichlet_predictions",
+           "evaluate_outputs", "evaluate_predictions", "summarise_measures",
            "severity_summary", "rank_correlations", "ensemble_epistemic_uncertainty"]
 
 # Stated in every result JSON and (abridged) in every table header.
@@ -32,11 +33,14 @@ CONVENTIONS: dict[str, str] = {
                  "'aupr_out': OOD positive with the negated score.",
     "fpr95": "fpr95 = fraction of OOD examples at or above the first score threshold that keeps "
              ">= 95% of the in-distribution examples (no interpolation).",
-    "scores": "Scores are higher = more confident / more in-distribution. MP = max_k alpha_k/S; "
-              "UM = -u = -W/S with the per-example prior strength W (for a constant W this ranks "
-              "like S, the reference code's alpha0; for GEDL's adaptive W it does not); "
-              "neg_mi, neg_differential_entropy, neg_expected_entropy are negated closed forms "
-              "(float64); strength = S; max_alpha = max_k alpha_k.",
+    "scores": "Scores are higher = more confident / more in-distribution. MP = max_k p_k, the "
+              "max predictive probability (alpha_k/S for a Dirichlet); UM = -u = -W/S with the "
+              "per-example prior strength W, only for methods with a Dirichlet precision (for a "
+              "constant W this ranks like S, the reference code's alpha0; for GEDL's adaptive W "
+              "it does not); for a Dirichlet neg_mi, neg_differential_entropy, "
+              "neg_expected_entropy are negated closed forms (float64); strength = S; "
+              "max_alpha = max_k alpha_k. neg_entropy = -H(p); for MC Dropout passes and "
+              "ensemble members neg_mi = -(H(mean p) - mean H(p)).",
     "units": "All values are fractions in [0, 1] in this JSON; tables print accuracy and "
              "AUPR/AUROC in %.",
     "ece": "ECE: top-label, confidence = max_k alpha_k/S; 'ece' uses 15 equal-width bins "
@@ -149,19 +153,127 @@ def summarise_measures(outputs: ModelOutputs) -> dict[str, float]:
     return {name: float(np.mean(v)) for name, v in measures.items()}
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class Predictions:
+    """What any method predicts on one evaluation set, per example, as float64 NumPy arrays.
+
+    Evaluation, tables and plots work from this alone and never ask which method ran.
+
+    Attributes:
+      probs: (N, K) predictive class probabilities (rows sum to 1).
+      scores: {name: (N,)} confidence scores, higher = more confident / more in-distribution
+        (``scores.SCORE_NAMES``: "mp" for every method; "um" = -W/S only where it has a
+        Dirichlet precision; method-specific ones such as "neg_mi").
+      labels: (N,) integer class indices, or None (OOD sets).
+      alpha, prior_strength: the Dirichlet (N, K) and its prior strength W (N,) where the method
+        predicts one (the EDL family, Prior Networks, PostNet, ...), else None; they add the
+        Dirichlet uncertainty measures (u, mutual information, ...) to the results.
+    """
+
+    probs: np.ndarray
+    scores: Mapping[str, np.ndarray]
+    labels: np.ndarray | None = None
+    alpha: np.ndarray | None = None
+    prior_strength: np.ndarray | None = None
+
+    def __post_init__(self):
+        probs = np.asarray(self.probs, dtype=np.float64)
+        if probs.ndim != 2 or probs.shape[1] < 2:
+            raise ValueError(f"probs must have shape (N, K) with K >= 2, got {probs.shape}.")
+        if not np.all(np.isfinite(probs)) or (probs.size and (
+                probs.min() < 0 or np.abs(probs.sum(1) - 1).max() > 1e-4)):
+            raise ValueError("probs rows must be finite probabilities summing to 1.")
+        n = probs.shape[0]
+        scores = {}
+        for name, value in self.scores.items():
+            if name not in scores_lib.SCORE_NAMES:
+                raise ValueError(f"unknown score {name!r}; known: {scores_lib.SCORE_NAMES}.")
+            value = np.asarray(value, dtype=np.float64)
+            if value.shape != (n,) or np.isnan(value).any():
+                raise ValueError(f"score {name!r} must be a NaN-free array of shape ({n},), "
+                                 f"got shape {value.shape}.")
+            scores[name] = value
+        labels = None
+        if self.labels is not None:
+            labels = np.asarray(self.labels)
+            if labels.shape != (n,) or not np.issubdtype(labels.dtype, np.integer):
+                raise ValueError(f"labels must be integer class indices of shape ({n},), got "
+                                 f"dtype {labels.dtype} and shape {labels.shape}.")
+            if labels.size and (labels.min() < 0 or labels.max() >= probs.shape[1]):
+                raise ValueError(f"labels must lie in [0, {probs.shape[1]}).")
+            labels = labels.astype(np.int64)
+        alpha = w = None
+        if self.alpha is not None:
+            alpha, w = scores_lib.check_dirichlet(self.alpha, self.prior_strength)
+            if alpha.shape != probs.shape:
+                raise ValueError(f"alpha has shape {alpha.shape}, probs {probs.shape}.")
+        object.__setattr__(self, "probs", probs)
+        object.__setattr__(self, "scores", scores)
+        object.__setattr__(self, "labels", labels)
+        object.__setattr__(self, "alpha", alpha)
+        object.__setattr__(self, "prior_strength", w)
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.probs.shape[1])
+
+    @property
+    def num_examples(self) -> int:
+        return int(self.probs.shape[0])
+
+    @property
+    def is_dirichlet(self) -> bool:
+        return self.alpha is not None
+
+
+def dirichlet_predictions(outputs: ModelOutputs,
+                          scores: Sequence[str] = scores_lib.DIRICHLET_SCORE_NAMES
+                          ) -> Predictions:
+    """Predictions of a Dirichlet (padding dropped): probabilities alpha/S and every Dirichlet
+    confidence score (``scores.confidence_scores``, float64)."""
+    out = outputs.unpadded()
+    return Predictions(probs=out.probs,
+                       scores=scores_lib.confidence_scores(out.alpha, out.prior_strength, scores),
+                       labels=out.labels, alpha=out.alpha, prior_strength=out.prior_strength)
+
+
 def evaluate_outputs(id_outputs: ModelOutputs,
                      ood_outputs: Mapping[str, ModelOutputs] | None = None,
-                     scores: Sequence[str] = scores_lib.SCORE_NAMES,
+                     scores: Sequence[str] = scores_lib.DIRICHLET_SCORE_NAMES,
                      num_bins: int = 15) -> dict[str, Any]:
+    """``evaluate_predictions`` of Dirichlet outputs (see ``dirichlet_predictions``)."""
+    unknown = set(scores) - set(scores_lib.DIRICHLET_SCORE_NAMES)
+    if unknown:
+        raise ValueError(f"Unknown scores {sorted(unknown)}; known: "
+                         f"{scores_lib.DIRICHLET_SCORE_NAMES}.")
+    idd = id_outputs.unpadded()
+    if idd.labels is None:
+        raise ValueError("id_outputs needs labels.")
+    if idd.num_examples == 0:
+        raise ValueError("id_outputs has no (unmasked) examples.")
+    for name, o in (ood_outputs or {}).items():
+        if o.num_examples == 0:
+            raise ValueError(f"OOD set {name!r} has no (unmasked) examples.")
+    return evaluate_predictions(
+        dirichlet_predictions(idd, scores),
+        {name: dirichlet_predictions(o, scores) for name, o in (ood_outputs or {}).items()},
+        num_bins=num_bins)
+
+
+def evaluate_predictions(id_predictions: Predictions,
+                         ood_predictions: Mapping[str, Predictions] | None = None,
+                         num_bins: int = 15) -> dict[str, Any]:
     """All metrics of the paper (and more) for one model, as a JSON-serialisable dict.
 
     Args:
-      id_outputs: in-distribution test outputs; labels are required.
-      ood_outputs: {name: outputs} of each OOD set (labels optional; if present, accuracy on the
-        set is added).
-      scores: the confidence scores to evaluate (``scores.SCORE_NAMES``); "mp" and "um" are the
-        paper's columns.
+      id_predictions: in-distribution test predictions; labels are required.
+      ood_predictions: {name: predictions} of each OOD set (labels optional; if present,
+        accuracy on the set is added). Each must carry the same scores as the ID set.
       num_bins: ECE bins (15 as in the paper's reference code).
+
+    Every score the predictions carry is evaluated ("mp" and "um" are the paper's columns; a
+    method without a Dirichlet precision has no "um", and tables show "–" there). Dirichlet
+    predictions also get their uncertainty measures ("uncertainty").
 
     Returns (fractions in [0, 1]; undefined values such as AUROC with no error are null):
       {"conventions": {...}, "scores": [...],
@@ -169,23 +281,26 @@ def evaluate_outputs(id_outputs: ModelOutputs,
               "ece", "ece_adaptive",
               "calibration": {"equal_width": CalibrationResult.to_dict(), "adaptive": ...},
               "misclassification": {score: {"aupr", "auroc"}},
-              "uncertainty": {measure: mean}},
+              "uncertainty": {measure: mean} (Dirichlet only)},
        "ood": {name: {"num_examples", "detection": {score: {"aupr_in", "aupr_out", "auroc",
                                                            "fpr95"}},
-                      "uncertainty": {measure: mean}[, "accuracy"]}}}
+                      "uncertainty": {measure: mean} (Dirichlet only)[, "accuracy"]}}}
     """
-    ood_outputs = dict(ood_outputs or {})
-    unknown = set(scores) - set(scores_lib.SCORE_NAMES)
-    if unknown:
-        raise ValueError(f"Unknown scores {sorted(unknown)}; known: {scores_lib.SCORE_NAMES}.")
-    idd = id_outputs.unpadded()
+    ood_predictions = dict(ood_predictions or {})
+    idd = id_predictions
     if idd.labels is None:
-        raise ValueError("id_outputs needs labels.")
+        raise ValueError("id_predictions needs labels.")
     if idd.num_examples == 0:
-        raise ValueError("id_outputs has no (unmasked) examples.")
-    for name, o in ood_outputs.items():
+        raise ValueError("id_predictions has no examples.")
+    scores = [s for s in scores_lib.SCORE_NAMES if s in idd.scores]
+    for name, o in ood_predictions.items():
         if o.num_classes != idd.num_classes:
             raise ValueError(f"OOD set {name!r} has K={o.num_classes}, ID has K={idd.num_classes}.")
+        if o.num_examples == 0:
+            raise ValueError(f"OOD set {name!r} has no examples.")
+        if set(o.scores) != set(idd.scores):
+            raise ValueError(f"OOD set {name!r} has scores {sorted(o.scores)}, the ID set "
+                             f"{sorted(idd.scores)}.")
 
     probs, labels = idd.probs, idd.labels
     correct = np.argmax(probs, axis=1) == labels
@@ -193,7 +308,6 @@ def evaluate_outputs(id_outputs: ModelOutputs,
                                                 binning="equal_width")
     ece_ad = metrics.expected_calibration_error(probs, labels, num_bins=num_bins,
                                                 binning="adaptive")
-    id_scores = scores_lib.confidence_scores(idd.alpha, idd.prior_strength, names=scores)
     result_id = {
         "num_examples": idd.num_examples,
         "num_classes": idd.num_classes,
@@ -205,26 +319,28 @@ def evaluate_outputs(id_outputs: ModelOutputs,
         "ece": ece_eq.ece,
         "ece_adaptive": ece_ad.ece,
         "calibration": {"equal_width": ece_eq.to_dict(), "adaptive": ece_ad.to_dict()},
-        "misclassification": {s: metrics.misclassification_detection(correct, id_scores[s])
+        "misclassification": {s: metrics.misclassification_detection(correct, idd.scores[s])
                               for s in scores},
-        "uncertainty": summarise_measures(idd),
     }
+    if idd.is_dirichlet:
+        result_id["uncertainty"] = _measures(idd)
     result_ood = {}
-    for name, outputs in ood_outputs.items():
-        o = outputs.unpadded()
-        if o.num_examples == 0:
-            raise ValueError(f"OOD set {name!r} has no (unmasked) examples.")
-        o_scores = scores_lib.confidence_scores(o.alpha, o.prior_strength, names=scores)
+    for name, o in ood_predictions.items():
         entry = {
             "num_examples": o.num_examples,
-            "detection": {s: metrics.ood_detection(id_scores[s], o_scores[s]) for s in scores},
-            "uncertainty": summarise_measures(o),
+            "detection": {s: metrics.ood_detection(idd.scores[s], o.scores[s]) for s in scores},
         }
+        if o.is_dirichlet:
+            entry["uncertainty"] = _measures(o)
         if o.labels is not None:
             entry["accuracy"] = metrics.accuracy(o.probs, o.labels)
         result_ood[name] = entry
     return _clean({"conventions": dict(CONVENTIONS), "scores": list(scores),
                    "id": result_id, "ood": result_ood})
+
+
+def _measures(predictions: Predictions) -> dict[str, float]:
+    return summarise_measures(ModelOutputs(predictions.alpha, predictions.prior_strength))
 
 
 def severity_summary(outputs_by_severity: Mapping[Any, ModelOutputs]

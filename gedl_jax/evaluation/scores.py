@@ -18,6 +18,11 @@ Score names (``SCORE_NAMES``):
   "neg_mi"                    -I(y; pi), the negative mutual information (distributional unc.).
   "neg_differential_entropy"  -h(Dir(alpha)).
   "neg_expected_entropy"      -E_{Dir(alpha)}[H(Cat(pi))] (negative aleatoric uncertainty).
+  "neg_entropy"               -H(p), the negative entropy of the predictive probabilities (any
+                              method; ``categorical_scores``).
+For methods that average several predictive distributions (MC Dropout passes, ensemble members),
+"neg_mi" is the negative mutual information between the prediction and the pass / member,
+H(mean_m p_m) - mean_m H(p_m) (``sampled_scores``).
 
 The closed forms are the exact ones of ``gedl_jax.evidential`` (the reference code adds 1e-6 to
 alpha for the differential entropy and 1e-5 inside the log of the total entropy; this changes
@@ -37,11 +42,15 @@ import numpy as np
 
 from gedl_jax import evidential as ev
 
-__all__ = ["SCORE_NAMES", "MEASURE_NAMES", "check_dirichlet", "confidence_scores",
+__all__ = ["SCORE_NAMES", "DIRICHLET_SCORE_NAMES", "MEASURE_NAMES", "categorical_scores",
+           "check_dirichlet", "confidence_scores", "entropy", "sampled_scores",
            "uncertainty_measures"]
 
-SCORE_NAMES: tuple[str, ...] = ("mp", "um", "max_alpha", "strength", "neg_mi",
-                                "neg_differential_entropy", "neg_expected_entropy")
+# The scores of a Dirichlet (``confidence_scores``), in table order.
+DIRICHLET_SCORE_NAMES: tuple[str, ...] = ("mp", "um", "max_alpha", "strength", "neg_mi",
+                                          "neg_differential_entropy", "neg_expected_entropy")
+# Every score any method may report, in table order.
+SCORE_NAMES: tuple[str, ...] = DIRICHLET_SCORE_NAMES + ("neg_entropy",)
 MEASURE_NAMES: tuple[str, ...] = ("u", "mutual_information", "variance_sum", "expected_entropy",
                                   "differential_entropy", "max_probability", "strength",
                                   "log_strength")
@@ -121,21 +130,21 @@ def uncertainty_measures(alpha_NxK: Any, prior_strength_N: Any,
 
 
 def confidence_scores(alpha_NxK: Any, prior_strength_N: Any,
-                      names: Sequence[str] = SCORE_NAMES) -> dict[str, np.ndarray]:
+                      names: Sequence[str] = DIRICHLET_SCORE_NAMES) -> dict[str, np.ndarray]:
     """Confidence scores of Dirichlet outputs, higher = more confident / more in-distribution.
 
     Args:
       alpha_NxK: Dirichlet parameters, > 0.
       prior_strength_N: the prior strength W of each example (GEDL: adaptive, per example;
         EDL: K; R-EDL: lambda K), or a scalar for a fixed W.
-      names: which scores to return, from ``SCORE_NAMES`` (see the module docstring).
+      names: which scores to return, from ``DIRICHLET_SCORE_NAMES`` (see the module docstring).
 
     Returns:
       {name: float64 array of shape (N,)}. "um" is -W/S (= -u), never S.
     """
-    unknown = set(names) - set(SCORE_NAMES)
+    unknown = set(names) - set(DIRICHLET_SCORE_NAMES)
     if unknown:
-        raise ValueError(f"Unknown scores {sorted(unknown)}; known: {SCORE_NAMES}.")
+        raise ValueError(f"Unknown scores {sorted(unknown)}; known: {DIRICHLET_SCORE_NAMES}.")
     needed = {"mp": "max_probability", "um": "u", "strength": "strength",
               "neg_mi": "mutual_information", "neg_differential_entropy": "differential_entropy",
               "neg_expected_entropy": "expected_entropy"}
@@ -153,3 +162,40 @@ def confidence_scores(alpha_NxK: Any, prior_strength_N: Any,
         else:  # negated uncertainties
             scores[name] = -measures[needed[name]]
     return scores
+
+
+def entropy(probs_NxK: Any) -> np.ndarray:
+    """H(p) = -sum_k p_k log p_k per row (natural log, 0 log 0 = 0), float64."""
+    p = np.asarray(probs_NxK, dtype=np.float64)
+    return -np.sum(np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0), axis=-1)
+
+
+def _check_probs(probs: np.ndarray, name: str) -> None:
+    if probs.shape[-1] < 2 or not np.all(np.isfinite(probs)) or (probs.size and (
+            probs.min() < 0 or np.abs(probs.sum(-1) - 1).max() > 1e-4)):
+        raise ValueError(f"{name} must hold finite probabilities over K >= 2 classes summing "
+                         f"to 1 along the last axis.")
+
+
+def categorical_scores(probs_NxK: Any) -> dict[str, np.ndarray]:
+    """Scores of a plain predictive distribution: "mp" = max_k p_k, "neg_entropy" = -H(p)."""
+    p = np.asarray(probs_NxK, dtype=np.float64)
+    if p.ndim != 2:
+        raise ValueError(f"probs_NxK must have shape (N, K), got {p.shape}.")
+    _check_probs(p, "probs_NxK")
+    return {"mp": p.max(axis=1), "neg_entropy": -entropy(p)}
+
+
+def sampled_scores(probs_MxNxK: Any) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The mean of M predictive distributions (MC Dropout passes, ensemble members) and its
+    scores: "mp" and "neg_entropy" of the mean, and "neg_mi" = -(H(mean_m p_m) - mean_m H(p_m)),
+    the negative mutual information between prediction and pass (epistemic; >= 0 before the
+    sign, clipped at 0 against rounding). Returns (mean probs (N, K), scores)."""
+    p = np.asarray(probs_MxNxK, dtype=np.float64)
+    if p.ndim != 3:
+        raise ValueError(f"probs_MxNxK must have shape (M, N, K), got {p.shape}.")
+    _check_probs(p, "probs_MxNxK")
+    mean_NxK = p.mean(axis=0)
+    scores = categorical_scores(mean_NxK)
+    scores["neg_mi"] = -np.maximum(entropy(mean_NxK) - entropy(p).mean(axis=0), 0.0)
+    return mean_NxK, scores
