@@ -23,6 +23,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "data_source": ("auto", "raw", "tfds"),
     "download": ("auto", "never", "force"),
     "model": ("convnet", "vgg16"),
+    "method": ("evidential", "softmax", "mc_dropout"),
+    "dropout_placement": ("dense", "all"),
     "init": ("torch", "flax"),
     "evidence": ("softplus", "relu", "exp"),
     "base_rate": ("uniform", "label_frequency"),
@@ -103,7 +105,27 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 VARIANTS["ablation_full"] = dict(VARIANTS["gedl"])
 
-MODIFIERS = ("quick",)
+# Methods beyond the EDL family (gedl_jax.methods): presets of their own fields.
+VARIANTS.update({
+    # A softmax cross-entropy classifier (the members of a deep ensemble).
+    "softmax": _variant(method="softmax"),
+    # MC Dropout (Gal & Ghahramani 2016): the ConvNet gets p = 0.5 after its hidden Dense
+    # layers (VGG16 keeps its classifier's 0.5), T = 10 test-time passes.
+    "mc_dropout": _variant(method="mc_dropout", dropout_rate=0.5, dropout_placement="dense",
+                           mc_samples=10),
+})
+
+# "quick": a few-minute run; "ensemble": a deep ensemble of ENSEMBLE_SIZE members of the
+# variant (softmax members when no variant is named: `configs/mnist.py:ensemble`).
+MODIFIERS = ("quick", "ensemble")
+ENSEMBLE_SIZE = 5
+
+# Fields that do not change the trained parameters: a resumed run may change them.
+RESUME_SAFE_FIELDS = frozenset({
+    "evaluate_at_end", "plots", "log_every_steps", "ood_datasets", "extra_ood",
+    "eval_batch_size", "seeds", "data_dir", "cache_dir", "data_source", "tfds_data_dir",
+    "checkpoint_every_steps", "distributed", "download", "data_mirror", "run_name",
+    "eval_examples", "coordinator_address", "num_processes", "process_id", "mc_samples"})
 
 # Fields added after runs had been published, with the value those earlier runs used. A workdir's
 # config.json that lacks such a field is read with this value (to resume or evaluate it).
@@ -154,6 +176,16 @@ def default_config(dataset: str) -> ml_collections.ConfigDict:
                                        # before this option used. Why "flax" is the default:
                                        # docs/reproduction.md ("Initialisation")
     c.compute_dtype = "float32"        # conv/matmul dtype; params and loss stay float32
+    c.dropout_rate = 0.0               # ConvNet dropout after hidden ReLUs (MC Dropout: 0.5);
+                                       # VGG16's classifier dropout is always 0.5 (protocol)
+    c.dropout_placement = "dense"      # ConvNet dropout after the hidden Dense layers only, or
+                                       # "all": after every conv ReLU too
+    # --- method (gedl_jax.methods) ---
+    c.method = "evidential"            # "evidential" (the EDL family: fields below), "softmax",
+                                       # "mc_dropout"
+    c.mc_samples = 10                  # MC Dropout: test-time passes T
+    c.ensemble_size = 0                # >= 2: a deep ensemble of that many members of the method
+                                       # (trained as seeds seed*N+m, scored as one model)
     # --- prior (Eq. e2alpha, weight_update) ---
     c.evidence = "softplus"            # evidence activation e = f(logits)
     c.exp_clip = 10.0                  # clamp of the logits for exp evidence
@@ -244,16 +276,20 @@ def build_config(dataset: str, arg: str | None) -> ml_collections.ConfigDict:
     tokens = [t.strip() for t in (arg or "").split(",") if t.strip()]
     variants = [t for t in tokens if t in VARIANTS]
     unknown = [t for t in tokens if t not in VARIANTS and t not in MODIFIERS]
+    ensemble = "ensemble" in tokens
     if unknown:
         raise ValueError(f"unknown config argument(s) {unknown}; use one variant of "
                          f"{sorted(VARIANTS)} and optionally modifiers {list(MODIFIERS)}, e.g. "
                          f"configs/{dataset}.py:gedl,quick")
     if len(variants) > 1:
         raise ValueError(f"choose one variant, got {variants}")
-    apply_variant(c, variants[0] if variants else "gedl")
+    apply_variant(c, variants[0] if variants else ("softmax" if ensemble else "gedl"))
+    if ensemble:
+        c.ensemble_size = ENSEMBLE_SIZE
+        c.variant = "ensemble" if not variants else f"{c.variant}_ensemble"
     if "quick" in tokens:
         apply_quick(c)
-    c.run_name = "_".join([dataset, c.variant] + [t for t in MODIFIERS if t in tokens])
+    c.run_name = "_".join([dataset, c.variant] + (["quick"] if "quick" in tokens else []))
     return c
 
 
@@ -291,7 +327,7 @@ def validate_config(c: ml_collections.ConfigDict, num_devices: int = 1) -> None:
         raise ValueError(f"config.num_classes={c.num_classes} must be >= 2")
     positive = ("learning_rate", "batch_size", "num_epochs", "eval_batch_size",
                 "eval_every_epochs", "log_every_steps", "num_classes", "c_tau", "exp_clip",
-                "annealing_epochs")
+                "annealing_epochs", "mc_samples")
     for field in positive:
         if not c[field] > 0:
             raise ValueError(f"config.{field}={c[field]!r} must be > 0")
@@ -302,6 +338,14 @@ def validate_config(c: ml_collections.ConfigDict, num_devices: int = 1) -> None:
     for field in non_negative:
         if c[field] < 0:
             raise ValueError(f"config.{field}={c[field]!r} must be >= 0")
+    if not 0.0 <= c.dropout_rate < 1.0:
+        raise ValueError(f"config.dropout_rate={c.dropout_rate!r} must be in [0, 1)")
+    if c.method == "mc_dropout" and c.model == "convnet" and not c.dropout_rate:
+        raise ValueError("config.method='mc_dropout' on the ConvNet needs config.dropout_rate > 0 "
+                         "(the preset configs/<dataset>.py:mc_dropout sets 0.5)")
+    if c.ensemble_size < 0 or c.ensemble_size == 1:
+        raise ValueError(f"config.ensemble_size={c.ensemble_size} must be 0 (no ensemble) or "
+                         f">= 2 members")
     if not 0.0 < c.val_fraction < 1.0:
         raise ValueError(f"config.val_fraction={c.val_fraction!r} must be in (0, 1)")
     if c.batch_size % num_devices:

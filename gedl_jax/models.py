@@ -4,7 +4,8 @@ Both follow `danruod/IEDL:code_classical/architectures/` layer for layer, with t
 initialisation written out explicitly (spec: variants.md 8.1 and 10):
 
 - `ConvNet` (MNIST): 3 x [Conv 5x5 SAME -> ReLU -> MaxPool 2x2/2], channels 64, 64, 64
-  (28 -> 14 -> 7 -> 3, floor), flatten 576, MLP 576 -> 64 -> 64 -> 64 -> K. No dropout, no BN.
+  (28 -> 14 -> 7 -> 3, floor), flatten 576, MLP 576 -> 64 -> 64 -> 64 -> K. No dropout (MC Dropout
+  adds it: `dropout_rate`), no BN.
   PyTorch default init everywhere: weights and biases U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
 - `VGG16` (CIFAR): vgg16_bn configuration D; each conv 3x3 pad 1 -> BatchNorm -> ReLU; classifier
   Dropout -> Dense 512 -> ReLU -> Dropout -> Dense 512 -> ReLU -> Dense K. Conv weights
@@ -76,6 +77,7 @@ MODELS = ("convnet", "vgg16")
 INITS = ("torch", "flax")
 CONV_IMPLS = ("auto", "xla", "im2col")
 POOL_IMPLS = ("auto", "reduce_window", "reshape", "hybrid")
+DROPOUT_PLACEMENTS = ("dense", "all")
 
 Dtype = Any
 Initializer = Callable[..., jax.Array]
@@ -293,8 +295,12 @@ class ConvNet(nn.Module):
     """The I-EDL / R-EDL MNIST ConvNet; `images_BxHxWxC` in [0, 1] -> float32 `logits_BxK`.
 
     Parameter tree: conv0..conv2 {kernel (5, 5, C_in, 64), bias}, dense0..dense3 {kernel, bias}.
-    The output does not depend on `train` (no dropout, no BN); it only picks the faster CPU
-    max-pool for a step that is differentiated (`train=True`) or not (see `max_pool_2x2`).
+    The reference has no dropout and no BN; `dropout_rate` > 0 adds inverted dropout (rng stream
+    "dropout") after the ReLU of every hidden Dense layer, and with `dropout_placement="all"`
+    also after every conv ReLU (before its pool), as the reference's shared builder does with
+    `p_drop` (MC Dropout; no parameters are added). Dropout is on when `dropout` is True (default:
+    `train`). `train` also picks the faster CPU max-pool for a step that is differentiated (see
+    `max_pool_2x2`).
     """
 
     num_classes: int = 10
@@ -302,9 +308,20 @@ class ConvNet(nn.Module):
     conv_impl: str = "auto"
     pool_impl: str = "auto"
     param_init: str = "torch"
+    dropout_rate: float = 0.0
+    dropout_placement: str = "dense"
 
     @nn.compact
-    def __call__(self, images_BxHxWxC: jax.Array, train: bool = False) -> jax.Array:
+    def __call__(self, images_BxHxWxC: jax.Array, train: bool = False,
+                 dropout: bool | None = None) -> jax.Array:
+        _check_impl(self.dropout_placement, DROPOUT_PLACEMENTS, "dropout_placement")
+        deterministic = not (train if dropout is None else dropout)
+
+        def drop(x):
+            if not self.dropout_rate:
+                return x
+            return nn.Dropout(self.dropout_rate, deterministic=deterministic)(x)
+
         x = images_BxHxWxC
         for i, channels in enumerate(CONVNET_CHANNELS):
             fan_in = CONVNET_KERNEL * CONVNET_KERNEL * x.shape[-1]
@@ -312,10 +329,14 @@ class ConvNet(nn.Module):
             x = Conv2D(channels, (CONVNET_KERNEL, CONVNET_KERNEL),
                        kernel_init=kernel_init, bias_init=bias_init,
                        impl=self.conv_impl, dtype=self.dtype, name=f"conv{i}")(x)
-            x = max_pool_2x2(nn.relu(x), self.pool_impl, train=train)
+            x = nn.relu(x)
+            if self.dropout_placement == "all":
+                x = drop(x)
+            x = max_pool_2x2(x, self.pool_impl, train=train)
         x = x.reshape(x.shape[0], -1)   # NHWC flatten order (h, w, c)
         for i, features in enumerate(CONVNET_HIDDEN):
-            x = nn.relu(_dense(features, x.shape[-1], self.dtype, f"dense{i}", self.param_init)(x))
+            x = drop(nn.relu(_dense(features, x.shape[-1], self.dtype, f"dense{i}",
+                                    self.param_init)(x)))
         logits = _dense(self.num_classes, x.shape[-1], self.dtype, f"dense{len(CONVNET_HIDDEN)}",
                         self.param_init)(x)
         return logits.astype(jnp.float32)
@@ -326,7 +347,9 @@ class VGG16(nn.Module):
 
     `train=True` uses batch statistics (and updates the "batch_stats" collection: call `apply` with
     `mutable=["batch_stats"]`) and dropout (rng stream "dropout"); `train=False` uses the running
-    statistics and no dropout. With `axis_name` set (e.g. "data" inside `jax.shard_map`) the batch
+    statistics and no dropout. `dropout` (default: `train`) turns the dropout on or off alone:
+    MC Dropout predicts with `train=False, dropout=True`. With `axis_name` set (e.g. "data"
+    inside `jax.shard_map`) the batch
     statistics are averaged over that mesh axis, i.e. computed on the global batch.
 
     Parameter tree: conv0..conv12 {kernel (3, 3, C_in, C_out), bias}, bn0..bn12 {scale, bias}
@@ -342,7 +365,9 @@ class VGG16(nn.Module):
     param_init: str = "torch"
 
     @nn.compact
-    def __call__(self, images_BxHxWxC: jax.Array, train: bool) -> jax.Array:
+    def __call__(self, images_BxHxWxC: jax.Array, train: bool,
+                 dropout: bool | None = None) -> jax.Array:
+        deterministic = not (train if dropout is None else dropout)
         x = images_BxHxWxC
         conv_kernel_init, conv_bias_init = vgg_conv_inits(self.param_init)
         i = 0
@@ -359,7 +384,7 @@ class VGG16(nn.Module):
             i += 1
         x = x.reshape(x.shape[0], -1)   # 512 for a 32x32 input (1x1 map)
         for j, features in enumerate(VGG16_HIDDEN):
-            x = nn.Dropout(self.dropout_rate, deterministic=not train)(x)
+            x = nn.Dropout(self.dropout_rate, deterministic=deterministic)(x)
             x = nn.relu(_dense(features, x.shape[-1], self.dtype, f"dense{j}", self.param_init)(x))
         logits = _dense(self.num_classes, x.shape[-1], self.dtype, f"dense{len(VGG16_HIDDEN)}",
                         self.param_init)(x)
@@ -368,8 +393,12 @@ class VGG16(nn.Module):
 
 def build_model(name: str, num_classes: int, dtype: Dtype = jnp.float32,
                 axis_name: str | None = None, *, conv_impl: str = "auto",
-                pool_impl: str = "auto", init: str = "torch") -> nn.Module:
+                pool_impl: str = "auto", init: str = "torch", dropout_rate: float = 0.0,
+                dropout_placement: str = "dense") -> nn.Module:
     """Returns the model called `name` (one of `MODELS`).
+
+    `dropout_rate` / `dropout_placement`: the ConvNet's optional dropout (MC Dropout); VGG16's
+    classifier dropout is part of the protocol architecture (0.5) and not changed by them.
 
     `init`: parameter initialisation, "torch" (the reference code's) or "flax" (flax's
     defaults); see `layer_inits` and `vgg_conv_inits`.
@@ -379,7 +408,8 @@ def build_model(name: str, num_classes: int, dtype: Dtype = jnp.float32,
     """
     if name == "convnet":
         return ConvNet(num_classes=num_classes, dtype=dtype, conv_impl=conv_impl,
-                       pool_impl=pool_impl, param_init=init)
+                       pool_impl=pool_impl, param_init=init, dropout_rate=dropout_rate,
+                       dropout_placement=dropout_placement)
     if name == "vgg16":
         return VGG16(num_classes=num_classes, dtype=dtype, axis_name=axis_name,
                      conv_impl=conv_impl, pool_impl=pool_impl, param_init=init)

@@ -1,0 +1,148 @@
+"""The method interface: what a method declares, and all the trainer and evaluation ask of it.
+
+A method (the EDL family, a softmax classifier, MC Dropout, DUQ, Prior Networks, PostNet, ...) is
+a frozen, hashable dataclass built from the config (`gedl_jax.methods.from_config`). It declares
+
+- its **models**: `train_model` (batch statistics averaged over the "data" mesh axis) and
+  `eval_model` (the same parameters, no collectives), Flax modules mapping float images
+  `images_BxHxWxC` to the method's head output;
+- its **state beyond the parameters**: the model's mutable collections (`model_state`, e.g.
+  {"batch_stats": ...}) and a pytree of its own (`method_state`: GEDL's tau accumulator, DUQ's
+  centroid averages), both carried in the `TrainState` and checkpointed;
+- its **per-example training loss** with auxiliary outputs (`loss` -> `LossOutput`), pure and
+  jit/vmap/shard_map-safe: collectives only through the `StepContext`;
+- an optional **fit after training** (`fit`: a density on features), run before evaluation;
+- a **predictor**: `predict` (on device, jitted by the caller) returns per-example raw outputs,
+  and `predictions` (on the host, float64) turns them into `evaluation.Predictions`: class
+  probabilities and a named set of confidence scores ("mp"; "um" where the method has a
+  Dirichlet precision; method-specific ones).
+
+Evaluation, tables and plots work from `Predictions` alone. Adding a method means writing one
+subclass and registering it (docs/architecture.md has a worked example).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, ClassVar, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from gedl_jax.evaluation.core import Predictions
+
+PyTree = Any
+Variables = dict[str, Any]   # flax variables: {"params": ..., "batch_stats": ..., ...}
+
+
+@dataclasses.dataclass(frozen=True)
+class StepContext:
+    """What a training step hands the loss besides parameters, state and batch.
+
+    Attributes:
+      epoch: int32 scalar, the epoch of this step (schedules read it).
+      key: this step's random key on this device (dropout masks, noise): different per device
+        and per step, the same on a resumed run.
+      mean: global mean over the data-parallel devices of a per-device value (`lax.pmean`
+        inside `shard_map`; the identity on one device outside it).
+      sum: global sum over the data-parallel devices (`lax.psum`).
+    """
+
+    epoch: jax.Array
+    key: jax.Array
+    mean: Callable[[Any], Any] = lambda x: x
+    sum: Callable[[Any], Any] = lambda x: x
+
+
+class LossOutput(NamedTuple):
+    """A method's training loss on one (per-device) batch.
+
+    loss_B: per-example loss (B,); the step differentiates its global mean.
+    model_state: the updated mutable model collections ({} when there are none).
+    method_state: the updated method state (the old one when nothing changes).
+    logs: values to log; a (B,) array is averaged over the global batch, a scalar is logged as it
+      is (it must already be global, e.g. through `StepContext.mean`). "correct_B" (1.0 where the
+      prediction is right) is required: the loop logs it as "accuracy".
+    """
+
+    loss_B: jax.Array
+    model_state: Variables
+    method_state: PyTree
+    logs: Mapping[str, jax.Array]
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+    """Base class: a softmax-free skeleton that subclasses fill in (see the module docstring).
+
+    Subclasses set `name` and `score_names`, hold their static settings as dataclass fields
+    (hashable: tuples, not lists) and override `loss`, `predict` and `predictions`; `init`,
+    `init_method_state`, `fit` and `predicted_class` have defaults that suit most methods.
+    """
+
+    train_model: nn.Module
+    eval_model: nn.Module
+    num_classes: int
+
+    name: ClassVar[str] = "method"
+    # The confidence scores `predictions` returns (names from evaluation.SCORE_NAMES).
+    score_names: ClassVar[tuple[str, ...]] = ("mp",)
+    # Whether `fit` must run after training before the method can predict.
+    needs_fit: ClassVar[bool] = False
+    # Train-step log entries printed on the progress line besides loss and accuracy.
+    progress_logs: ClassVar[tuple[str, ...]] = ()
+
+    # --- state -----------------------------------------------------------------------------
+    def init(self, key: jax.Array, image_shape: tuple[int, ...]) -> Variables:
+        """The model's variables for images of `image_shape` (H, W, C)."""
+        return dict(self.eval_model.init({"params": key, "dropout": key},
+                                         jnp.zeros((1, *image_shape), jnp.float32), train=False))
+
+    def init_method_state(self) -> PyTree:
+        """The method's state beyond the model variables (checkpointed, donated each step)."""
+        return {}
+
+    # --- training --------------------------------------------------------------------------
+    def loss(self, params: PyTree, model_state: Variables, method_state: PyTree,
+             images_BxHxWxC: jax.Array, labels_B: jax.Array, ctx: StepContext) -> LossOutput:
+        raise NotImplementedError
+
+    def fit(self, variables: Variables, method_state: PyTree,
+            batches: Iterable[tuple[jax.Array, jax.Array]]) -> PyTree:
+        """After training (`needs_fit`): fit what the method needs on the training split (a
+        feature density, ...), given its batches `(images_BxHxWxC float, labels_B)`; returns the
+        method state `predict` uses. Deterministic, so evaluation can rerun it."""
+        del variables, batches
+        return method_state
+
+    # --- prediction ------------------------------------------------------------------------
+    def predict(self, variables: Variables, method_state: PyTree, images_BxHxWxC: jax.Array,
+                key: jax.Array) -> dict[str, jax.Array]:
+        """Per-example raw outputs on device (every array has the batch as its leading axis),
+        e.g. {"alpha_BxK", "prior_strength_B"} or {"probs_BxTxK"}. `key` draws any randomness
+        (MC Dropout's masks); deterministic methods ignore it."""
+        raise NotImplementedError
+
+    def predictions(self, raw: Mapping[str, np.ndarray],
+                    labels_N: np.ndarray | None = None) -> Predictions:
+        """Host side: raw outputs of N examples (NumPy) -> `Predictions` (float64 scores)."""
+        raise NotImplementedError
+
+    def predicted_class(self, raw: Mapping[str, np.ndarray]) -> np.ndarray:
+        """argmax of the predictive probabilities (validation accuracy); cheap, no scores."""
+        return np.argmax(self.predictions(raw).probs, axis=-1)
+
+    def describe(self) -> str:
+        """One line for logs and result files."""
+        return self.name
+
+
+def softmax_probs(logits_BxK: jax.Array) -> jax.Array:
+    return jax.nn.softmax(logits_BxK.astype(jnp.float32), axis=-1)
+
+
+def correct_B(logits_or_probs_BxK: jax.Array, labels_B: jax.Array) -> jax.Array:
+    return (jnp.argmax(logits_or_probs_BxK, -1) == labels_B).astype(jnp.float32)

@@ -1,0 +1,74 @@
+"""The EDL family as one method: GEDL, EDL, I-EDL, R-EDL, RED and the ablation rows.
+
+Every variant is the same loss with other settings (`losses.LossSpec`, from today's config
+fields; paper Table unified_edl): the network's logits give evidence, the prior strength W and
+alpha = e + W a (Eq. e2alpha, weight_update); the loss is the variant's likelihood term plus the
+KL to Dir(W a) weighted by 1/tau (Eq. elbo, tau_schedule) and the I-EDL / RED terms. The method
+state is GEDL's tau accumulator. Predictions are the Dirichlet: probabilities alpha/S and every
+Dirichlet score ("mp", "um" = -W/S, ...), computed in float64 on the host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import ClassVar
+
+import jax
+import numpy as np
+
+from gedl_jax import evidential as ev
+from gedl_jax import losses
+from gedl_jax.evaluation.core import ModelOutputs, Predictions, dirichlet_predictions
+from gedl_jax.evaluation.scores import DIRICHLET_SCORE_NAMES
+from gedl_jax.methods.base import LossOutput, Method, StepContext, Variables, correct_B
+
+
+@dataclasses.dataclass(frozen=True)
+class Evidential(Method):
+    """An evidential classifier whose variant is `spec` (see `losses.LossSpec`)."""
+
+    spec: losses.LossSpec = None  # type: ignore[assignment]   (always given by from_config)
+
+    name: ClassVar[str] = "evidential"
+    score_names: ClassVar[tuple[str, ...]] = DIRICHLET_SCORE_NAMES
+    progress_logs: ClassVar[tuple[str, ...]] = ("kl_weight", "mean_prior_strength",
+                                                "mean_strength")
+
+    def init_method_state(self) -> ev.TauState:
+        return ev.tau_init()
+
+    def loss(self, params, model_state: Variables, method_state: ev.TauState,
+             images_BxHxWxC: jax.Array, labels_B: jax.Array, ctx: StepContext) -> LossOutput:
+        logits_BxK, new_model_state = self.train_model.apply(
+            {"params": params, **model_state}, images_BxHxWxC, train=True,
+            mutable=list(model_state), rngs={"dropout": ctx.key})
+        loss_B, new_tau, terms = losses.per_example_loss(
+            self.spec, logits_BxK, labels_B, method_state, ctx.epoch, global_mean=ctx.mean)
+        logs = {"correct_B": correct_B(logits_BxK, labels_B),
+                "likelihood": terms.likelihood_B, "kl": terms.kl_B,
+                "kl_weight": terms.kl_weight, "mean_strength": terms.mean_strength,
+                "mean_prior_strength": terms.mean_prior_strength}
+        return LossOutput(loss_B, dict(new_model_state), new_tau, logs)
+
+    def predict(self, variables: Variables, method_state, images_BxHxWxC: jax.Array,
+                key: jax.Array) -> dict[str, jax.Array]:
+        del method_state, key
+        logits_BxK = self.eval_model.apply(variables, images_BxHxWxC, train=False)
+        out = losses.evidential_outputs(self.spec, logits_BxK)
+        return {"alpha_BxK": out.alpha_BxK, "prior_strength_B": out.prior_strength_B}
+
+    def predictions(self, raw: Mapping[str, np.ndarray],
+                    labels_N: np.ndarray | None = None) -> Predictions:
+        return dirichlet_predictions(ModelOutputs(raw["alpha_BxK"], raw["prior_strength_B"],
+                                                  labels_N))
+
+    def predicted_class(self, raw: Mapping[str, np.ndarray]) -> np.ndarray:
+        return np.argmax(raw["alpha_BxK"], axis=-1)
+
+    def describe(self) -> str:
+        s = self.spec
+        w = "adaptive W" if s.prior_strength == "adaptive" else f"W={s.prior_strength_value:g}"
+        return (f"evidential ({s.evidence} evidence, {w}, {s.likelihood} likelihood, KL "
+                f"{s.kl_target}/{s.kl_schedule})")
+
