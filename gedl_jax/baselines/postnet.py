@@ -93,11 +93,15 @@ def concentration(log_q_BxK: ArrayLike, class_counts_K: ArrayLike,
     return 1.0 + jnp.exp(jnp.minimum(log_pseudo_counts(log_q_BxK, class_counts_K), clamp))
 
 
+def log_concentration(log_q_BxK: ArrayLike, class_counts_K: ArrayLike) -> jax.Array:
+    """log alpha_c = log(1 + N_c q_c(z)) = softplus(log N_c + log q_c), exact and unclamped."""
+    return jax.nn.softplus(log_pseudo_counts(log_q_BxK, class_counts_K))
+
+
 def log_precision(log_q_BxK: ArrayLike, class_counts_K: ArrayLike) -> jax.Array:
     """log alpha_0 = logsumexp_c log alpha_c, log alpha_c = softplus(log N_c + log q_c): the UM
     score without overflow (exact, unclamped)."""
-    return jax.nn.logsumexp(jax.nn.softplus(log_pseudo_counts(log_q_BxK, class_counts_K)),
-                            axis=-1)
+    return jax.nn.logsumexp(log_concentration(log_q_BxK, class_counts_K), axis=-1)
 
 
 def uce_loss(alpha_BxK: ArrayLike, labels_B: ArrayLike, entropy_weight: float) -> jax.Array:
