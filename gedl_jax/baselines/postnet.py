@@ -70,7 +70,9 @@ def flow_log_density(z_BxD: ArrayLike, layers: RadialParams) -> jax.Array:
         z, logdet = radial_layer(z, *layer)
         return (z, total + logdet), None
 
-    (u_BxD, logdet_B), _ = jax.lax.scan(step, (z_BxD, jnp.zeros(z_BxD.shape[:-1])), layers)
+    # The initial log-det total derives from z (not jnp.zeros), so inside shard_map it varies
+    # over the data axis as the carry does.
+    (u_BxD, logdet_B), _ = jax.lax.scan(step, (z_BxD, jnp.zeros_like(z_BxD[..., 0])), layers)
     dim = z_BxD.shape[-1]
     log_base = -0.5 * jnp.sum(u_BxD ** 2, axis=-1) - 0.5 * dim * jnp.log(2.0 * jnp.pi)
     return log_base + logdet_B

@@ -102,12 +102,12 @@ def ood_noise(key: jax.Array, images_BxHxWxC: ArrayLike, kind: str = "noise_unif
     if kind not in OOD_NOISE:
         raise ValueError(f"kind={kind!r}; allowed: {OOD_NOISE}")
     x = jnp.asarray(images_BxHxWxC)
-    lo_C = jax.lax.stop_gradient(jnp.min(x, axis=(0, 1, 2)))
-    hi_C = jax.lax.stop_gradient(jnp.max(x, axis=(0, 1, 2)))
+    lo_1x1x1xC = jax.lax.stop_gradient(jnp.min(x, axis=(0, 1, 2), keepdims=True))
+    hi_1x1x1xC = jax.lax.stop_gradient(jnp.max(x, axis=(0, 1, 2), keepdims=True))
     u = jax.random.uniform(key, x.shape, x.dtype)
     if kind == "noise_smoothed":
         u = gaussian_blur(u)
         u_min = jnp.min(u, axis=(1, 2, 3), keepdims=True)
         u_max = jnp.max(u, axis=(1, 2, 3), keepdims=True)
         u = (u - u_min) / jnp.maximum(u_max - u_min, 1e-12)
-    return lo_C + (hi_C - lo_C) * u
+    return lo_1x1x1xC + (hi_1x1x1xC - lo_1x1x1xC) * u
