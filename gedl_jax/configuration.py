@@ -123,10 +123,10 @@ VARIANTS.update({
     "duq": _variant(method="duq", duq_length_scale=0.1, duq_gamma=0.999,
                     duq_gradient_penalty=0.5),
     # KL-PN (Malinin & Gales 2018): forward KL to the 2018 paper's label-smoothed targets
-    # (precision 100, smoothing 0.01); OOD training inputs: uniform noise (never an evaluation
-    # OOD set).
+    # (precision 100, smoothing pn_target_smoothing's default); OOD training inputs: uniform
+    # noise (never an evaluation OOD set).
     "kl_pn": _variant(method="kl_pn", pn_target_form="smoothed", pn_target_concentration=100.0,
-                      pn_target_smoothing=0.01, pn_ood="noise_uniform", pn_ood_weight=1.0),
+                      pn_ood="noise_uniform", pn_ood_weight=1.0),
     # RKL-PN (Malinin & Gales 2019): reverse KL to 1 + 100 * onehot (the official code's
     # targets), OOD weight gamma = 1 (its default); uniform-noise OOD training inputs.
     "rkl_pn": _variant(method="rkl_pn", pn_target_form="pnet", pn_target_concentration=100.0,
@@ -253,7 +253,10 @@ def default_config(dataset: str) -> ml_collections.ConfigDict:
     c.pn_target_form = "pnet"          # ID target: "pnet" = 1 + c onehot (RKL-PN code),
                                        # "smoothed" = c * label-smoothed mean (KL-PN 2018 paper)
     c.pn_target_concentration = 100.0  # Prior Networks: target concentration c (loss divided by it)
-    c.pn_target_smoothing = 0.01       # Prior Networks: label smoothing of the "smoothed" target
+    c.pn_target_smoothing = 0.01 if d["num_classes"] <= 10 else 0.1 / d["num_classes"]
+                                       # Prior Networks: label smoothing of the "smoothed" target
+                                       # (2018 paper: 0.01 at K = 10; ours for K = 100: 0.001, as
+                                       # 0.01 = 1/K would make the target flat)
     c.postnet_latent_dim = 6           # PostNet: latent dimension
     c.postnet_flow_layers = 6          # PostNet: radial layers per class flow
     c.postnet_entropy_weight = 1e-5 if dataset.startswith("cifar") else 1e-6
@@ -505,7 +508,8 @@ def _validate_methods(c: ml_collections.ConfigDict) -> None:
         raise ValueError(f"config.duq_gamma={c.duq_gamma!r} must be in (0, 1)")
     if not 0.0 <= c.fedl_head_dropout < 1.0:
         raise ValueError(f"config.fedl_head_dropout={c.fedl_head_dropout!r} must be in [0, 1)")
-    if not 0.0 <= c.pn_target_smoothing < 1.0 / c.num_classes:
+    smoothed_pn = c.method in ("kl_pn", "rkl_pn") and c.pn_target_form == "smoothed"
+    if smoothed_pn and not 0.0 <= c.pn_target_smoothing < 1.0 / c.num_classes:
         raise ValueError(f"config.pn_target_smoothing={c.pn_target_smoothing!r} must be in "
                          f"[0, 1/K) = [0, {1.0 / c.num_classes:g}) so the label keeps the "
                          f"largest target")
