@@ -286,7 +286,7 @@ def test_prior_network_loss_against_the_closed_form(name):
                 + np.sum(special.gammaln(b) - special.gammaln(a)
                          + (a - b) * (special.digamma(a) - special.digamma(a0)[:, None]), -1))
 
-    if method.reverse:
+    if name == "rkl_pn":   # RKL-PN: KL(Dir(alpha) || Dir(target)); KL-PN the forward one
         kl_id, kl_ood = kl(alpha_id, target), kl(alpha_ood, np.ones_like(alpha_ood))
     else:
         kl_id, kl_ood = kl(target, alpha_id), kl(np.ones_like(alpha_ood), alpha_ood)
