@@ -335,9 +335,13 @@ def test_daedl_fit_equals_numpy_and_scipy_and_maps_the_training_range_to_0_1():
     # Scores: log alpha*_0 with alpha* = exp(d logits) + 1e-6.
     raw = {k: np.asarray(v) for k, v in raw.items()}
     pred = method.predictions(raw)
-    scaled = raw["density_B"][:, None].astype(np.float64) * raw["logits_BxK"]
+    d = np.maximum(raw["density_B"].astype(np.float64), 1e-12)   # d = 0 ties break by logits
+    scaled = d[:, None] * raw["logits_BxK"]
     np.testing.assert_allclose(pred.scores["um"], np.log(np.sum(np.exp(scaled) + 1e-6, -1)),
                                rtol=1e-12)
+    np.testing.assert_array_equal(pred.probs.argmax(-1), raw["logits_BxK"].argmax(-1))
+    lowest = score.argmin()   # d = 0: p* uniform up to 1e-11, prediction still the logits'
+    np.testing.assert_allclose(pred.probs[lowest], 1 / K, atol=1e-10)
     np.testing.assert_allclose(pred.scores["log_density"], raw["log_density_B"], rtol=1e-12)
     # Before the fit: d = 1, the plain exp-EDL model.
     unfitted = method.predict(variables, {}, images, None)

@@ -18,7 +18,8 @@ gives the training range [s_min, s_max]. The method state is the fitted GDA and 
 
 Prediction: d = (clip(s, s_min, s_max) - s_min) / (s_max - s_min) in [0, 1] and the
 density-scaled logits d * logits: alpha* = exp(d * logits) + 1e-6, p* = softmax(d * logits)
-(prediction argmax p*). Scores: "mp" = max alpha*/alpha*_0 (max p* up to the 1e-6 offsets),
+(prediction argmax p*, which is argmax logits: d is floored at 1e-12 so that inputs at or below
+the training minimum, d = 0, keep the model's prediction instead of a tie). Scores: "mp" = max alpha*/alpha*_0 (max p* up to the 1e-6 offsets),
 "um" = log alpha*_0 = logsumexp(d * logits) (log space), "log_density" = s(x), and the other
 Dirichlet scores of alpha* (W = K * 1e-6, the training prior). Before `fit` the method state
 is empty and d = 1 (the plain exp-EDL model, for validation accuracy during training).
@@ -47,6 +48,7 @@ from gedl_jax.methods.base import LossOutput, Method, StepContext, Variables, co
 from gedl_jax.methods.common import apply_train, log_dirichlet_predictions
 
 LOGIT_CLIP = 30.0
+MIN_DENSITY = 1e-12   # floor of d in the host scores: ties at d = 0 break by the logits
 
 
 def _gda(state) -> daedl.GDA:
@@ -113,7 +115,11 @@ class DAEDL(Method):
 
     def predictions(self, raw: Mapping[str, np.ndarray],
                     labels_N: np.ndarray | None = None) -> Predictions:
-        density_B = np.nan_to_num(np.asarray(raw["density_B"], np.float64), nan=0.0)
+        # d = 0 (a density at or below the training minimum) makes every class tie; flooring d
+        # at 1e-12 keeps p* uniform to 1e-11 but its argmax that of the logits, the model's
+        # prediction (d > 0 never changes the argmax), instead of class 0 by tie order.
+        density_B = np.maximum(np.nan_to_num(np.asarray(raw["density_B"], np.float64),
+                                             nan=0.0), MIN_DENSITY)
         scaled = density_B[:, None] * np.asarray(raw["logits_BxK"], np.float64)
         # A density that underflowed to -inf (or NaN) ranks below every finite one.
         log_density = np.asarray(raw["log_density_B"], np.float64)
@@ -125,8 +131,7 @@ class DAEDL(Method):
                                          extra_scores={"log_density": log_density})
 
     def predicted_class(self, raw: Mapping[str, np.ndarray]) -> np.ndarray:
-        return np.argmax(np.asarray(raw["density_B"])[:, None] * np.asarray(raw["logits_BxK"]),
-                         axis=-1)
+        return np.argmax(raw["logits_BxK"], axis=-1)   # = argmax p* (see `predictions`)
 
     def describe(self) -> str:
         return f"DAEDL (spectral norm, KL weight {self.kl_weight:g}, {self.recipe} reading)"
