@@ -31,7 +31,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gedl_jax import configuration, losses, models, parallel
+from gedl_jax import configuration, methods, models, optimizer, sharding
+from gedl_jax import steps as steps_lib
 
 # Dense peak throughput (FLOP/s) per chip, for the "fraction of peak" column.
 PEAK_FLOPS = {
@@ -63,7 +64,7 @@ def peak_memory_bytes() -> int | None:
 
 def compiled_train_step(model_name: str, batch: int, dtype: str, num_devices: int, steps: int,
                         seeds: int = 1):
-    """The real GEDL train step (`parallel.make_train_step`, as `gedl_jax.train` runs it), compiled,
+    """The real GEDL train step (`steps.make_train_step`, as `gedl_jax.train` runs it), compiled,
     on `steps` batches of synthetic uint8 data resident on the device.
 
     Returns (run, compile_s): `run(n)` does n steps from the current state and blocks on the
@@ -74,30 +75,29 @@ def compiled_train_step(model_name: str, batch: int, dtype: str, num_devices: in
     config.compute_dtype = dtype
     config.batch_size = batch
     image_shape = (28, 28, 1) if model_name == "convnet" else (32, 32, 3)
-    mesh = parallel.make_mesh(jax.devices()[:num_devices])
-    spec = losses.LossSpec.from_config(config)
-    jdtype = jnp.bfloat16 if dtype == "bfloat16" else jnp.float32
-    model = models.build_model(model_name, 10, dtype=jdtype, axis_name=parallel.AXIS)
+    config.model = model_name
+    mesh = sharding.make_mesh(jax.devices()[:num_devices])
+    method = methods.from_config(config, methods.MethodSetup(10, (1,) * 10, image_shape))
     n = batch * steps
-    tx = parallel.make_optimizer(config, total_steps=10 * steps)
-    settings = parallel.StepSettings(steps_per_epoch=steps, batch_size=batch,
+    tx = optimizer.make_optimizer(config, total_steps=10 * steps)
+    settings = steps_lib.StepSettings(steps_per_epoch=steps, batch_size=batch,
                                      augment=config.augment, normalize_mean=None,
                                      normalize_std=None)
     keys = {"augment": jax.random.PRNGKey(1), "dropout": jax.random.PRNGKey(2)}
     rng = np.random.default_rng(0)
-    images = parallel.put_replicated(mesh, rng.integers(0, 256, (n, *image_shape), np.uint8))
-    labels = parallel.put_replicated(mesh, rng.integers(0, 10, n).astype(np.int32))
-    replicated = parallel.replicated(mesh)
+    images = sharding.put_replicated(mesh, rng.integers(0, 256, (n, *image_shape), np.uint8))
+    labels = sharding.put_replicated(mesh, rng.integers(0, 10, n).astype(np.int32))
+    replicated = sharding.replicated(mesh)
 
     def init(key):
-        return parallel.init_train_state(model, tx, key, image_shape)
+        return steps_lib.init_train_state(method, tx, key, image_shape)
 
     if seeds == 1:
-        step_fn = parallel.make_train_step(model, spec, tx, mesh, settings, keys)
+        step_fn = steps_lib.make_train_step(method, tx, mesh, settings, keys)
         extra = (jax.device_put(jnp.arange(n, dtype=jnp.int32), replicated),)
         state = jax.jit(init, out_shardings=replicated)(jax.random.PRNGKey(0))
     else:
-        step_fn = parallel.make_multi_seed_train_step(model, spec, tx, mesh, settings)
+        step_fn = steps_lib.make_multi_seed_train_step(method, tx, mesh, settings)
         order_SxN = jnp.tile(jnp.arange(n, dtype=jnp.int32), (seeds, 1))
         keys_S = {k: jnp.stack([jax.random.fold_in(v, s) for s in range(seeds)])
                   for k, v in keys.items()}

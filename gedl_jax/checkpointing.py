@@ -4,8 +4,9 @@ Layout under the workdir:
     checkpoints/last/<step>/   the newest state, for resuming (two kept, so a save killed half-way
                                never leaves a run without a complete checkpoint)
     checkpoints/best/<step>/   the state with the best validation accuracy so far
-Each holds the TrainState (params, optimizer, batch stats, tau accumulator, step; the data order
-is a function of seed and step) and a JSON of loop metadata (epoch, best accuracy, config).
+Each holds the TrainState (step, params, the model's mutable collections, optimizer state, the
+method's state; the data order is a function of seed and step) and a JSON of loop metadata
+(epoch, best validation accuracy and its step, variant, seed).
 Orbax writes into a temporary folder and renames it when complete, so an interrupted save is
 ignored on restore.
 """
@@ -18,6 +19,8 @@ from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
+
+from gedl_jax.rundir import ConfigMismatchError
 
 
 def _options(folder: pathlib.Path, max_to_keep: int) -> ocp.CheckpointManagerOptions:
@@ -73,9 +76,20 @@ class RunCheckpoints:
     def _restore(manager, step, abstract_state):
         if step is None:
             raise FileNotFoundError(f"no checkpoint in {manager.directory}")
-        restored = manager.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
-        return restored["state"], restored["meta"]
+        try:
+            restored = manager.restore(step, args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
+            return restored["state"], restored["meta"]
+        except (ValueError, KeyError, TypeError) as e:
+            legacy = _legacy_abstract(abstract_state)
+            if legacy is None:
+                raise
+            try:
+                restored = manager.restore(step, args=ocp.args.Composite(
+                    state=ocp.args.StandardRestore(legacy), meta=ocp.args.JsonRestore()))
+            except (ValueError, KeyError, TypeError):
+                raise e from None
+            return _from_legacy(abstract_state, restored["state"]), restored["meta"]
 
     def wait(self) -> None:
         self.last.wait_until_finished()
@@ -85,6 +99,44 @@ class RunCheckpoints:
         self.wait()
         self.last.close()
         self.best.close()
+
+
+# Checkpoints written before the method interface (gedl-jax <= dd3581c) hold the EDL family's
+# TrainState with the fields (step, params, batch_stats, opt_state, tau_state). They restore into
+# today's (step, params, model_state={"batch_stats": ...} or {}, opt_state, method_state).
+_LEGACY_FIELDS = ("step", "params", "batch_stats", "opt_state", "tau_state")
+
+
+def _legacy_abstract(abstract_state) -> dict[str, Any] | None:
+    model_state = getattr(abstract_state, "model_state", None)
+    if model_state is None or set(model_state) - {"batch_stats"}:
+        return None
+    return {"step": abstract_state.step, "params": abstract_state.params,
+            "batch_stats": model_state.get("batch_stats", {}),
+            "opt_state": abstract_state.opt_state, "tau_state": abstract_state.method_state}
+
+
+def _from_legacy(abstract_state, legacy: dict[str, Any]):
+    model_state = {"batch_stats": legacy["batch_stats"]} if "batch_stats" in \
+        abstract_state.model_state else {}
+    return abstract_state.replace(step=legacy["step"], params=legacy["params"],
+                                  model_state=model_state, opt_state=legacy["opt_state"],
+                                  method_state=legacy["tau_state"])
+
+
+def restore_for_resume(ckpt: RunCheckpoints, abstract_state, step: int,
+                       workdir: pathlib.Path):
+    """The `last` checkpoint at `step`, or a clear error if it does not fit this program (a
+    workdir from another version of gedl-jax or another method, or a damaged checkpoint).
+    Nothing is deleted."""
+    try:
+        return ckpt.restore_last(abstract_state, step)
+    except (ValueError, KeyError, TypeError, FileNotFoundError, OSError) as e:
+        raise ConfigMismatchError(
+            f"cannot resume from {workdir}/checkpoints/last/{step}: it does not match the "
+            f"train state of this version of gedl-jax, or it is damaged ({type(e).__name__}: "
+            f"{str(e)[:300]}). The workdir was left as it is; use a new --workdir, or the "
+            f"version that wrote it.") from None
 
 
 def abstract_like(state, sharding=None):

@@ -400,6 +400,27 @@ def parse_seeds(c: ml_collections.ConfigDict) -> list[int]:
                          f"e.g. '0,1,2,3,4'") from None
 
 
+def with_seed(c: ml_collections.ConfigDict, seed: int) -> ml_collections.ConfigDict:
+    """A copy of `c` for one seed of a several-seed run (`seeds` cleared)."""
+    seeded = c.copy_and_resolve_references()
+    with seeded.unlocked():
+        seeded.seed = int(seed)
+        seeded.seeds = ""
+    return seeded
+
+
+def ensemble_member_config(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """The config of a deep ensemble's members: the same method and settings, no ensemble, no
+    evaluation of its own (the ensemble is evaluated as one model)."""
+    member = c.copy_and_resolve_references()
+    with member.unlocked():
+        member.ensemble_size = 0
+        member.seeds = ""
+        member.evaluate_at_end = False
+        member.plots = False
+    return member
+
+
 def parse_list(text: str) -> list[str]:
     """'a, b,c' -> ['a', 'b', 'c']; '' -> []."""
     return [t.strip() for t in str(text).split(",") if t.strip()]

@@ -12,7 +12,7 @@ import pytest
 from data_fixtures import write_idx, write_npz
 from training_fixtures import TINY_FIELDS, checkpoint_steps, write_tiny_mnist
 
-from gedl_jax import configuration, data, train
+from gedl_jax import configuration, data, experiment, steps, train
 
 
 @pytest.fixture
@@ -49,13 +49,13 @@ def test_bad_config_fields(data_dir, tmp_path, fields, message):
 
 def test_num_classes_smaller_than_the_labels(data_dir, tmp_path):
     with pytest.raises(ValueError, match=r"num_classes=5 but mnist/train has labels up to 9"):
-        train.load_data(config(data_dir, tmp_path, num_classes=5))
+        experiment.load_run_data(config(data_dir, tmp_path, num_classes=5))
 
 
 @pytest.mark.parametrize("field", ["train_examples", "val_examples"])
 def test_more_examples_than_the_split_holds(data_dir, tmp_path, field):
     with pytest.raises(ValueError, match=rf"config.{field}=5000 exceeds the \d+ examples"):
-        train.load_data(config(data_dir, tmp_path, **{field: 5000}))
+        experiment.load_run_data(config(data_dir, tmp_path, **{field: 5000}))
 
 
 @pytest.mark.parametrize("images,labels,message", [
@@ -69,7 +69,7 @@ def test_training_files_of_the_wrong_shape_dtype_or_labels(tmp_path, images, lab
     root = write_tiny_mnist(tmp_path / "data", n_train=200, n_test=40)
     write_npz(root / "mnist" / "train.npz", images, labels)
     with pytest.raises(data.DataError, match=message):
-        train.load_data(config(root, tmp_path))
+        experiment.load_run_data(config(root, tmp_path))
 
 
 def test_truncated_training_file(tmp_path):
@@ -77,7 +77,7 @@ def test_truncated_training_file(tmp_path):
     path = root / "mnist" / "train.npz"
     path.write_bytes(path.read_bytes()[:1000])
     with pytest.raises(data.CorruptDataError, match="train.npz: cannot read the npz arrays"):
-        train.load_data(config(root, tmp_path))
+        experiment.load_run_data(config(root, tmp_path))
 
 
 def test_ood_set_of_another_image_size_fails_before_training(data_dir, tmp_path):
@@ -137,13 +137,13 @@ def test_workdir_from_another_version(data_dir, tmp_path, fast_compile, monkeypa
     del saved["coordinator_address"]  # a field this version added
     (workdir / "config.json").write_text(json.dumps(saved))
     # This "version" keeps one more leaf in its train state than the one that wrote it.
-    original = train.parallel.init_train_state
+    original = steps.init_train_state
 
     def grown(*args, **kwargs):
         state = original(*args, **kwargs)
-        return state.replace(batch_stats={"extra": jax.numpy.zeros(3)})
+        return state.replace(model_state={"extra": jax.numpy.zeros(3)})
 
-    monkeypatch.setattr(train.parallel, "init_train_state", grown)
+    monkeypatch.setattr(steps, "init_train_state", grown)
     before = sorted(p.relative_to(workdir) for p in workdir.rglob("*"))
     with pytest.raises(train.ConfigMismatchError,
                        match=r"cannot resume from .*checkpoints/last/1: it does not match"):

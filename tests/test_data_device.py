@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gedl_jax import data
+from gedl_jax import data, sharding
 
 
 def _images(n=32, shape=(32, 32, 3), seed=0):
@@ -30,12 +30,11 @@ def test_take_batch_covers_an_epoch_once_and_drops_the_remainder():
     perm = data.epoch_permutation(jax.random.PRNGKey(3), n)
     step = jax.jit(data.take_batch, static_argnums=4)
     seen = []
-    for i in range(data.steps_per_epoch(n, b)):
+    for i in range(n // b):
         x, y = step(images, labels, perm, i, b)
         assert x.shape == (b, 4, 4, 1) and x.dtype == jnp.uint8 and y.shape == (b,)
         np.testing.assert_array_equal(x, images[y])
         seen.extend(np.asarray(y).tolist())
-    assert data.steps_per_epoch(n, b) == 10
     assert len(seen) == len(set(seen)) == 100
     np.testing.assert_array_equal(seen, np.asarray(perm[:100]))
 
@@ -131,32 +130,34 @@ def test_pad_for_eval_scores_each_example_once():
     assert xs.shape[0] == 2 and mask.all()
 
 
-def test_put_on_device_and_shard_batch_single_device():
-    split = data.Split(_images(10, (4, 4, 1)), np.arange(10, dtype=np.int32), "x")
-    images, labels = data.put_on_device(split)
+def test_placement_single_device():
+    mesh = sharding.make_mesh()
+    images = sharding.put_replicated(mesh, _images(10, (4, 4, 1)))
     assert isinstance(images, jax.Array) and images.dtype == jnp.uint8
-    assert labels.dtype == jnp.int32
-    assert data.shard_batch(images, None) is images
+    assert images.sharding.is_fully_replicated
+    batched = sharding.put_batched(mesh, _images(12, (4, 4, 1)).reshape(3, 4, 4, 4, 1))
+    np.testing.assert_array_equal(np.asarray(batched).reshape(12, 4, 4, 1), _images(12, (4, 4, 1)))
 
 
 SHARDED = textwrap.dedent(r"""
     import jax, jax.numpy as jnp, numpy as np
-    from jax.sharding import AxisType
-    from gedl_jax import data
+    from gedl_jax import data, sharding
     assert jax.device_count() == 4
     rng = np.random.default_rng(0)
     split = data.Split(rng.integers(0, 256, (100, 32, 32, 3), dtype=np.uint8),
                        rng.integers(0, 10, 100).astype(np.int32), "x")
-    for axis_types in ((AxisType.Auto,), (AxisType.Explicit,)):
-        mesh = jax.make_mesh((4,), ("data",), axis_types=axis_types)
-        images, labels = data.put_on_device(split, mesh)
+    for mesh in (sharding.make_mesh(),):
+        images = sharding.put_replicated(mesh, split.images)
+        labels = sharding.put_replicated(mesh, split.labels)
         assert images.sharding.is_fully_replicated
+        layout = sharding.batch_sharding(mesh)
 
         @jax.jit
-        def batch(images, labels, perm, step):
+        def batch(images, labels, perm, step):   # as steps.make_train_step lays a batch out
             x, y = data.take_batch(images, labels, perm, step, 16)
             x = data.augment_cifar(jax.random.fold_in(jax.random.PRNGKey(0), step), x)
-            return data.shard_batch(data.to_float(x), mesh), data.shard_batch(y, mesh)
+            return (jax.lax.with_sharding_constraint(data.to_float(x), layout),
+                    jax.lax.with_sharding_constraint(y, layout))
 
         perm = data.epoch_permutation(jax.random.PRNGKey(1), 100)
         x, y = batch(images, labels, perm, 2)

@@ -189,8 +189,8 @@ def test_vgg_init_matches_reference(vgg):
 
 
 # The initial parameters as the code stood before `config.init` existed (commit df5217e), drawn
-# as the training loop draws them (`train.run_keys(seed)["init"]`, jitted init as in
-# `parallel.init_train_state`). init="torch" must keep reproducing them, so every published
+# as the training loop draws them (`experiment.run_keys(seed)["init"]`, jitted init as in
+# `steps.init_train_state`). init="torch" must keep reproducing them, so every published
 # number stays reproducible with `--config.init=torch`.
 # ConvNet (all published MNIST numbers): sha256 over (keystr(path), float32 bytes) of every
 # "params" leaf in path order, i.e. bit for bit.
@@ -220,12 +220,12 @@ def _params_fingerprint(params) -> str:
 
 
 def _training_init(dataset, seed, shape, init="torch"):
-    from gedl_jax import configuration, train  # noqa: PLC0415
+    from gedl_jax import configuration, experiment, methods  # noqa: PLC0415
 
     config = configuration.build_config(dataset, "gedl")
     config.init = init
-    _, eval_model = train.build_models(config)
-    key = train.run_keys(seed)["init"]
+    _, eval_model = methods.build_models(config)
+    key = experiment.run_keys(seed)["init"]
     return jax.jit(lambda k: eval_model.init({"params": k, "dropout": k},
                                              jnp.zeros((1, *shape)), train=False))(key)["params"]
 

@@ -13,7 +13,16 @@ import jax
 import numpy as np
 import pytest
 
-from gedl_jax import configuration, evidential, train
+from gedl_jax import (
+    checkpointing,
+    configuration,
+    evidential,
+    losses,
+    methods,
+    rundir,
+    steps,
+    train,
+)
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DATA_DIR = pathlib.Path(os.environ.get("GEDL_DATA_DIR", REPO.parent / "shared" / "data"))
@@ -80,7 +89,7 @@ def test_eval_examples_cuts_test_and_ood_sets_and_old_workdirs_restore(tmp_path)
     outputs = evaluate.predict_outputs(tmp_path)
     assert list(outputs) == ["test", "kmnist"]
     assert outputs["test"].num_examples == 300 and outputs["kmnist"].labels is None
-    again = evaluation.evaluate_outputs(outputs["test"], {"kmnist": outputs["kmnist"]})
+    again = evaluation.evaluate_predictions(outputs["test"], {"kmnist": outputs["kmnist"]})
     assert again["id"]["accuracy"] == results["id"]["accuracy"]
     assert again["ood"]["kmnist"]["detection"] == results["ood"]["kmnist"]["detection"]
     # A workdir written before the field existed restores with its default (all examples).
@@ -88,7 +97,7 @@ def test_eval_examples_cuts_test_and_ood_sets_and_old_workdirs_restore(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
     del saved["eval_examples"]
     (tmp_path / "config.json").write_text(json.dumps(saved))
-    config, *_ = evaluate.restore_run(tmp_path)
+    config = evaluate.restore_run(tmp_path).config
     assert config.eval_examples == 0 and config.train_examples == 512
 
 
@@ -143,18 +152,18 @@ def test_killed_process_resumes_to_same_parameters(tmp_path):
 
 @needs_mnist
 def test_nonfinite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
-    original = train.losses.per_example_loss
+    original = losses.per_example_loss
 
     def poisoned(spec, logits, labels, tau_state, epoch, global_mean=lambda x: x):
         loss, tau, terms = original(spec, logits, labels, tau_state, epoch, global_mean)
         return jax.numpy.where(epoch >= 1, jax.numpy.nan, loss), tau, terms
 
-    monkeypatch.setattr(train.losses, "per_example_loss", poisoned)
+    monkeypatch.setattr(losses, "per_example_loss", poisoned)
     c = tiny_config()
     with pytest.raises(train.NonFiniteLossError, match=r"non-finite loss.*epoch 1.*intact"):
         train.train_and_evaluate(c, tmp_path)
     monkeypatch.undo()
-    ckpt = train.checkpointing.RunCheckpoints(tmp_path)
+    ckpt = checkpointing.RunCheckpoints(tmp_path)
     assert ckpt.latest_step() == 8  # the end of epoch 0, nothing after
     ckpt.close()
     summary = train.train_and_evaluate(tiny_config(), tmp_path, stop_after_steps=8)
@@ -178,7 +187,7 @@ def test_vmapped_seeds_equal_sequential_seeds_and_resume_exactly(tmp_path):
     vmapped run stopped mid-epoch and restarted ends bit-identical to an uninterrupted one."""
     seeds = [3, 4]
     c = tiny_config(seeds="3,4", num_epochs=2, checkpoint_every_steps=3)
-    sequential = [train.train_and_evaluate(train._seed_config(c, s), tmp_path / "seq" / str(s))
+    sequential = [train.train_and_evaluate(configuration.with_seed(c, s), tmp_path / "seq" / str(s))
                   for s in seeds]
     together = train.train_and_evaluate_vmapped(_with(c, vmap_seeds=True), tmp_path / "vmap",
                                                 seeds)
@@ -252,8 +261,11 @@ def test_cli_bad_config_fails_fast_with_a_clear_message(tmp_path, args, message)
 
 
 def test_tau_state_is_part_of_the_checkpointed_state():
-    fields = train.parallel.TrainState.__dataclass_fields__
-    assert {"params", "opt_state", "batch_stats", "tau_state", "step"} <= set(fields)
+    fields = steps.TrainState.__dataclass_fields__
+    assert {"params", "opt_state", "model_state", "method_state", "step"} <= set(fields)
+    method = methods.from_config(configuration.build_config("mnist", "gedl"),
+                                 methods.MethodSetup(10, (1,) * 10, (28, 28, 1)))
+    assert isinstance(method.init_method_state(), evidential.TauState)
     assert isinstance(evidential.tau_init(), evidential.TauState)
 
 
@@ -278,7 +290,7 @@ def test_cifar10_vgg_end_to_end_on_tfds_mock_data(tmp_path):
     results = json.loads((tmp_path / "run" / "eval_results.json").read_text())
     assert results["id"]["num_examples"] == 64
     assert results["ood"]["cifar100"]["num_examples"] == 64
-    batch_stats = jax.tree.leaves(summary["state"].batch_stats)
+    batch_stats = jax.tree.leaves(summary["state"].model_state["batch_stats"])
     assert batch_stats and all(np.all(np.isfinite(x)) for x in batch_stats)
     from gedl_jax import evaluate
 
@@ -296,12 +308,12 @@ def test_workdir_from_before_the_init_field_reads_as_torch_init(tmp_path):
     old = json.loads(config.to_json_best_effort())
     del old["init"]
     (tmp_path / "config.json").write_text(json.dumps(old))
-    train._check_or_write_config(config, tmp_path)             # same run: accepted
+    rundir.check_or_write_config(config, tmp_path)             # same run: accepted
     (tmp_path / "config.json").write_text(json.dumps(old))
     config.init = "flax"
     with pytest.raises(train.ConfigMismatchError, match="init: 'torch' -> 'flax'"):
-        train._check_or_write_config(config, tmp_path)
+        rundir.check_or_write_config(config, tmp_path)
     import ml_collections  # noqa: PLC0415
 
-    _, eval_model = train.build_models(ml_collections.ConfigDict(old))
+    _, eval_model = methods.build_models(ml_collections.ConfigDict(old))
     assert eval_model.param_init == "torch"

@@ -1,6 +1,6 @@
-"""The run's pre-flight (train.obtain_inputs): what it asks the data layer for, and the multi-host
-rule: only process 0 fetches, every process meets the barrier (also when process 0 fails, so no
-process waits forever), and the others then verify the files as they load them."""
+"""The run's pre-flight (experiment.obtain_inputs): what it asks the data layer for, and the
+multi-host rule: only process 0 fetches, every process meets the barrier (also when process 0
+fails, so no process waits forever), and the others then verify the files as they load them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import jax
 import pytest
 from jax.experimental import multihost_utils
 
-from gedl_jax import configuration, data, train
+from gedl_jax import configuration, data, experiment
 
 
 @pytest.fixture
@@ -31,7 +31,7 @@ def test_single_process_asks_for_the_id_splits_and_the_ood_test_splits(calls, mo
     config.extra_ood = "/some/idx_folder"  # a folder, checked when loaded: nothing to fetch
     with config.unlocked():
         config.data_mirror = "http://127.0.0.1:9/m"
-    train.obtain_inputs(config)
+    experiment.obtain_inputs(config)
     (wanted, kw), = calls["ensure"]
     assert wanted == [("mnist", "train"), ("mnist", "test"), ("kmnist", "test"),
                       ("fashion_mnist", "test")]
@@ -42,7 +42,7 @@ def test_single_process_asks_for_the_id_splits_and_the_ood_test_splits(calls, mo
 @pytest.mark.parametrize("index,fetches", [(0, 1), (1, 0)])
 def test_under_several_processes_only_process_0_fetches(calls, monkeypatch, index, fetches):
     _processes(monkeypatch, 2, index)
-    train.obtain_inputs(configuration.build_config("cifar10", None))
+    experiment.obtain_inputs(configuration.build_config("cifar10", None))
     assert len(calls["ensure"]) == fetches and calls["barrier"] == 1
 
 
@@ -54,5 +54,5 @@ def test_a_failure_on_process_0_still_meets_the_barrier_then_raises(calls, monke
 
     monkeypatch.setattr(data, "ensure_available", fail)
     with pytest.raises(data.MissingDataError, match="nothing here"):
-        train.obtain_inputs(configuration.build_config("mnist", None))
+        experiment.obtain_inputs(configuration.build_config("mnist", None))
     assert calls["barrier"] == 1

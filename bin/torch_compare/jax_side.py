@@ -1,7 +1,7 @@
 """JAX side of the step-by-step comparison (run with /tmp/venv/bin/python).
 
 1. Draws gedl_jax's initial ConvNet parameters exactly as train.py does for --seed
-   (run_keys(seed)["init"] -> parallel.init_train_state), converts them to torch layout.
+   (experiment.run_keys(seed)["init"] -> ConvNet.init, as steps.init_train_state does), converts them to torch layout.
 2. Builds the batch sequence: seed's train split (RandomState(seed).permutation(60000)[:48000]
    [:12000]) in a fixed order (np RandomState(seed+1000).permutation), batch B.
 3. For each variant: loss + grads of gedl_jax's loss (losses.per_example_loss, mean over batch)
@@ -12,7 +12,7 @@ Writes jax_seed<seed>.npz next to this file.
 import argparse, gzip, os, struct
 import numpy as np
 import jax, jax.numpy as jnp, optax
-from gedl_jax import configuration, losses, models, parallel, train
+from gedl_jax import configuration, experiment, losses, models
 from gedl_jax import evidential as ev
 
 p = argparse.ArgumentParser()
@@ -43,9 +43,9 @@ yb_all = Y[batches]
 
 model = models.ConvNet(num_classes=10)
 config = configuration.build_config("mnist", "gedl")
-tx0 = parallel.make_optimizer(config, 1)
-state = parallel.init_train_state(model, tx0, train.run_keys(args.seed)["init"], (28, 28, 1))
-params0 = state.params
+init_key = experiment.run_keys(args.seed)["init"]
+params0 = model.init({"params": init_key, "dropout": init_key}, jnp.zeros((1, 28, 28, 1)),
+                     train=False)["params"]
 
 def to_torch(params):
     out = {}

@@ -18,15 +18,10 @@ optional (registered checksums, the TFDS source).
 from gedl_jax.data.arrays import Split, channel_stats
 from gedl_jax.data.cache import resolve_cache_dir, sha256_file, verify_file
 from gedl_jax.data.device import (
-    DATA_AXIS,
     apply_geometry,
     augment_cifar,
-    batch_sharding,
     epoch_permutation,
     pad_for_eval,
-    put_on_device,
-    shard_batch,
-    steps_per_epoch,
     take_batch,
     to_float,
 )
@@ -56,14 +51,14 @@ from gedl_jax.data.splits import load_train_val_test, split_indices, train_val_s
 from gedl_jax.data.tfds_source import prepare_tfds
 
 __all__ = [
-    "CORRUPTIONS", "DATASETS", "DATA_AXIS", "DOWNLOAD_MODES", "ENV_DATA_DIR",
+    "CORRUPTIONS", "DATASETS", "DOWNLOAD_MODES", "ENV_DATA_DIR",
     "EXTRA_CORRUPTIONS", "SEVERITIES", "SOURCES", "ChecksumError", "CorruptDataError",
     "DataError", "DatasetInfo", "DownloadError", "FileSpec", "MissingDataError", "Split",
-    "apply_geometry", "augment_cifar", "batch_sharding", "channel_stats", "default_data_dir",
+    "apply_geometry", "augment_cifar", "channel_stats", "default_data_dir",
     "default_ood_sets", "ensure_available", "epoch_permutation", "fetch_datasets", "get_info",
     "load_corrupted",
     "load_ood", "load_split", "load_train_val_test", "pad_for_eval", "prepare_tfds",
-    "put_on_device", "read_idx_folder", "registered_files", "resolve_cache_dir",
-    "resolve_data_dir", "sha256_file", "shard_batch", "split_indices", "steps_per_epoch",
+    "read_idx_folder", "registered_files", "resolve_cache_dir",
+    "resolve_data_dir", "sha256_file", "split_indices",
     "take_batch", "to_float", "train_val_split", "verify_file",
 ]

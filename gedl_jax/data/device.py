@@ -1,21 +1,16 @@
 """Device-resident input: shuffling, batching, augmentation and scaling in pure JAX.
 
-Everything here except `put_on_device` and `pad_for_eval` is jit-able and meant to run *inside*
-the jitted train step, on a split kept whole on the accelerator (uint8: MNIST's 47 MB, CIFAR-10's
-154 MB), so no step needs a host round-trip:
+Everything here except `pad_for_eval` is jit-able and runs *inside* the jitted train step
+(`gedl_jax.steps`), on a split kept whole on the accelerator (uint8: MNIST's 47 MB, CIFAR-10's
+154 MB; placed once with `gedl_jax.sharding.put_replicated`), so no step needs a host
+round-trip:
 
-    images, labels = data.put_on_device(splits["train"], mesh)        # once
-    steps = data.steps_per_epoch(len(splits["train"]), batch_size)    # remainder dropped
-    @jax.jit
-    def train_step(state, images, labels, epoch, step_in_epoch):
-        perm = data.epoch_permutation(jax.random.fold_in(shuffle_key, epoch), images.shape[0])
-        x, y = data.take_batch(images, labels, perm, step_in_epoch, batch_size)
-        x = data.augment_cifar(jax.random.fold_in(augment_key, global_step), x)  # CIFAR train only
-        x = data.to_float(x, mean, std)          # after augmentation: the fill stays pixel 0
-        x, y = data.shard_batch(x, mesh), data.shard_batch(y, mesh)   # global batch over "data"
-        ...
+    perm = data.epoch_permutation(jax.random.fold_in(order_key, epoch), images.shape[0])
+    x, y = data.take_batch(images, labels, perm, step % steps_per_epoch, batch_size)
+    x = data.augment_cifar(jax.random.fold_in(augment_key, step), x)   # CIFAR train only
+    x = data.to_float(x, mean, std)          # after augmentation: the fill stays pixel 0
 
-(The permutation can also be computed once per epoch and passed in; it is 4 bytes per example.)
+(The permutation is computed once per epoch and passed in; it is 4 bytes per example.)
 Evaluation never augments and never drops a remainder: `pad_for_eval` pads the last batch and
 returns a mask, so every example is scored exactly once.
 """
@@ -27,48 +22,9 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
-
-DATA_AXIS = "data"
-
-
-# ------------------------------------------------------------------------------ placement
-def put_on_device(split, mesh: Mesh | None = None) -> tuple[jax.Array, jax.Array]:
-    """(images uint8, labels int32) of a Split (or an (images, labels) pair) as device arrays,
-    replicated over every device of `mesh` (the whole split on each device, so each can gather
-    any batch); on the default device when mesh is None. Done once, before training."""
-    images, labels = ((split.images, split.labels) if hasattr(split, "images") else split)
-    images, labels = np.asarray(images), np.asarray(labels, np.int32)
-    if mesh is None:
-        return jax.device_put(images), jax.device_put(labels)
-    replicated = NamedSharding(mesh, P())
-    return jax.device_put(images, replicated), jax.device_put(labels, replicated)
-
-
-def batch_sharding(mesh: Mesh, ndim: int, axis: str = DATA_AXIS) -> NamedSharding:
-    """Sharding of a global batch: leading axis split over `axis`, the rest replicated."""
-    return NamedSharding(mesh, P(axis, *([None] * (ndim - 1))))
-
-
-def shard_batch(x: jax.Array, mesh: Mesh | None, axis: str = DATA_AXIS) -> jax.Array:
-    """Inside jit: lay the global batch `x` out over the mesh's `axis` (batch size must be a
-    multiple of that axis' size). Identity when mesh is None."""
-    if mesh is None:
-        return x
-    sharding = batch_sharding(mesh, x.ndim, axis)
-    axis_type = dict(zip(mesh.axis_names, getattr(mesh, "axis_types", ()))).get(axis)
-    if axis_type is not None and "explicit" in str(axis_type).lower():
-        return jax.sharding.reshard(x, sharding)  # Explicit axes (jax.make_mesh's default)
-    return jax.lax.with_sharding_constraint(x, sharding)
 
 
 # ------------------------------------------------------------------------------- batching
-def steps_per_epoch(num_examples: int, batch_size: int) -> int:
-    """Full training batches per epoch (the remainder of a shuffled epoch is dropped)."""
-    return num_examples // batch_size
-
-
 def epoch_permutation(key: jax.Array, num_examples: int) -> jax.Array:
     """A random permutation of range(num_examples), int32; key it from the epoch number."""
     return jax.random.permutation(key, num_examples).astype(jnp.int32)

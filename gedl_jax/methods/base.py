@@ -92,8 +92,9 @@ class Method:
     score_names: ClassVar[tuple[str, ...]] = ("mp",)
     # Whether `fit` must run after training before the method can predict.
     needs_fit: ClassVar[bool] = False
-    # Train-step log entries printed on the progress line besides loss and accuracy.
-    progress_logs: ClassVar[tuple[str, ...]] = ()
+    # Train-step log entries printed on the progress line besides loss and accuracy:
+    # (log name, label, format spec).
+    progress_logs: ClassVar[tuple[tuple[str, str, str], ...]] = ()
 
     # --- state -----------------------------------------------------------------------------
     def init(self, key: jax.Array, image_shape: tuple[int, ...]) -> Variables:

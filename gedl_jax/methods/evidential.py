@@ -32,8 +32,9 @@ class Evidential(Method):
 
     name: ClassVar[str] = "evidential"
     score_names: ClassVar[tuple[str, ...]] = DIRICHLET_SCORE_NAMES
-    progress_logs: ClassVar[tuple[str, ...]] = ("kl_weight", "mean_prior_strength",
-                                                "mean_strength")
+    progress_logs: ClassVar[tuple[tuple[str, str, str], ...]] = (
+        ("kl_weight", "kl_w", ".3f"), ("mean_prior_strength", "W", ".3f"),
+        ("mean_strength", "S", ".1f"))
 
     def init_method_state(self) -> ev.TauState:
         return ev.tau_init()

@@ -2,7 +2,7 @@
 
     python check_workdir.py COORDINATOR_ADDRESS NUM_PROCESSES PROCESS_ID WORKDIR
 
-Exit 0 when `train.check_shared_workdir` accepts WORKDIR, 3 when it raises (message printed).
+Exit 0 when `rundir.check_shared_workdir` accepts WORKDIR, 3 when it raises (message printed).
 """
 
 import pathlib
@@ -10,7 +10,7 @@ import sys
 
 import jax
 
-from gedl_jax import train
+from gedl_jax import rundir
 
 
 def main() -> int:
@@ -20,7 +20,7 @@ def main() -> int:
     workdir = pathlib.Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     try:
-        train.check_shared_workdir(workdir)
+        rundir.check_shared_workdir(workdir)
     except ValueError as e:
         print(f"error: {e}", flush=True)
         return 3

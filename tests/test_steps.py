@@ -1,8 +1,9 @@
-"""The shard_map train step on 4 fake CPU devices equals the single-device step on the same batch.
+"""gedl_jax.steps: the shard_map train step on 4 fake CPU devices equals the single-device step
+on the same batch.
 
 Runs in a subprocess because the fake device count must be set before JAX is imported.
 SGD (not Adam) is used so that a gradient off by the device count (the measured shard_map
-pitfall in platform.md) would show up in the parameters, not be normalised away.
+pitfall, see the steps module docstring) would show up in the parameters, not be normalised away.
 """
 
 import os
@@ -12,7 +13,8 @@ import textwrap
 
 SCRIPT = textwrap.dedent(r"""
     import jax, jax.numpy as jnp, numpy as np, optax
-    from gedl_jax import configuration, evidential as ev, losses, models, parallel
+    from gedl_jax import configuration, losses, models, sharding, steps
+    from gedl_jax.methods.evidential import Evidential
 
     assert jax.device_count() == 4, jax.devices()
     config = configuration.build_config("mnist", "gedl")
@@ -21,22 +23,23 @@ SCRIPT = textwrap.dedent(r"""
     n, batch = 64, 16
     images = rng.integers(0, 256, size=(n, 28, 28, 1), dtype=np.uint8)
     labels = rng.integers(0, 10, size=n).astype(np.int32)
-    settings = parallel.StepSettings(steps_per_epoch=n // batch, batch_size=batch, augment=False,
-                                     normalize_mean=None, normalize_std=None)
+    settings = steps.StepSettings(steps_per_epoch=n // batch, batch_size=batch, augment=False,
+                                  normalize_mean=None, normalize_std=None)
     keys = {"augment": jax.random.PRNGKey(1), "dropout": jax.random.PRNGKey(2)}
-    model = models.build_model("convnet", 10, axis_name=parallel.AXIS)
+    method = Evidential(models.build_model("convnet", 10, axis_name=sharding.AXIS),
+                        models.build_model("convnet", 10), 10, spec=spec)
     tx = optax.sgd(0.5)
 
-    def run(devices, steps):
-        mesh = parallel.make_mesh(devices)
-        state = parallel.init_train_state(model, tx, jax.random.PRNGKey(0), (28, 28, 1))
-        state = jax.device_put(state, parallel.replicated(mesh))
-        step = parallel.make_train_step(model, spec, tx, mesh, settings, keys)
-        imgs = parallel.put_replicated(mesh, images)
-        labs = parallel.put_replicated(mesh, labels)
-        perm = jax.device_put(jnp.arange(n, dtype=jnp.int32)[::-1], parallel.replicated(mesh))
+    def run(devices, num_steps):
+        mesh = sharding.make_mesh(devices)
+        state = steps.init_train_state(method, tx, jax.random.PRNGKey(0), (28, 28, 1))
+        state = jax.device_put(state, sharding.replicated(mesh))
+        step = steps.make_train_step(method, tx, mesh, settings, keys)
+        imgs = sharding.put_replicated(mesh, images)
+        labs = sharding.put_replicated(mesh, labels)
+        perm = jax.device_put(jnp.arange(n, dtype=jnp.int32)[::-1], sharding.replicated(mesh))
         metrics = []
-        for _ in range(steps):
+        for _ in range(num_steps):
             state, m = step(state, imgs, labs, perm)
             metrics.append(jax.device_get(m))
         assert step._cache_size() == 1, "the train step retraced"  # no retracing after step 1
@@ -49,10 +52,10 @@ SCRIPT = textwrap.dedent(r"""
     for k in ("loss", "grad_norm", "mean_strength", "kl_weight", "accuracy"):
         np.testing.assert_allclose([m[k] for m in m1], [m[k] for m in m4], rtol=1e-5,
                                    err_msg=k)
-    for a, b in zip(jax.tree.leaves(one.tau_state), jax.tree.leaves(four.tau_state)):
+    for a, b in zip(jax.tree.leaves(one.method_state), jax.tree.leaves(four.method_state)):
         np.testing.assert_allclose(a, b, rtol=1e-6)
     # The parameters really moved (a no-op step would pass the comparison trivially).
-    init = parallel.init_train_state(model, tx, jax.random.PRNGKey(0), (28, 28, 1))
+    init = steps.init_train_state(method, tx, jax.random.PRNGKey(0), (28, 28, 1))
     moved = max(float(np.max(np.abs(a - b))) for a, b in
                 zip(jax.tree.leaves(init.params), jax.tree.leaves(four.params)))
     assert moved > 1e-3, moved
@@ -78,7 +81,8 @@ MULTI_SEED_SCRIPT = textwrap.dedent(r"""
     # parameters by ~1e-2.
     jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp, numpy as np, optax
-    from gedl_jax import configuration, losses, models, parallel
+    from gedl_jax import configuration, losses, models, sharding, steps
+    from gedl_jax.methods.evidential import Evidential
 
     assert jax.device_count() == 4, jax.devices()
     config = configuration.build_config("cifar10", "gedl")
@@ -94,25 +98,27 @@ MULTI_SEED_SCRIPT = textwrap.dedent(r"""
     keys = [dict(zip(("augment", "dropout"), jax.random.split(jax.random.PRNGKey(10 + s))))
             for s in range(seeds)]
     # Batch norm (synchronised over the 4 devices) and dropout.
-    model = models.build_model("vgg16", 10, dtype=jnp.float64, axis_name=parallel.AXIS)
+    method = Evidential(models.build_model("vgg16", 10, dtype=jnp.float64,
+                                           axis_name=sharding.AXIS),
+                        models.build_model("vgg16", 10, dtype=jnp.float64), 10, spec=spec)
     tx = optax.sgd(0.05)
 
     def init(s):
-        state = parallel.init_train_state(model, tx, jax.random.PRNGKey(s), (32, 32, 3))
+        state = steps.init_train_state(method, tx, jax.random.PRNGKey(s), (32, 32, 3))
         return jax.tree.map(lambda a: a.astype(jnp.float64)
                             if jnp.issubdtype(a.dtype, jnp.floating) else a, state)
 
     def settings(s):
-        return parallel.StepSettings(steps_per_epoch=4, batch_size=batch, augment=True,
-                                     normalize_mean=means[s], normalize_std=stds[s])
+        return steps.StepSettings(steps_per_epoch=4, batch_size=batch, augment=True,
+                                  normalize_mean=means[s], normalize_std=stds[s])
 
     # Dropout masks are drawn per device, so the reference is each seed alone on the same
     # 4-device mesh (test_data_parallel_step_equals_single_device covers 4 vs 1 devices).
-    mesh = parallel.make_mesh()
+    mesh = sharding.make_mesh()
     expected = []
     for s in range(seeds):
-        step = parallel.make_train_step(model, spec, tx, mesh, settings(s), keys[s])
-        state = jax.device_put(init(s), parallel.replicated(mesh))
+        step = steps.make_train_step(method, tx, mesh, settings(s), keys[s])
+        state = jax.device_put(init(s), sharding.replicated(mesh))
         losses_ = []
         for _ in range(2):
             state, m = step(state, jnp.asarray(images), jnp.asarray(labels),
@@ -120,11 +126,11 @@ MULTI_SEED_SCRIPT = textwrap.dedent(r"""
             losses_.append(float(m["loss"]))
         expected.append((jax.device_get(state), losses_))
 
-    step = parallel.make_multi_seed_train_step(model, spec, tx, mesh, settings(0))
-    state = jax.device_put(parallel.stack_states([init(s) for s in range(seeds)]),
-                           parallel.replicated(mesh))
+    step = steps.make_multi_seed_train_step(method, tx, mesh, settings(0))
+    state = jax.device_put(steps.stack_states([init(s) for s in range(seeds)]),
+                           sharding.replicated(mesh))
     keys_S = {k: jnp.stack([ks[k] for ks in keys]) for k in ("augment", "dropout")}
-    args = (parallel.put_replicated(mesh, images), parallel.put_replicated(mesh, labels),
+    args = (sharding.put_replicated(mesh, images), sharding.put_replicated(mesh, labels),
             jnp.asarray(np.stack(orders)), keys_S, jnp.asarray(means), jnp.asarray(stds))
     got_losses = []
     for _ in range(2):
@@ -134,7 +140,7 @@ MULTI_SEED_SCRIPT = textwrap.dedent(r"""
     state = jax.device_get(state)
     for s in range(seeds):
         np.testing.assert_allclose([l[s] for l in got_losses], expected[s][1], rtol=1e-6)
-        one = parallel.unstack_state(state, s)
+        one = steps.unstack_state(state, s)
         for a, b in zip(jax.tree.leaves(one), jax.tree.leaves(expected[s][0])):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
         moved = max(float(np.max(np.abs(a - b))) for a, b in

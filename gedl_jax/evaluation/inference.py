@@ -1,0 +1,42 @@
+"""Running a method's predictor over a whole split: padded batches, every example once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from gedl_jax import data
+from gedl_jax.sharding import put_batched
+
+
+def predict_split(predict_step: Callable, variables: Any, method_state: Any, mesh,
+                  split: data.Split, batch_size: int,
+                  key: jax.Array | None = None) -> dict[str, np.ndarray]:
+    """The raw outputs of `predict_step` (`steps.make_predict_step`) for every example of
+    `split`, each exactly once, as NumPy arrays with N leading rows.
+
+    The split is padded to whole batches (`data.pad_for_eval`); padding rows are dropped by the
+    mask before anything is returned. Batch m draws its randomness (MC Dropout's masks) from
+    `fold_in(key, m)`, so a prediction is reproducible.
+    """
+    key = jax.random.PRNGKey(0) if key is None else key
+    images, _, mask = data.pad_for_eval(split.images, split.labels, batch_size)
+    images_dev = put_batched(mesh, images)
+    batches = [predict_step(variables, method_state, images_dev[m], jax.random.fold_in(key, m))
+               for m in range(images.shape[0])]
+    keep = mask.reshape(-1)
+    return {name: np.asarray(jax.device_get(jnp.concatenate([b[name] for b in batches])))[keep]
+            for name in batches[0]}
+
+
+def training_batches(split: data.Split, batch_size: int, mean=None, std=None):
+    """(float images, labels) batches of `split` in order, for `Method.fit` after training."""
+    for start in range(0, len(split), batch_size):
+        images = jnp.asarray(split.images[start:start + batch_size])
+        yield data.to_float(images, None if mean is None else jnp.asarray(mean),
+                            None if std is None else jnp.asarray(std)), \
+            jnp.asarray(split.labels[start:start + batch_size].astype(np.int32))

@@ -1,0 +1,178 @@
+"""Evaluating runs: restore a workdir, predict with its method, write the results.
+
+Works for every method (`gedl_jax.methods`): predictions come from `method.predict` over padded
+batches (`evaluation.inference`) and `method.predictions`, and the metrics from
+`evaluate_predictions`, which never ask which method ran. Imports nothing from training: a run
+is rebuilt from its saved config with `experiment.Experiment`, the same setup training used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+from typing import Any
+
+import jax
+
+from gedl_jax import checkpointing, configuration, data, experiment, optimizer, sharding, steps
+from gedl_jax.evaluation import core, inference, report
+
+__all__ = ["RestoredRun", "evaluate_and_write", "evaluate_run", "predict", "predict_outputs",
+           "restore_run", "saved_config", "write_results"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RestoredRun:
+    """A trained run, ready to predict: its setup, its best state (fitted where the method
+    fits after training) and the mesh it lives on."""
+
+    experiment: experiment.Experiment
+    state: steps.TrainState
+    mesh: Any
+
+    @property
+    def config(self):
+        return self.experiment.config
+
+
+def _fitted(exp: experiment.Experiment, state: steps.TrainState) -> steps.TrainState:
+    """The state with the method's after-training fit done (`Method.fit`; deterministic)."""
+    if not exp.method.needs_fit:
+        return state
+    batches = inference.training_batches(exp.data.train, exp.config.eval_batch_size,
+                                         *exp.normalization)
+    return state.replace(method_state=exp.method.fit(state.variables, state.method_state,
+                                                     batches))
+
+
+def predict(run: RestoredRun, split: data.Split, with_labels: bool = True,
+            batch_size: int | None = None) -> core.Predictions:
+    """The run's `Predictions` on every example of `split`."""
+    exp = run.experiment
+    step = _predict_step(exp, run.mesh)
+    raw = inference.predict_split(step, run.state.variables, run.state.method_state, run.mesh,
+                                  split, batch_size or exp.config.eval_batch_size,
+                                  experiment.predict_key(exp.seed))
+    return exp.method.predictions(raw, split.labels if with_labels else None)
+
+
+_PREDICT_STEPS: dict[Any, Any] = {}
+
+
+def _predict_step(exp: experiment.Experiment, mesh):
+    """One compiled predictor per (method, normalisation, mesh): every set of a run, and every
+    corruption of a study, reuses it."""
+    key = (exp.method, exp.normalization, mesh)
+    if key not in _PREDICT_STEPS:
+        _PREDICT_STEPS[key] = steps.make_predict_step(exp.method, mesh, *exp.normalization)
+    return _PREDICT_STEPS[key]
+
+
+def evaluate_and_write(exp: experiment.Experiment, state: steps.TrainState, workdir, *,
+                       mesh=None, extra_ood: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Score the test set and every OOD set with `state` (as trained: the method's fit after
+    training runs first); write JSON, markdown table, plots."""
+    mesh = mesh or sharding.make_mesh()
+    return evaluate_run(RestoredRun(exp, _fitted(exp, state), mesh), workdir, extra_ood)
+
+
+def evaluate_run(run: RestoredRun, workdir, extra_ood: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Score the test set and every OOD set with a restored run; write its results."""
+    exp = run.experiment
+    ood_sets = dict(exp.data.ood)
+    for name in extra_ood:
+        ood_sets[name] = data.load_ood(name, **experiment.DataSources.from_config(
+            exp.config).kwargs())
+    id_pred = predict(run, exp.data.test)
+    ood_preds = {name: predict(run, split, with_labels=False) for name, split in ood_sets.items()}
+    results = core.evaluate_predictions(id_pred, ood_preds)
+    results.update({"variant": exp.config.variant, "method": exp.method.describe(),
+                    "dataset": exp.config.dataset, "seed": exp.seed, "workdir": str(workdir)})
+    return write_results(results, pathlib.Path(workdir), id_pred, ood_preds, exp.config.plots)
+
+
+def write_results(results: dict[str, Any], workdir: pathlib.Path, id_pred: core.Predictions,
+                  ood_preds: dict[str, core.Predictions], plots: bool) -> dict[str, Any]:
+    """eval_results.json, eval_table.md and (with `plots`) the PNG figures, on process 0."""
+    if jax.process_index() != 0:
+        return results
+    (workdir / "eval_results.json").write_text(json.dumps(results, indent=2))
+    table = report.results_table([results], fmt="markdown")
+    (workdir / "eval_table.md").write_text(table + "\n")
+    print(table, flush=True)
+    if plots:
+        results["plots"] = _write_plots(workdir, id_pred, ood_preds)
+        (workdir / "eval_results.json").write_text(json.dumps(results, indent=2))
+    return results
+
+
+def _write_plots(results_dir: pathlib.Path, id_pred: core.Predictions,
+                 ood_preds: dict[str, core.Predictions]) -> list[str]:
+    from gedl_jax import metrics  # noqa: PLC0415
+    from gedl_jax.evaluation import plots  # noqa: PLC0415 (matplotlib only when plotting)
+
+    written = [plots.reliability_diagram(
+        metrics.expected_calibration_error(id_pred.probs, id_pred.labels),
+        results_dir / "reliability_diagram.png")]
+    for score in ("mp", "um"):
+        if score in id_pred.scores:
+            written.append(plots.score_histograms(
+                id_pred.scores[score], {name: p.scores[score] for name, p in ood_preds.items()},
+                results_dir / f"hist_{score}.png", score))
+    if id_pred.is_dirichlet:
+        written.append(plots.distributional_uncertainty_study(
+            id_pred.alpha, id_pred.prior_strength,
+            results_dir / "distributional_uncertainty.png"))
+    return [str(p) for p in written]
+
+
+def saved_config(workdir, overrides: dict[str, Any] | None = None):
+    """The config a workdir was trained with (fields added since take their defaults, or the
+    value earlier runs used: `configuration.LEGACY_DEFAULTS`), with `overrides` applied."""
+    workdir = pathlib.Path(workdir)
+    config_path = workdir / "config.json"
+    if not config_path.exists():
+        raise FileNotFoundError(f"{workdir} has no config.json: is it a gedl_jax.train workdir?")
+    saved = json.loads(config_path.read_text())
+    config = configuration.default_config(saved.get("dataset", "mnist"))
+    config.update({**configuration.LEGACY_DEFAULTS, **saved})
+    for key, value in (overrides or {}).items():
+        config[key] = value
+    return config
+
+
+def restore_run(workdir, overrides: dict[str, Any] | None = None, *,
+                official: experiment.OfficialData | None = None) -> RestoredRun:
+    """A gedl_jax.train workdir's best checkpoint with its setup (`official`: the loaded data,
+    to share it between runs of one dataset)."""
+    workdir = pathlib.Path(workdir)
+    config = saved_config(workdir, overrides)
+    mesh = sharding.make_mesh()
+    configuration.validate_config(config, mesh.size)
+    official = official or experiment.OfficialData.load(config)
+    exp = experiment.Experiment.from_config(config, official.for_seed(config, int(config.seed)))
+    tx = optimizer.make_optimizer(config, total_steps=1)
+    image_shape = exp.data.train.images.shape[1:]
+    template = jax.jit(lambda k: steps.init_train_state(exp.method, tx, k, image_shape),
+                       out_shardings=sharding.replicated(mesh))(jax.random.PRNGKey(0))
+    ckpt = checkpointing.RunCheckpoints(workdir)
+    try:
+        state, _ = ckpt.restore_best(checkpointing.abstract_like(template,
+                                                                 sharding.replicated(mesh)))
+    finally:
+        ckpt.close()
+    return RestoredRun(exp, _fitted(exp, state), mesh)
+
+
+def predict_outputs(workdir, splits: dict[str, data.Split] | None = None,
+                    overrides: dict[str, Any] | None = None) -> dict[str, core.Predictions]:
+    """`Predictions` (probabilities, scores; alpha and W for a Dirichlet method; labels on the
+    ID test set) of `workdir`'s best checkpoint on its test set ("test") and its OOD sets, or on
+    `splits` ({name: Split}, with labels). For analyses beyond the written evaluation."""
+    run = restore_run(workdir, overrides)
+    with_labels = splits is not None
+    if splits is None:
+        splits = {"test": run.experiment.data.test, **run.experiment.data.ood}
+    return {name: predict(run, split, with_labels or name == "test")
+            for name, split in splits.items()}

@@ -1,0 +1,192 @@
+"""A run's setup, in one place for training and evaluation alike.
+
+From a config: the inputs obtained (downloaded and verified, or named in one error), the
+official splits loaded and checked, the seeded train/validation split (`data.split_indices`),
+the OOD sets, the normalisation statistics, and the method (its models and loss, with the base
+rate a computed from the training split's label counts where configured). Training
+(`gedl_jax.train`) and evaluation (`gedl_jax.evaluation.workdir`) both build a run with
+`Experiment.from_config`, so what is evaluated is what was trained. Nothing here trains or
+evaluates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import numpy as np
+
+from gedl_jax import configuration, data, methods
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSources:
+    """Where the run's data comes from (config.data_dir, cache_dir, data_source, tfds_data_dir)."""
+
+    data_dir: str | None
+    cache_dir: str | None
+    source: str
+    tfds_data_dir: str | None
+
+    @classmethod
+    def from_config(cls, config) -> DataSources:
+        return cls(data_dir=config.data_dir or None, cache_dir=config.cache_dir or None,
+                   source=config.data_source, tfds_data_dir=config.tfds_data_dir or None)
+
+    def kwargs(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunData:
+    """One seed's splits: train and validation carved from the official training split, the
+    official test split, and the OOD sets. `train_index`: the training examples' indices into
+    the official training split (the order `train` lists them in)."""
+
+    train: data.Split
+    validation: data.Split
+    test: data.Split
+    ood: dict[str, data.Split]
+    train_index: np.ndarray
+
+
+def obtain_inputs(config) -> None:
+    """Pre-flight: make every split and OOD set of the run loadable before any work, i.e.
+    downloaded and verified (config.download, config.data_mirror), or all missing files named in
+    one error. Under jax.distributed only process 0 downloads; the others wait at a barrier and
+    then verify the files as they load them."""
+    wanted = [(config.dataset, "train"), (config.dataset, "test")] + [
+        (name, "test") for name in configuration.parse_list(config.ood_datasets)
+        if name in data.DATASETS]
+    fetching = dict(download=config.get("download", "auto"),
+                    mirror=config.get("data_mirror", "") or None)
+    sources = DataSources.from_config(config).kwargs()
+    if jax.process_count() == 1:
+        data.ensure_available(wanted, **sources, **fetching)
+        return
+    from jax.experimental import multihost_utils  # noqa: PLC0415
+
+    failure = None
+    if jax.process_index() == 0:
+        try:
+            data.ensure_available(wanted, **sources, **fetching)
+        except data.DataError as e:  # reach the barrier first, so no process waits forever
+            failure = e
+    multihost_utils.sync_global_devices("gedl_jax: inputs obtained")
+    if failure is not None:
+        raise failure
+
+
+@dataclasses.dataclass(frozen=True)
+class OfficialData:
+    """The official training and test splits and the OOD sets, loaded and checked once for all
+    seeds of a run."""
+
+    train: data.Split
+    test: data.Split
+    ood: dict[str, data.Split]
+
+    @classmethod
+    def load(cls, config, *, obtain: bool = True) -> OfficialData:
+        if obtain:
+            obtain_inputs(config)
+        sources = dict(DataSources.from_config(config).kwargs(), download="never")
+        official = data.load_split(config.dataset, "train", **sources)
+        test = data.load_split(config.dataset, "test", **sources)
+        for split in (official, test):
+            _check_labels_fit(config, split)
+        ood = {}
+        for name in configuration.parse_list(config.ood_datasets) + configuration.parse_list(
+                config.extra_ood):
+            ood[name] = data.load_ood(name, **sources)
+            _check_ood_shape(name, ood[name], official)
+            ood[name] = ood[name].subset(config.eval_examples)
+        return cls(official, test.subset(config.eval_examples), ood)
+
+    def for_seed(self, config, seed: int) -> RunData:
+        """Seed `seed`'s splits (the protocol split of `data.split_indices`, shortened to
+        config.train_examples / val_examples when those are set)."""
+        split_seed = seed if config.split_seed < 0 else config.split_seed
+        train_idx, val_idx = data.split_indices(len(self.train), config.val_fraction, split_seed)
+        for field, idx, part in (("train_examples", train_idx, "training"),
+                                 ("val_examples", val_idx, "validation")):
+            if config[field] > len(idx):
+                raise ValueError(f"config.{field}={config[field]} exceeds the {len(idx)} "
+                                 f"examples of the {part} split of {config.dataset}; use at "
+                                 f"most {len(idx)}, or 0 for all")
+        if config.train_examples:
+            train_idx = train_idx[:config.train_examples]
+        if config.val_examples:
+            val_idx = val_idx[:config.val_examples]
+        return RunData(train=self.train.take(train_idx, f"{config.dataset}/train"),
+                       validation=self.train.take(val_idx, f"{config.dataset}/validation"),
+                       test=self.test, ood=self.ood, train_index=train_idx)
+
+
+def _check_labels_fit(config, split: data.Split) -> None:
+    if len(split.labels) and int(split.labels.max()) >= config.num_classes:
+        raise ValueError(f"config.num_classes={config.num_classes} but {split.name} has labels up "
+                         f"to {int(split.labels.max())}: set config.num_classes to at least "
+                         f"{int(split.labels.max()) + 1}")
+
+
+def _check_ood_shape(name: str, ood: data.Split, train: data.Split) -> None:
+    if ood.images.shape[1:] != train.images.shape[1:]:
+        raise ValueError(f"OOD set {name!r} has images of shape {ood.images.shape[1:]}, but the "
+                         f"model reads {train.images.shape[1:]} ({train.name}): an OOD set must "
+                         f"have the in-distribution image size and channels")
+
+
+def load_run_data(config) -> RunData:
+    """Seed `config.seed`'s splits and the OOD sets, loaded (and checked) before any work."""
+    return OfficialData.load(config).for_seed(config, int(config.seed))
+
+
+def normalization_stats(config, train: data.Split
+                        ) -> tuple[tuple[float, ...] | None, tuple[float, ...] | None]:
+    """Per-channel (mean, std) of the training split in [0, 1] units, or (None, None)."""
+    if not config.normalize:
+        return None, None
+    mean, std = data.channel_stats(train)
+    return tuple(float(x) for x in np.ravel(mean)), tuple(float(x) for x in np.ravel(std))
+
+
+def build_method(config, train: data.Split) -> methods.Method:
+    """The config's method; its base rate / class counts come from the training split."""
+    setup = methods.MethodSetup.from_labels(train.labels, config.num_classes,
+                                            train.images.shape[1:])
+    return methods.from_config(config, setup)
+
+
+def run_keys(seed: int) -> dict[str, jax.Array]:
+    """A seed's independent random streams: parameter init, data order, augmentation,
+    dropout."""
+    init, order, augment, dropout = jax.random.split(jax.random.PRNGKey(seed), 4)
+    return {"init": init, "order": order, "augment": augment, "dropout": dropout}
+
+
+def predict_key(seed: int) -> jax.Array:
+    """The key of a seed's predictions (MC Dropout's test-time masks): a stream of its own
+    (the dropout stream folded with a step number training never reaches)."""
+    return jax.random.fold_in(run_keys(seed)["dropout"], 2**31 - 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    """A seed's run, set up: config, data, method and normalisation."""
+
+    config: Any
+    data: RunData
+    method: methods.Method
+    normalization: tuple[tuple[float, ...] | None, tuple[float, ...] | None]
+
+    @classmethod
+    def from_config(cls, config, run_data: RunData | None = None) -> Experiment:
+        run_data = run_data if run_data is not None else load_run_data(config)
+        return cls(config, run_data, build_method(config, run_data.train),
+                   normalization_stats(config, run_data.train))
+
+    @property
+    def seed(self) -> int:
+        return int(self.config.seed)

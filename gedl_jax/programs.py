@@ -1,0 +1,99 @@
+"""One or several seeds as one compiled program, behind one object (`SeedProgram`).
+
+The training loop never asks how many seeds it trains: it calls `program.step(state, order)`,
+draws `program.epoch_order(epoch)`, and reads seed i's state with `program.member(state, i)`.
+A single seed runs `steps.make_train_step`; S seeds trained together (`config.vmap_seeds`) run
+`steps.make_multi_seed_train_step` on states with a leading seed axis, each seed following the
+same data order, augmentation and dropout draws as its own sequential run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from gedl_jax import data, experiment, steps
+from gedl_jax.methods import Method
+from gedl_jax.sharding import put_replicated, replicated
+
+
+@dataclasses.dataclass
+class SeedProgram:
+    """S >= 1 seeds' training as one program.
+
+    state: the TrainState (leaves with a leading seed axis when S > 1).
+    step: (state, order) -> (state, metrics); metrics leaves have a leading seed axis if S > 1.
+    epoch_order: epoch -> the epoch's order of the training examples (per seed if S > 1).
+    member: (state, i) -> seed i's TrainState, as saved and restored.
+    stack: [seed states] -> state (for a resume).
+    """
+
+    state: Any
+    step: Callable[[Any, jax.Array], tuple[Any, dict[str, jax.Array]]]
+    epoch_order: Callable[[int], jax.Array]
+    member: Callable[[Any, int], steps.TrainState]
+    stack: Callable[[list], Any]
+    num_seeds: int
+
+    def current_step(self) -> int:
+        return int(np.max(jax.device_get(self.state.step)))
+
+
+def single(method: Method, tx: optax.GradientTransformation, mesh, settings: steps.StepSettings,
+           seed: int, train: data.Split) -> SeedProgram:
+    """One seed training on its own training split, resident on the devices."""
+    keys = experiment.run_keys(seed)
+    image_shape = train.images.shape[1:]
+    state = jax.jit(lambda k: steps.init_train_state(method, tx, k, image_shape),
+                    out_shardings=replicated(mesh))(keys["init"])
+    train_step = steps.make_train_step(method, tx, mesh, settings, keys)
+    images = put_replicated(mesh, train.images)
+    labels = put_replicated(mesh, train.labels.astype(np.int32))
+    num_train = len(train.labels)
+    epoch_order = jax.jit(lambda epoch: data.epoch_permutation(
+        jax.random.fold_in(keys["order"], epoch), num_train), out_shardings=replicated(mesh))
+    return SeedProgram(
+        state=state, step=lambda state, order: train_step(state, images, labels, order),
+        epoch_order=epoch_order, member=lambda state, i: state,
+        stack=lambda states: states[0], num_seeds=1)
+
+
+def vmapped(method: Method, tx: optax.GradientTransformation, mesh,
+            settings: steps.StepSettings, seeds: list[int], train_index_SxN: np.ndarray,
+            pool: data.Split, norms: list[tuple]) -> SeedProgram:
+    """S seeds trained together; `pool` is the official training split every seed's
+    `train_index_SxN` row points into, `norms` each seed's normalisation statistics."""
+    keys = [experiment.run_keys(s) for s in seeds]
+    image_shape = pool.images.shape[1:]
+    state = jax.jit(jax.vmap(lambda k: steps.init_train_state(method, tx, k, image_shape)),
+                    out_shardings=replicated(mesh))(jnp.stack([k["init"] for k in keys]))
+    multi_step = steps.make_multi_seed_train_step(method, tx, mesh, settings)
+    images = put_replicated(mesh, pool.images)
+    labels = put_replicated(mesh, pool.labels.astype(np.int32))
+    train_idx_SxN = put_replicated(mesh, train_index_SxN.astype(np.int32))
+    order_keys_S = jnp.stack([k["order"] for k in keys])
+    step_keys_S = {name: jnp.stack([k[name] for k in keys]) for name in ("augment", "dropout")}
+    mean_S = None if norms[0][0] is None else jnp.asarray([n[0] for n in norms])
+    std_S = None if norms[0][1] is None else jnp.asarray([n[1] for n in norms])
+    num_train = train_index_SxN.shape[1]
+
+    @functools.partial(jax.jit, out_shardings=replicated(mesh))
+    def epoch_order(epoch):
+        perm_SxN = jax.vmap(lambda k: data.epoch_permutation(
+            jax.random.fold_in(k, epoch), num_train))(order_keys_S)
+        return jnp.take_along_axis(train_idx_SxN, perm_SxN, axis=1)
+
+    member = jax.jit(steps.unstack_state, static_argnums=1)
+    stack = jax.jit(steps.stack_states, out_shardings=replicated(mesh))
+    return SeedProgram(
+        state=state,
+        step=lambda state, order: multi_step(state, images, labels, order, step_keys_S, mean_S,
+                                             std_S),
+        epoch_order=epoch_order, member=member, stack=stack, num_seeds=len(seeds))

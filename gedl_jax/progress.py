@@ -1,0 +1,82 @@
+"""Step metrics on their way to the host: fetched one step late, checked, logged, timed.
+
+The loop hands each step's metrics (device arrays) to `MetricsBuffer.add` and goes on
+dispatching. `flush(keep_last=True)` fetches every pending step but the newest, so the device
+is never idle while Python logs; `flush()` fetches all (epoch ends, checkpoints). A non-finite
+step (its update was skipped in the graph) stops the run with an error naming the steps and
+seeds, after the checkpoints already written are safe on disk.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+
+import jax
+import numpy as np
+
+
+class NonFiniteLossError(RuntimeError):
+    pass
+
+
+def format_eta(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+class MetricsBuffer:
+    """Pending step metrics of S seeds; `write(i, step, averages)` receives seed i's means."""
+
+    def __init__(self, seeds: Sequence[int], write: Callable[[int, int, dict], None],
+                 on_nonfinite: Callable[[], None], where: str, steps_per_epoch: int):
+        self.seeds, self.write, self.on_nonfinite = list(seeds), write, on_nonfinite
+        self.where, self.steps_per_epoch = where, steps_per_epoch
+        self.pending: list[tuple[int, dict]] = []
+        self.window_start, self.window_steps = time.time(), 0
+
+    def add(self, step: int, metrics: dict) -> None:
+        self.pending.append((step, metrics))
+
+    def flush(self, keep_last: bool = False) -> dict[str, float] | None:
+        """Fetch pending metrics (all but the newest with `keep_last`), write each seed's
+        averages, return the seeds' mean (None if nothing was pending)."""
+        split = len(self.pending) - 1 if keep_last else len(self.pending)
+        ready, self.pending = self.pending[:split], self.pending[split:]
+        if not ready:
+            return None
+        fetched = jax.device_get([m for _, m in ready])
+        steps = [s for s, _ in ready]
+        self._check_finite(steps, fetched)
+        per_seed = []
+        for i in range(len(self.seeds)):
+            averaged = {k: float(np.mean([np.atleast_1d(m[k])[i] for m in fetched]))
+                        for k in fetched[0] if k != "nonfinite"}
+            self.write(i, steps[-1], averaged)
+            per_seed.append(averaged)
+        self.window_steps += len(ready)
+        return {k: float(np.mean([a[k] for a in per_seed])) for k in per_seed[0]}
+
+    def _check_finite(self, steps: list[int], fetched: list[dict]) -> None:
+        nonfinite = np.stack([np.atleast_1d(m["nonfinite"]) for m in fetched])  # steps x S
+        if not nonfinite.any():
+            return
+        bad_steps, bad_seeds = np.nonzero(nonfinite)
+        first, last = steps[bad_steps.min()], steps[bad_steps.max()]
+        self.on_nonfinite()
+        seeds = sorted({self.seeds[i] for i in bad_seeds})
+        raise NonFiniteLossError(
+            f"non-finite loss or gradient at step(s) {first}..{last} (epoch "
+            f"{(first - 1) // self.steps_per_epoch}, seed(s) {seeds}); the update was skipped "
+            f"and training stopped. The last good checkpoint in {self.where} is intact. Try a "
+            f"lower learning rate, config.grad_clip_norm, or config.compute_dtype='float32'.")
+
+    def rate_and_eta(self, images_per_step: int, steps_left: int) -> tuple[float, str]:
+        """img/s over the steps fetched since the last call, and the time left at that rate."""
+        now = time.time()
+        rate = self.window_steps * images_per_step / max(now - self.window_start, 1e-9)
+        self.window_start, self.window_steps = now, 0
+        return rate, format_eta(steps_left * images_per_step / rate if rate else math.inf)

@@ -1,0 +1,135 @@
+"""A run's folder (the workdir): its config.json, its metrics log, and the checks that keep
+a workdir to one run (resume only with the same training config; one folder all hosts see)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import time
+import zlib
+from typing import Any
+
+import jax
+import numpy as np
+
+from gedl_jax import configuration
+
+
+class ConfigMismatchError(ValueError):
+    pass
+
+
+def prepare(workdir: pathlib.Path, config) -> None:
+    """Create the workdir (a folder), check all processes share it, and save the config or
+    refuse one that differs from the run already there."""
+    if workdir.exists() and not workdir.is_dir():
+        raise ValueError(f"--workdir={workdir} is a file, not a folder: give a folder "
+                         f"(it is created if missing)")
+    workdir.mkdir(parents=True, exist_ok=True)
+    check_shared_workdir(workdir)
+    check_or_write_config(config, workdir)
+
+
+def _config_dict(config) -> dict[str, Any]:
+    return json.loads(config.to_json_best_effort())
+
+
+def check_or_write_config(config, workdir: pathlib.Path) -> None:
+    """Save the config; refuse to resume a workdir trained with a different one."""
+    path = workdir / "config.json"
+    current = _config_dict(config)
+    if path.exists():
+        try:
+            previous = json.loads(path.read_text())
+            if not isinstance(previous, dict):
+                raise ValueError("not a JSON object")
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ConfigMismatchError(
+                f"{path} is not a readable config ({type(e).__name__}: {e}); it was left as it "
+                f"is. Use a new --workdir, or restore that file.") from None
+        unknown = sorted(set(previous) - set(current))
+        if unknown:
+            raise ConfigMismatchError(
+                f"{workdir} holds a run written by another version of gedl-jax: its "
+                f"config.json has fields this version does not know ({', '.join(unknown)}). "
+                f"Resume it with the version that wrote it, or use a new --workdir.")
+        # A field added since that run was written counts as unchanged at the value runs had
+        # before it existed: LEGACY_DEFAULTS where the default changed with the field (init:
+        # "torch"), else its default (new fields default to the earlier behaviour).
+        defaults = {**_config_dict(configuration.default_config(config.dataset)),
+                    **configuration.LEGACY_DEFAULTS}
+        previous = {k: previous.get(k, defaults.get(k)) for k in current}
+        safe = configuration.RESUME_SAFE_FIELDS
+        changed = sorted(k for k in set(previous) | set(current)
+                         if k not in safe and previous.get(k) != current.get(k))
+        if changed:
+            details = ", ".join(f"{k}: {previous.get(k)!r} -> {current.get(k)!r}"
+                                for k in changed)
+            raise ConfigMismatchError(
+                f"{workdir} holds a run with a different configuration ({details}). Resume it "
+                f"with the same config, or use a new --workdir.")
+    if jax.process_index() == 0:
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(current, indent=2, sort_keys=True))
+        tmp.replace(path)
+
+
+def check_shared_workdir(workdir: pathlib.Path) -> None:
+    """With several processes, the workdir must be one folder all of them see (Orbax writes
+    each checkpoint collectively, process 0 its metadata): process 0 writes a token, every
+    process reads it back, and all of them fail together if any could not."""
+    if jax.process_count() == 1:
+        return
+    from jax.experimental import multihost_utils  # noqa: PLC0415
+
+    token = workdir / ".shared_filesystem_check"
+    if jax.process_index() == 0:
+        token.write_text(f"{os.getpid()}-{time.time_ns()}")
+    multihost_utils.sync_global_devices("gedl_jax: shared workdir token written")
+    try:
+        seen = zlib.crc32(token.read_bytes()) + 1
+    except OSError:
+        seen = 0
+    everyone = np.asarray(multihost_utils.process_allgather(np.int64(seen))).reshape(-1)
+    multihost_utils.sync_global_devices("gedl_jax: shared workdir token read")
+    if jax.process_index() == 0:
+        token.unlink(missing_ok=True)
+    blind = [i for i, value in enumerate(everyone) if value != everyone[0] or value == 0]
+    if blind:
+        raise ValueError(
+            f"--workdir={workdir} is not one folder shared by all {jax.process_count()} "
+            f"processes: process(es) {blind} cannot see the file process 0 wrote there. "
+            f"Multi-host runs need a shared filesystem (NFS, Lustre, a mounted bucket) for the "
+            f"workdir, at the same path on every host.")
+
+
+class MetricsWriter:
+    """JSONL + TensorBoard (tensorboardX: no TensorFlow needed)."""
+
+    def __init__(self, workdir: pathlib.Path):
+        self.enabled = jax.process_index() == 0
+        if not self.enabled:
+            return
+        self.jsonl = open(workdir / "metrics.jsonl", "a")
+        try:
+            from tensorboardX import SummaryWriter
+            self.tb = SummaryWriter(str(workdir / "tensorboard"))
+        except ImportError:  # optional
+            self.tb = None
+
+    def write(self, step: int, split: str, scalars: dict[str, float]) -> None:
+        if not self.enabled:
+            return
+        record = {"step": step, "split": split, "time": time.time(), **scalars}
+        self.jsonl.write(json.dumps(record) + "\n")
+        self.jsonl.flush()
+        if self.tb is not None:
+            for key, value in scalars.items():
+                self.tb.add_scalar(f"{split}/{key}", value, step)
+
+    def close(self) -> None:
+        if self.enabled:
+            self.jsonl.close()
+            if self.tb is not None:
+                self.tb.close()
