@@ -19,8 +19,9 @@ gives the training range [s_min, s_max]. The method state is the fitted GDA and 
 Prediction: d = (clip(s, s_min, s_max) - s_min) / (s_max - s_min) in [0, 1] and the
 density-scaled logits d * logits: alpha* = exp(d * logits) + 1e-6, p* = softmax(d * logits)
 (prediction argmax p*, which is argmax logits: d is floored at 1e-12 so that inputs at or below
-the training minimum, d = 0, keep the model's prediction instead of a tie). Scores: "mp" = max alpha*/alpha*_0 (max p* up to the 1e-6 offsets),
-"um" = log alpha*_0 = logsumexp(d * logits) (log space), "log_density" = s(x), and the other
+the training minimum, d = 0, keep the model's prediction instead of a tie). Scores: "mp" =
+max alpha*/alpha*_0 (max p* up to the 1e-6 offsets), "um" = log alpha*_0 = logsumexp(d * logits)
+(log space), "log_density" = s(x), and the other
 Dirichlet scores of alpha* (W = K * 1e-6, the training prior). Before `fit` the method state
 is empty and d = 1 (the plain exp-EDL model, for validation accuracy during training).
 
