@@ -93,7 +93,7 @@ class DUQ(Method):
 
     name: ClassVar[str] = "duq"
     score_names: ClassVar[tuple[str, ...]] = ("mp", "neg_kernel_distance")
-    progress_logs: ClassVar[tuple[str, ...]] = ("penalty",)
+    progress_logs: ClassVar[tuple[tuple[str, str, str], ...]] = (("penalty", "gp", ".4f"),)
 
     def loss(self, params, model_state: Variables, method_state, images_BxHxWxC: jax.Array,
              labels_B: jax.Array, ctx: StepContext) -> LossOutput:

@@ -123,7 +123,7 @@ class FEDL(Method):
 
     name: ClassVar[str] = "fedl"
     score_names: ClassVar[tuple[str, ...]] = ("mp", "um", "neg_variance_sum", "neg_expected_gini")
-    progress_logs: ClassVar[tuple[str, ...]] = ("mean_tau",)
+    progress_logs: ClassVar[tuple[tuple[str, str, str], ...]] = (("mean_tau", "tau", ".3f"),)
 
     def loss(self, params, model_state: Variables, method_state, images_BxHxWxC: jax.Array,
              labels_B: jax.Array, ctx: StepContext) -> LossOutput:

@@ -83,7 +83,8 @@ class PostNet(Method):
 
     name: ClassVar[str] = "postnet"
     score_names: ClassVar[tuple[str, ...]] = DIRICHLET_SCORE_NAMES
-    progress_logs: ClassVar[tuple[str, ...]] = ("mean_log_precision",)
+    progress_logs: ClassVar[tuple[tuple[str, str, str], ...]] = (
+        ("mean_log_precision", "log_S", ".2f"),)
 
     def __post_init__(self):
         if len(self.class_counts) != self.num_classes or min(self.class_counts) < 1:

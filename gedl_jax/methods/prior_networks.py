@@ -58,7 +58,8 @@ class PriorNetwork(Method):
 
     reverse: ClassVar[bool] = False
     score_names: ClassVar[tuple[str, ...]] = DIRICHLET_SCORE_NAMES
-    progress_logs: ClassVar[tuple[str, ...]] = ("kl_id", "kl_ood")
+    progress_logs: ClassVar[tuple[tuple[str, str, str], ...]] = (
+        ("kl_id", "kl_id", ".3f"), ("kl_ood", "kl_ood", ".3f"))
 
     def __post_init__(self):
         if self.ood not in pn.OOD_NOISE:
