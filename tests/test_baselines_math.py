@@ -347,3 +347,13 @@ def test_postnet_log_concentration_is_exact():
     np.testing.assert_allclose(got[0], np.log1p(counts * np.exp(log_q[0])), rtol=1e-13)
     np.testing.assert_allclose(got[1], [np.log1p(4800 * np.exp(-800.0)), 750 + np.log(12.0)],
                                rtol=1e-13)
+
+
+def test_duq_penalty_gradient_is_finite_at_a_zero_input_gradient():
+    g = np.zeros((2, 3))
+    g[1] = [0.3, -0.4, 1.2]
+    grad = np.asarray(jax.grad(lambda v: jnp.sum(duq.penalty_from_gradients(v)))(g))
+    np.testing.assert_array_equal(grad[0], 0.0)   # PyTorch's subgradient of the norm at 0
+    norm = np.linalg.norm(g[1])
+    np.testing.assert_allclose(grad[1], 2 * (norm - 1) * g[1] / norm, rtol=1e-12)
+    np.testing.assert_allclose(duq.penalty_from_gradients(g), [1.0, (norm - 1) ** 2])
