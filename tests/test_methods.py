@@ -434,6 +434,12 @@ def test_source_modifier_sets_the_reading_and_the_reference_settings():
     assert "source reading" in method.describe()
     variables = jax.eval_shape(lambda: method.init(jax.random.PRNGKey(0), (28, 28, 1)))
     assert variables["params"]["backbone"]["dense2"]["kernel"].shape == (64, 10)  # MLP [64, 64]
+    c = configuration.build_config("cifar10", "fedl,source")
+    method = methods_lib.from_config(c, methods_lib.MethodSetup(10, (9,) * 10, (32, 32, 3)))
+    variables = jax.eval_shape(lambda: method.init(jax.random.PRNGKey(0), (32, 32, 3)))
+    head = variables["params"]["alpha_head"]   # SN 512 -> 256 -> BN -> SN 256 -> K
+    assert head["dense0"]["kernel"].shape == (512, 256) and "bn" in head
+    assert "sn_conv12" in variables["batch_stats"]["backbone"]
     with pytest.raises(ValueError, match="no recipe for config.method='duq'"):
         configuration.build_config("mnist", "duq,source")
     c = configuration.build_config("mnist", "duq")
