@@ -44,6 +44,15 @@ PAPER = {
         "redl": [99.33, 99.99, 98.69, 98.69, 99.29, 99.29],
         "red": [99.38, 99.97, 98.71, 97.24, 99.34, 98.78],
         "gedl": [99.58, 99.95, 99.80, 99.70, 98.54, 98.99],
+        # Copied by the paper from earlier papers (no UM for MC Dropout and DUQ), and its
+        # appendix runs of DAEDL and F-EDL with their authors' code (one run each).
+        "mc_dropout": [99.26, 99.98, 94.00, None, 96.56, None],
+        "duq": [98.65, 99.97, 98.52, None, 97.92, None],
+        "kl_pn": [99.01, 99.92, 92.97, 93.39, 98.44, 98.16],
+        "rkl_pn": [99.21, 99.67, 60.76, 53.76, 78.45, 72.18],
+        "postnet": [99.34, 99.98, 95.75, 94.59, 97.78, 97.24],
+        "daedl": [99.43, 99.99, 98.92, 98.86, 99.40, 99.54],
+        "fedl": [99.48, 99.99, 99.02, 96.71, 99.66, 94.51],
     },
     "cifar10": {
         "columns": ["Acc", "Conf.MP", "SVHN MP", "SVHN UM", "CIFAR-100 MP", "CIFAR-100 UM"],
@@ -52,18 +61,31 @@ PAPER = {
         "redl": [90.09, 98.98, 85.00, 85.00, 87.72, 87.73],
         "red": [89.80, 98.63, 90.10, 89.92, 84.97, 84.62],
         "gedl": [90.22, 97.15, 89.26, 92.56, 88.27, 85.42],
+        "mc_dropout": [82.84, 97.15, 51.39, None, 45.57, None],
+        "duq": [89.33, 97.89, 80.23, None, 84.75, None],
+        "kl_pn": [27.46, 50.61, 43.96, 43.23, 61.41, 61.53],
+        "rkl_pn": [64.76, 86.11, 53.61, 49.37, 55.42, 54.74],
+        "postnet": [84.85, 97.76, 80.21, 77.71, 81.96, 82.06],
+        "daedl": [90.06, 98.80, 85.28, 85.30, 84.34, 84.50],
+        "fedl": [91.29, 99.10, 88.57, 61.04, 88.18, 68.79],
         "calibration": {"gedl": {"ECE": 0.0464, "Brier": 0.1525}},
     },
 }
 
 STUDIES = {
-    "main": lambda: [(v, v, {}) for v in ("gedl", "edl", "iedl", "redl", "red")],
+    # Every method of the paper's tables that the toolkit has (configuration.VARIANTS), the
+    # EDL family first; "ensemble" is a deep ensemble of 5 softmax networks.
+    "main": lambda: [(v, v, {}) for v in MAIN_METHODS if v in configuration.VARIANTS]
+                    + [("ensemble", "ensemble", {})],
     "ablation": lambda: [(v, v, {}) for v in ("ablation_base", "ablation_kl_all",
                                               "ablation_kl_all_tau", "ablation_full")],
     "sensitivity": lambda: ([(f"gedl_cw{c}", "gedl", {"c_w": c}) for c in (0.3, 0.5, 0.7)]
                             + [(f"gedl_ctau{t}", "gedl", {"c_tau": float(t)})
                                for t in (70, 90, 110, 130, 150)]),
 }
+
+MAIN_METHODS = ("gedl", "edl", "iedl", "redl", "red", "mc_dropout", "duq", "kl_pn", "rkl_pn",
+                "postnet", "daedl", "fedl")
 
 SETTINGS = {
     "quick": {"num_epochs": 3, "train_examples": 12000, "val_examples": 2000,
@@ -99,13 +121,14 @@ def paper_table(dataset: str, names: list[str]) -> str:
     ref = PAPER.get(dataset)
     if not ref:
         return ""
-    rows = [n for n in names if n in ref]
+    rows = [n for n in names if n in ref and n not in ("columns", "calibration")]
     if not rows:
         return ""
     lines = ["| paper | " + " | ".join(ref["columns"]) + " |",
              "|---|" + "---:|" * len(ref["columns"])]
     for n in rows:
-        lines.append(f"| {n} | " + " | ".join(f"{x:.2f}" for x in ref[n]) + " |")
+        lines.append(f"| {n} | " + " | ".join("–" if x is None else f"{x:.2f}" for x in ref[n])
+                     + " |")
     return "\n".join(lines)
 
 
@@ -193,7 +216,11 @@ def main(argv=None) -> int:
             c.data_dir = args.data_dir
         run_dir = out / "runs" / name
         pending = [s for s in seeds if not (run_dir / f"seed_{s}" / "eval_results.json").exists()]
-        if args.vmap_seeds and len(pending) > 1:
+        if c.ensemble_size:   # each seed: N members trained, scored as one model
+            for seed in pending:
+                print(f"=== {name} seed {seed} ===", flush=True)
+                train.train_ensemble(configuration.with_seed(c, seed), run_dir / f"seed_{seed}")
+        elif args.vmap_seeds and len(pending) > 1:
             print(f"=== {name} seeds {pending} (vmap) ===", flush=True)
             c.seeds = ",".join(map(str, pending))
             c.vmap_seeds = True

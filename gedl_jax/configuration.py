@@ -195,7 +195,20 @@ def default_config(dataset: str) -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.variant = "gedl"                 # name of the variant preset applied (recorded in outputs)
     c.run_name = f"{dataset}_gedl"     # default workdir name: runs/<run_name> (set by the preset)
-    # --- data ---
+    _data_fields(c, d, dataset)
+    _model_fields(c, d)
+    _method_fields(c)
+    _baseline_fields(c, d)
+    _prior_fields(c)
+    _posterior_fields(c)
+    _objective_fields(c, d)
+    _optimisation_fields(c, d)
+    _loop_fields(c)
+    return c
+
+
+def _data_fields(c: ml_collections.ConfigDict, d: dict[str, Any], dataset: str) -> None:
+    """Fields: data."""
     c.dataset = dataset                # in-distribution dataset (TFDS name)
     c.data_dir = ""                    # folder with one subfolder per dataset; "" ->
                                        # $GEDL_DATA_DIR, else ~/.cache/gedl_jax/data (printed)
@@ -220,7 +233,10 @@ def default_config(dataset: str) -> ml_collections.ConfigDict:
     c.val_examples = 0                 # use only the first N validation examples (0 = all)
     c.eval_examples = 0                # evaluate on N evenly spaced examples of the test set and of
                                        # each OOD set (0 = all; smoke runs)
-    # --- model ---
+
+
+def _model_fields(c: ml_collections.ConfigDict, d: dict[str, Any]) -> None:
+    """Fields: model."""
     c.model = d["model"]               # "convnet" (MNIST) or "vgg16" (CIFAR, batch norm)
     c.num_classes = d["num_classes"]   # K
     c.init = "flax"                    # parameter init: "flax" = flax's defaults (lecun_normal
@@ -234,12 +250,20 @@ def default_config(dataset: str) -> ml_collections.ConfigDict:
                                        # VGG16's classifier dropout is always 0.5 (protocol)
     c.dropout_placement = "dense"      # ConvNet dropout after the hidden Dense layers only, or
                                        # "all": after every conv ReLU too
-    # --- method (gedl_jax.methods) ---
+
+
+def _method_fields(c: ml_collections.ConfigDict) -> None:
+    """Fields: method (gedl_jax.methods)."""
     c.method = "evidential"            # "evidential" (the EDL family: fields below), "softmax",
                                        # "mc_dropout"
     c.mc_samples = 10                  # MC Dropout: test-time passes T
     c.ensemble_size = 0                # >= 2: a deep ensemble of that many members of the method
                                        # (trained as seeds seed*N+m, scored as one model)
+
+
+def _baseline_fields(c: ml_collections.ConfigDict, d: dict[str, Any]) -> None:
+    """Fields: the non-EDL baselines (DUQ, Prior Networks, PostNet, DAEDL, F-EDL) and their
+    reading."""
     c.recipe = "protocol"              # baselines' reading: "protocol" (the I-EDL/R-EDL pipeline
                                        # every row uses) or "source" (the original repository's
                                        # recipe, where it differs; set by the `source` modifier)
@@ -259,31 +283,43 @@ def default_config(dataset: str) -> ml_collections.ConfigDict:
                                        # 0.01 = 1/K would make the target flat)
     c.postnet_latent_dim = 6           # PostNet: latent dimension
     c.postnet_flow_layers = 6          # PostNet: radial layers per class flow
-    c.postnet_entropy_weight = 1e-5 if dataset.startswith("cifar") else 1e-6
+    c.postnet_entropy_weight = 1e-5 if c.dataset.startswith("cifar") else 1e-6
                                        # PostNet: weight of -H(Dir(alpha)) in the UCE loss
     c.daedl_kl_weight = 0.05           # DAEDL: weight of its KL(Dir(alpha~) || Dir(1)) term
     c.fedl_head_hidden = 256           # F-EDL: hidden width of the g_p and g_tau heads
     c.fedl_head_dropout = 0.0          # F-EDL: dropout before the heads (reference p_drop 0)
-    # --- prior (Eq. e2alpha, weight_update) ---
+
+
+def _prior_fields(c: ml_collections.ConfigDict) -> None:
+    """Fields: prior (Eq. e2alpha, weight_update)."""
     c.evidence = "softplus"            # evidence activation e = f(logits)
     c.exp_clip = 10.0                  # clamp of the logits for exp evidence
     c.base_rate = "uniform"            # base rate a: uniform 1/K or training label frequencies
     c.prior_strength = "adaptive"      # W fixed (EDL, R-EDL) or adaptive (GEDL)
     c.prior_strength_value = "K"       # W when fixed: a number, "K" or "<x>K" (R-EDL: "0.1K")
     c.c_w = 0.5                        # GEDL's C_w: limit of the adaptive W as evidence grows
-    # --- posterior update: KL weight 1/tau (Eq. elbo, tau_schedule) ---
+
+
+def _posterior_fields(c: ml_collections.ConfigDict) -> None:
+    """Fields: posterior update: KL weight 1/tau (Eq. elbo, tau_schedule)."""
     c.kl_schedule = "gedl_tau"         # "gedl_tau", "edl_anneal" (min(1, epoch/10)), "constant"
     c.kl_weight = 1.0                  # multiplier of the KL term (the constant when "constant")
     c.annealing_epochs = 10.0          # EDL annealing length in epochs
     c.c_tau = 100.0                    # GEDL's C_tau
     c.tau_reading = "epoch"            # sum over epochs (default) or over steps (variants.md 9.2)
-    # --- objective ---
+
+
+def _objective_fields(c: ml_collections.ConfigDict, d: dict[str, Any]) -> None:
+    """Fields: objective."""
     c.likelihood = "digamma"           # data term: digamma NLL, log, MSE (+/- var), Fisher MSE
     c.kl_target = "all"                # KL(Dir(alpha)||Dir(Wa)) on all samples, EDL's masked, none
     c.fisher_logdet_weight = 0.0       # I-EDL's weight of -log det of the Fisher information
     c.red_regularizer_weight = 0.0     # RED's correct-evidence regularizer weight
     c.warmup_epochs = d.get("warmup_epochs", 0)  # non-evidential (softmax CE) warm-up epochs
-    # --- optimisation (paper Table implementation_details) ---
+
+
+def _optimisation_fields(c: ml_collections.ConfigDict, d: dict[str, Any]) -> None:
+    """Fields: optimisation (paper Table implementation_details)."""
     c.learning_rate = d["learning_rate"]  # Adam peak learning rate
     c.lr_schedule = "cosine"           # cosine decay to 0 over all steps, or constant
     c.weight_decay = d["weight_decay"]  # 5e-4 on CIFAR
@@ -292,7 +328,10 @@ def default_config(dataset: str) -> ml_collections.ConfigDict:
     c.batch_size = 128                 # global batch, split over all devices
     c.num_epochs = 200
     c.grad_clip_norm = 0.0             # 0 = off
-    # --- loop ---
+
+
+def _loop_fields(c: ml_collections.ConfigDict) -> None:
+    """Fields: loop."""
     c.seed = 0                         # model init, data order, augmentation
     c.seeds = ""                       # several seeds in one command: "0,1,2" -> workdir/seed_<s>
     c.vmap_seeds = False               # train those seeds together in one program (vmap over a
@@ -309,7 +348,6 @@ def default_config(dataset: str) -> ml_collections.ConfigDict:
     c.coordinator_address = ""         # "host:port" of process 0's coordinator service
     c.num_processes = 0                # number of processes (hosts) in the job; 0 = auto
     c.process_id = -1                  # this process's index in [0, num_processes); -1 = auto
-    return c
 
 
 def _parse_prior_strength(value: Any, num_classes: int) -> float:

@@ -36,6 +36,7 @@ class MetricsBuffer:
         self.seeds, self.write, self.on_nonfinite = list(seeds), write, on_nonfinite
         self.where, self.steps_per_epoch = where, steps_per_epoch
         self.pending: list[tuple[int, dict]] = []
+        self.last_fetched = 0   # the newest step whose metrics reached the host
         self.window_start, self.window_steps = time.time(), 0
 
     def add(self, step: int, metrics: dict) -> None:
@@ -51,6 +52,7 @@ class MetricsBuffer:
         fetched = jax.device_get([m for _, m in ready])
         steps = [s for s, _ in ready]
         self._check_finite(steps, fetched)
+        self.last_fetched = steps[-1]
         per_seed = []
         for i in range(len(self.seeds)):
             averaged = {k: float(np.mean([np.atleast_1d(m[k])[i] for m in fetched]))

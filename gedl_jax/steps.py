@@ -9,7 +9,7 @@ asks for them. What is trained is the method's business (`gedl_jax.methods`): th
 Gradient convention (measured on jax 0.10-0.12): inside `shard_map` with `check_vma=True` the
 gradient of replicated parameters is already summed over devices, so we differentiate the
 *global* mean loss `pmean(mean_local_loss)`; that gives exactly the single-device gradient of the
-global batch (tests/test_parallel.py checks this on 4 fake devices).
+global batch (tests/test_steps.py checks this on 4 fake devices).
 """
 
 from __future__ import annotations

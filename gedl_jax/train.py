@@ -199,13 +199,39 @@ def _progress_line(config, method, averaged: dict[str, float], step: int, total:
             f"{rate:,.0f} img/s | ETA {eta}")
 
 
-def _train_seeds(runs: list[SeedRun], *, stop_after_steps: int | None,
-                 pool: data.Split | None = None) -> list[dict[str, Any]]:
-    """The training loop, for one seed or several trained together (then `pool` is the
-    official training split the seeds' `train_index` point into): one loop over steps, with
-    epoch ends, checkpoints and preemption as events."""
+@dataclasses.dataclass
+class _Loop:
+    """Everything the step loop touches, built once by `_prepare_loop`."""
+
+    runs: list[SeedRun]
+    program: programs.SeedProgram
+    buffer: MetricsBuffer
+    validate: _Validation
+    config: Any
+    method: Any
+    steps_per_epoch: int
+    total_steps: int
+
+    def save_last(self, step: int) -> None:
+        self.buffer.flush()
+        for i, run_ in enumerate(self.runs):
+            run_.ckpt.save_last(step, self.program.member(self.program.state, i),
+                                run_.meta(step, self.steps_per_epoch))
+
+    def log_progress(self, step: int, epoch_end: bool) -> None:
+        averaged = self.buffer.flush(keep_last=not epoch_end)
+        if averaged is not None:
+            fetched = self.buffer.last_fetched   # one step behind `step` mid-epoch
+            rate, eta = self.buffer.rate_and_eta(self.config.batch_size * len(self.runs),
+                                                 self.total_steps - fetched)
+            _log(_progress_line(self.config, self.method, averaged, fetched, self.total_steps,
+                                self.steps_per_epoch, rate, eta))
+
+
+def _prepare_loop(runs: list[SeedRun], pool: data.Split | None, mesh) -> _Loop:
+    """Workdirs checked, the program built (or restored from the newest common checkpoint),
+    metrics writers open."""
     config, method = runs[0].config, runs[0].experiment.method
-    mesh = sharding.make_mesh()
     for run_ in runs:
         rundir.prepare(run_.workdir, run_.config)
     num_train = len(runs[0].experiment.data.train.labels)
@@ -218,8 +244,8 @@ def _train_seeds(runs: list[SeedRun], *, stop_after_steps: int | None,
     settings = steps.StepSettings(steps_per_epoch=steps_per_epoch,
                                   batch_size=config.batch_size, augment=config.augment,
                                   normalize_mean=norm[0], normalize_std=norm[1])
-    tx = optimizer.make_optimizer(config, total_steps)
-    program = _build_program(runs, tx, mesh, settings, pool)
+    program = _build_program(runs, optimizer.make_optimizer(config, total_steps), mesh,
+                             settings, pool)
     for run_ in runs:
         run_.ckpt = checkpointing.RunCheckpoints(run_.workdir)
     _restore(runs, program, mesh, steps_per_epoch)
@@ -229,64 +255,70 @@ def _train_seeds(runs: list[SeedRun], *, stop_after_steps: int | None,
         [r.seed for r in runs], lambda i, step, m: runs[i].writer.write(step, "train", m),
         on_nonfinite=lambda: [r.ckpt.wait() for r in runs],
         where=f"{_where(runs)}/checkpoints", steps_per_epoch=steps_per_epoch)
-    validate = _Validation(runs, mesh)
-    start = program.current_step()
     together = (f"seeds {','.join(str(r.seed) for r in runs)} trained together (vmap), "
                 if pool is not None else "")
     _log(f"{config.variant} on {config.dataset} ({method.describe()}): {together}{num_train} "
          f"train / {len(runs[0].experiment.data.validation.labels)} val, {steps_per_epoch} "
          f"steps/epoch x {config.num_epochs} epochs, global batch {config.batch_size} on "
          f"{mesh.size} {jax.devices()[0].platform} device(s)")
+    return _Loop(runs, program, buffer, _Validation(runs, mesh), config, method,
+                 steps_per_epoch, total_steps)
 
-    def save_last(step: int) -> None:
-        buffer.flush()
-        for i, run_ in enumerate(runs):
-            run_.ckpt.save_last(step, program.member(program.state, i),
-                                run_.meta(step, steps_per_epoch))
 
-    step, stopped_early, order = start, False, None
+def _run_loop(loop: _Loop, stop_after_steps: int | None) -> tuple[int, bool]:
+    """One loop over steps; epoch ends (validate, checkpoint), mid-epoch checkpoints and
+    preemption are events at step boundaries. Returns (steps done, stopped early)."""
+    config, spe, program = loop.config, loop.steps_per_epoch, loop.program
+    step = start = program.current_step()
+    order = None
+    for step in range(start + 1, loop.total_steps + 1):   # `step` counts the steps done
+        if stop_after_steps is not None and step > stop_after_steps:
+            return step - 1, True
+        epoch, epoch_end = (step - 1) // spe, step % spe == 0
+        if order is None or (step - 1) % spe == 0:
+            order = program.epoch_order(epoch)
+        program.state, metrics = program.step(program.state, order)
+        loop.buffer.add(step, metrics)
+        if step % config.log_every_steps == 0 or epoch_end:
+            loop.log_progress(step, epoch_end)
+        if config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0 \
+                and not epoch_end:
+            loop.save_last(step)
+        # Called after every step on every process (JAX's multi-host sync point needs it). At
+        # an epoch end the stop waits for validation and the epoch's checkpoint, so a resumed
+        # run never skips a validation.
+        preempted = preemption.should_stop(step)
+        stop_now = stop_after_steps is not None and step >= stop_after_steps
+        if epoch_end and not stop_now:
+            loop.buffer.flush()
+            if (epoch + 1) % config.eval_every_epochs == 0 or step == loop.total_steps:
+                loop.validate(program, step, epoch, spe)
+            loop.save_last(step)
+        if preempted:
+            loop.save_last(step)
+            _stop_for_preemption(loop.runs, step)
+        if stop_now:
+            return step, True
+    loop.buffer.flush()
+    return step, False
+
+
+def _train_seeds(runs: list[SeedRun], *, stop_after_steps: int | None,
+                 pool: data.Split | None = None) -> list[dict[str, Any]]:
+    """Train one seed, or several together (then `pool` is the official training split the
+    seeds' `train_index` point into), then evaluate each seed's best checkpoint."""
+    mesh = sharding.make_mesh()
+    loop = _prepare_loop(runs, pool, mesh)
     try:
-        for step in range(start + 1, total_steps + 1):   # `step` counts the steps done
-            if stop_after_steps is not None and step > stop_after_steps:
-                step, stopped_early = step - 1, True
-                break
-            epoch, epoch_end = (step - 1) // steps_per_epoch, step % steps_per_epoch == 0
-            if order is None or (step - 1) % steps_per_epoch == 0:
-                order = program.epoch_order(epoch)
-            program.state, metrics = program.step(program.state, order)
-            buffer.add(step, metrics)
-            if step % config.log_every_steps == 0 or epoch_end:
-                averaged = buffer.flush(keep_last=not epoch_end)
-                if averaged is not None:
-                    rate, eta = buffer.rate_and_eta(config.batch_size * len(runs),
-                                                    total_steps - step)
-                    _log(_progress_line(config, method, averaged, step, total_steps,
-                                        steps_per_epoch, rate, eta))
-            if config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0 \
-                    and not epoch_end:
-                save_last(step)
-            # Called after every step on every process (JAX's multi-host sync point needs it).
-            # At an epoch end the stop waits for validation and the epoch's checkpoint below,
-            # so a resumed run never skips a validation.
-            preempted = preemption.should_stop(step)
-            stop_now = stop_after_steps is not None and step >= stop_after_steps
-            if epoch_end and not stop_now:
-                buffer.flush()
-                if (epoch + 1) % config.eval_every_epochs == 0 or step == total_steps:
-                    validate(program, step, epoch, steps_per_epoch)
-                save_last(step)
-            if preempted:
-                save_last(step)
-                _stop_for_preemption(runs, step)
-            if stop_now:
-                stopped_early = True
-                break
-        buffer.flush()
+        step, stopped_early = _run_loop(loop, stop_after_steps)
     finally:
         for run_ in runs:
-            run_.ckpt.wait()
-            run_.writer.close()
-    return [_finish(run_, program, i, step, stopped_early, mesh) for i, run_ in enumerate(runs)]
+            if run_.ckpt is not None:
+                run_.ckpt.wait()
+            if run_.writer is not None:
+                run_.writer.close()
+    return [_finish(run_, loop.program, i, step, stopped_early, mesh)
+            for i, run_ in enumerate(runs)]
 
 
 def _finish(run_: SeedRun, program: programs.SeedProgram, index: int, step: int,

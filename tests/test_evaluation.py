@@ -9,8 +9,9 @@ import sys
 import numpy as np
 import pytest
 from scipy import special
+from sklearn.metrics import average_precision_score
 
-from gedl_jax import metrics
+from gedl_jax import evaluation, metrics
 from gedl_jax.evaluation import core, plots, report, scores
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -462,3 +463,74 @@ def test_plots_write_pngs(tmp_path, synthetic_outputs):
                                                 normalize=False))
     with pytest.raises(ValueError):
         plots.corruption_severity_study(per_sev, tmp_path / "bad.png", ensemble_epistemic=[0.1])
+
+
+# ------------------------------------------------------------------ methods without a Dirichlet
+def test_categorical_and_sampled_scores_against_scipy():
+    from scipy import stats as scipy_stats  # noqa: PLC0415
+
+    rng = np.random.default_rng(0)
+    probs_MxNxK = rng.dirichlet(np.ones(4), size=(6, 50))
+    probs_MxNxK[0, 0] = [1.0, 0.0, 0.0, 0.0]          # 0 log 0 = 0
+    single = scores.categorical_scores(probs_MxNxK[1])
+    np.testing.assert_allclose(single["mp"], probs_MxNxK[1].max(-1))
+    np.testing.assert_allclose(-single["neg_entropy"], scipy_stats.entropy(probs_MxNxK[1], axis=-1))
+    mean, sampled = scores.sampled_scores(probs_MxNxK)
+    np.testing.assert_allclose(mean, probs_MxNxK.mean(0))
+    mi = (scipy_stats.entropy(probs_MxNxK.mean(0), axis=-1)
+          - scipy_stats.entropy(probs_MxNxK, axis=-1).mean(0))
+    np.testing.assert_allclose(-sampled["neg_mi"], mi, atol=1e-12)
+    assert (mi > 0).all()
+    same = scores.sampled_scores(np.repeat(probs_MxNxK[:1], 3, axis=0))[1]
+    np.testing.assert_allclose(same["neg_mi"], 0.0, atol=1e-12)   # agreeing passes: no MI
+    with pytest.raises(ValueError, match="probabilities"):
+        scores.categorical_scores(probs_MxNxK[1] * 2)
+
+
+def test_predictions_validate_their_inputs():
+    p = np.full((3, 2), 0.5)
+    mp = np.full(3, 0.5)
+    with pytest.raises(ValueError, match="unknown score"):
+        evaluation.Predictions(p, {"confidence": mp})
+    with pytest.raises(ValueError, match="shape"):
+        evaluation.Predictions(p, {"mp": mp[:2]})
+    with pytest.raises(ValueError, match="summing to 1"):
+        evaluation.Predictions(p * 3, {"mp": mp})
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 2\)"):
+        evaluation.Predictions(p, {"mp": mp}, labels=np.array([0, 1, 2]))
+
+
+def test_non_dirichlet_predictions_are_evaluated_without_um_and_print_a_dash():
+    rng = np.random.default_rng(1)
+    probs = rng.dirichlet(np.ones(3) * 0.3, size=200)
+    labels = np.where(rng.random(200) < 0.7, probs.argmax(-1), rng.integers(0, 3, 200))
+    ood = rng.dirichlet(np.ones(3) * 3.0, size=100)
+    pred = evaluation.Predictions(probs, scores.categorical_scores(probs), labels)
+    results = evaluation.evaluate_predictions(
+        pred, {"far": evaluation.Predictions(ood, scores.categorical_scores(ood))})
+    assert results["scores"] == ["mp", "neg_entropy"]
+    assert "uncertainty" not in results["id"] and "uncertainty" not in results["ood"]["far"]
+    correct = probs.argmax(-1) == labels
+    assert results["id"]["misclassification"]["mp"]["aupr"] == pytest.approx(
+        average_precision_score(correct, probs.max(-1)))
+    assert results["id"]["accuracy"] == pytest.approx(correct.mean())
+    table = evaluation.results_table([dict(results, variant="softmax", dataset="toy")])
+    row = next(line for line in table.splitlines() if line.startswith("| softmax |"))
+    cells = [c.strip() for c in row.split("|")[1:-1]]   # method, Acc, Conf.MP, far MP, far UM
+    assert cells[4] == "–" and cells[3] != "–"
+
+
+def test_dirichlet_predictions_evaluate_exactly_as_model_outputs():
+    rng = np.random.default_rng(2)
+    alpha = rng.gamma(2.0, 2.0, size=(120, 4)) + 0.1
+    w = rng.uniform(0.5, 2.0, 120)
+    labels = rng.integers(0, 4, 120)
+    ood_alpha = rng.gamma(1.0, 1.0, size=(60, 4)) + 0.1
+    outputs = evaluation.ModelOutputs(alpha, w, labels)
+    ood = evaluation.ModelOutputs(ood_alpha, np.ones(60))
+    via_outputs = evaluation.evaluate_outputs(outputs, {"o": ood})
+    via_predictions = evaluation.evaluate_predictions(
+        evaluation.dirichlet_predictions(outputs), {"o": evaluation.dirichlet_predictions(ood)})
+    assert via_outputs == via_predictions
+    np.testing.assert_allclose(evaluation.dirichlet_predictions(outputs).probs,
+                               alpha / alpha.sum(-1, keepdims=True))

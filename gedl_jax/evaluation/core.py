@@ -54,6 +54,19 @@ CONVENTIONS: dict[str, str] = {
 }
 
 
+def _checked_labels(labels, n: int, num_classes: int, real=slice(None)) -> np.ndarray | None:
+    """Integer class indices of shape (n,) in [0, K) (checked on the `real` rows), as int64."""
+    if labels is None:
+        return None
+    labels = np.asarray(labels)
+    if labels.shape != (n,) or not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(f"labels must be integer class indices of shape ({n},), got "
+                         f"dtype {labels.dtype} and shape {labels.shape}.")
+    if labels[real].size and (labels[real].min() < 0 or labels[real].max() >= num_classes):
+        raise ValueError(f"labels must lie in [0, {num_classes}).")
+    return labels.astype(np.int64)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class ModelOutputs:
     """Dirichlet outputs of a model on one evaluation set.
@@ -87,18 +100,9 @@ class ModelOutputs:
         if mask is not None and (mask.dtype != np.bool_ or mask.shape != (n,)):
             raise ValueError(f"mask must be a bool array of shape ({n},), got dtype "
                              f"{mask.dtype} and shape {mask.shape}.")
-        labels = None
-        if self.labels is not None:
-            labels = np.asarray(self.labels)
-            if labels.shape != (n,) or not np.issubdtype(labels.dtype, np.integer):
-                raise ValueError(f"labels must be integer class indices of shape ({n},), got "
-                                 f"dtype {labels.dtype} and shape {labels.shape}.")
-            labels = labels.astype(np.int64)
         real = slice(None) if mask is None else mask
+        labels = _checked_labels(self.labels, n, alpha.shape[1], real)
         scores_lib.check_dirichlet(alpha[real], w[real])
-        if labels is not None and labels[real].size and (
-                labels[real].min() < 0 or labels[real].max() >= alpha.shape[1]):
-            raise ValueError(f"labels must lie in [0, {alpha.shape[1]}).")
         object.__setattr__(self, "alpha", alpha.astype(np.float64))
         object.__setattr__(self, "prior_strength", w)
         object.__setattr__(self, "labels", labels)
@@ -193,15 +197,7 @@ class Predictions:
                 raise ValueError(f"score {name!r} must be a NaN-free array of shape ({n},), "
                                  f"got shape {value.shape}.")
             scores[name] = value
-        labels = None
-        if self.labels is not None:
-            labels = np.asarray(self.labels)
-            if labels.shape != (n,) or not np.issubdtype(labels.dtype, np.integer):
-                raise ValueError(f"labels must be integer class indices of shape ({n},), got "
-                                 f"dtype {labels.dtype} and shape {labels.shape}.")
-            if labels.size and (labels.min() < 0 or labels.max() >= probs.shape[1]):
-                raise ValueError(f"labels must lie in [0, {probs.shape[1]}).")
-            labels = labels.astype(np.int64)
+        labels = _checked_labels(self.labels, n, probs.shape[1])
         alpha = w = None
         if self.alpha is not None:
             alpha, w = scores_lib.check_dirichlet(self.alpha, self.prior_strength)

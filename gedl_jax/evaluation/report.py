@@ -11,6 +11,7 @@ paper's calibration table) and a detection-detail table (AUPR-in/out, AUROC, FPR
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import math
@@ -208,85 +209,109 @@ def results_table(results: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[M
     """
     if fmt not in ("markdown", "latex"):
         raise ValueError(f"fmt must be 'markdown' or 'latex', got {fmt!r}.")
-    latex = fmt == "latex"
-    groups = _as_groups(results)
-    aggregates = {name: aggregate(runs) for name, runs in groups.items()}
-    if ood_names is None:
-        ood_names = list(dict.fromkeys(k for runs in groups.values() for r in runs
-                                       for k in (r.get("ood") or {})))
-    datasets = {r.get("dataset") for runs in groups.values() for r in runs} - {None}
-    datasets_known = len(datasets) == 1
-    id_name = datasets.pop() if datasets_known else "ID"
-    seeds = _seed_phrase({name: len(runs) for name, runs in groups.items()})
-    esc = _latex_escape if latex else str
-    comment = "% " if latex else "> "
-
-    def row(name, cells):
-        return [esc(name)] + cells
-
-    # Main table.
-    if latex:   # the set names go into the multicolumn group row, as in the paper
-        header = ["Method", "Acc", "Conf.MP"] + [label for _ in ood_names
-                                                 for _, label in _PAPER_SCORES]
-    else:       # markdown has no multi-row header: name the sets in the column titles
-        header = ["Method", f"Acc ({id_name})", "Conf.MP"] + [
-            f"{id_name}→{o} {label}" for o in ood_names for _, label in _PAPER_SCORES]
-    rows = []
-    for name, agg in aggregates.items():
-        fmt_pct = functools.partial(_fmt, scale=100, digits=2, latex=latex,
-                                    runs=len(groups[name]))
-        cells = [fmt_pct(_get(agg, ("id", "accuracy"))),
-                 fmt_pct(_get(agg, ("id", "misclassification", "mp", "aupr")))]
-        cells += [fmt_pct(_get(agg, ("ood", o, "detection", s, "aupr_in")))
-                  for o in ood_names for s, _ in _PAPER_SCORES]
-        rows.append(row(name, cells))
-    arrow = r"$\rightarrow$" if latex else "→"
-    group_titles = [(f"{esc(id_name)} ID classification" if datasets_known else
-                     "ID classification", 2)] + [
-        (f"{esc(id_name)}{arrow}{esc(o)}", 2) for o in ood_names]
-    parts = [
-        comment + f"Main table, mean ± sample std (ddof=1) over {seeds}; all values in %. "
-        "Acc = top-1 accuracy. Conf.MP = misclassification detection (correct predictions "
-        "positive). OOD columns: in-distribution positive. AUPR = average precision "
-        "(step-wise, = sklearn average_precision_score). Scores higher = more confident: "
-        "MP = max_k alpha_k/S, UM = -u = -W/S.",
-        _render(header, rows, latex, group_titles if latex else None),
-    ]
+    t = _Tables.build(_as_groups(results), fmt == "latex", ood_names)
+    parts = t.main()
     if extra:
+        parts += t.calibration() + t.details()
+    return "\n\n".join(parts) + "\n"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Tables:
+    """The aggregated rows of `results_table` and how to print them."""
+
+    groups: dict[str, list]
+    aggregates: dict[str, Any]
+    latex: bool
+    ood_names: list[str]
+    id_name: str
+    datasets_known: bool
+    seeds: str
+
+    @classmethod
+    def build(cls, groups, latex: bool, ood_names) -> _Tables:
+        if ood_names is None:
+            ood_names = list(dict.fromkeys(k for runs in groups.values() for r in runs
+                                           for k in (r.get("ood") or {})))
+        datasets = {r.get("dataset") for runs in groups.values() for r in runs} - {None}
+        known = len(datasets) == 1
+        return cls(groups, {name: aggregate(runs) for name, runs in groups.items()}, latex,
+                   list(ood_names), datasets.pop() if known else "ID", known,
+                   _seed_phrase({name: len(runs) for name, runs in groups.items()}))
+
+    @property
+    def comment(self) -> str:
+        return "% " if self.latex else "> "
+
+    def esc(self, text: str) -> str:
+        return _latex_escape(text) if self.latex else str(text)
+
+    def pct(self, name: str):
+        return functools.partial(_fmt, scale=100, digits=2, latex=self.latex,
+                                 runs=len(self.groups[name]))
+
+    def main(self) -> list[str]:
+        """Method | Acc | Conf.MP | <set> MP | <set> UM | ... (the paper's layout)."""
+        if self.latex:   # the set names go into the multicolumn group row, as in the paper
+            header = ["Method", "Acc", "Conf.MP"] + [label for _ in self.ood_names
+                                                     for _, label in _PAPER_SCORES]
+        else:            # markdown has no multi-row header: name the sets in the column titles
+            header = ["Method", f"Acc ({self.id_name})", "Conf.MP"] + [
+                f"{self.id_name}→{o} {label}" for o in self.ood_names
+                for _, label in _PAPER_SCORES]
+        rows = []
+        for name, agg in self.aggregates.items():
+            pct = self.pct(name)
+            cells = [pct(_get(agg, ("id", "accuracy"))),
+                     pct(_get(agg, ("id", "misclassification", "mp", "aupr")))]
+            cells += [pct(_get(agg, ("ood", o, "detection", s, "aupr_in")))
+                      for o in self.ood_names for s, _ in _PAPER_SCORES]
+            rows.append([self.esc(name)] + cells)
+        arrow = r"$\rightarrow$" if self.latex else "→"
+        group_titles = [(f"{self.esc(self.id_name)} ID classification" if self.datasets_known
+                         else "ID classification", 2)] + [
+            (f"{self.esc(self.id_name)}{arrow}{self.esc(o)}", 2) for o in self.ood_names]
+        return [self.comment + f"Main table, mean ± sample std (ddof=1) over {self.seeds}; all "
+                "values in %. Acc = top-1 accuracy. Conf.MP = misclassification detection "
+                "(correct predictions positive). OOD columns: in-distribution positive. AUPR = "
+                "average precision (step-wise, = sklearn average_precision_score). Scores higher "
+                "= more confident: MP = max_k p_k (alpha_k/S for a Dirichlet), UM = -u = -W/S "
+                "(– for a method without a Dirichlet precision).",
+                _render(header, rows, self.latex, group_titles if self.latex else None)]
+
+    def calibration(self) -> list[str]:
         header = ["Method", "NLL", "Brier", "Brier-L2", "ECE", "ECE-adaptive"]
         keys = ("nll", "brier", "brier_l2", "ece", "ece_adaptive")
-        rows = [row(name, [_fmt(_get(agg, ("id", k)), 1, 4, latex, len(groups[name]))
-                           for k in keys])
-                for name, agg in aggregates.items()]
-        parts += [
-            comment + f"Calibration on the {id_name} test set, mean ± sample std (ddof=1) over "
-            f"{seeds}; fractions, lower is better. Brier = mean_i sum_k (p_ik - y_ik)^2 "
-            "(standard); Brier-L2 = mean_i ||p_i - y_i||_2 (the I-EDL/R-EDL code's un-squared "
-            "variant). ECE: 15 equal-width bins (lower, upper] on the max projected probability; "
-            "ECE-adaptive: 15 equal-mass bins. NLL: natural log.",
-            _render(header, rows, latex)]
+        rows = [[self.esc(name)] + [_fmt(_get(agg, ("id", k)), 1, 4, self.latex,
+                                         len(self.groups[name])) for k in keys]
+                for name, agg in self.aggregates.items()]
+        return [self.comment + f"Calibration on the {self.id_name} test set, mean ± sample std "
+                f"(ddof=1) over {self.seeds}; fractions, lower is better. Brier = mean_i sum_k "
+                "(p_ik - y_ik)^2 (standard); Brier-L2 = mean_i ||p_i - y_i||_2 (the I-EDL/R-EDL "
+                "code's un-squared variant). ECE: 15 equal-width bins (lower, upper] on the max "
+                "predictive probability; ECE-adaptive: 15 equal-mass bins. NLL: natural log.",
+                _render(header, rows, self.latex)]
+
+    def details(self) -> list[str]:
         header = ["Method", "Set", "Score", "AUPR-in", "AUPR-out", "AUROC", "FPR95"]
         rows = []
-        dash = "--" if latex else "–"
-        for name, agg in aggregates.items():
-            fmt_pct = functools.partial(_fmt, scale=100, digits=2, latex=latex,
-                                        runs=len(groups[name]))
+        dash = "--" if self.latex else "–"
+        for name, agg in self.aggregates.items():
+            pct, esc = self.pct(name), self.esc
             for s, label in _PAPER_SCORES:
                 conf = ("id", "misclassification", s)
-                rows.append(row(name, ["Conf.", label, fmt_pct(_get(agg, conf + ("aupr",))), dash,
-                                       fmt_pct(_get(agg, conf + ("auroc",))), dash]))
-            for o in ood_names:
+                rows.append([esc(name), "Conf.", label, pct(_get(agg, conf + ("aupr",))), dash,
+                             pct(_get(agg, conf + ("auroc",))), dash])
+            for o in self.ood_names:
                 for s, label in _PAPER_SCORES:
-                    rows.append(row(name, [esc(o), label] + [
-                        fmt_pct(_get(agg, ("ood", o, "detection", s, k)))
-                        for k in ("aupr_in", "aupr_out", "auroc", "fpr95")]))
-        parts += [
-            comment + f"Detection details, mean ± sample std (ddof=1) over {seeds}; in %. "
-            "Conf.: correct positive (AUPR-in column = AUPR). AUPR-in / AUROC: in-distribution "
-            "positive; AUPR-out: OOD positive with the negated score; FPR95: fraction of OOD "
-            "accepted at the first threshold keeping >= 95% of ID (lower is better).",
-            _render(header, rows, latex)]
-    return "\n\n".join(parts) + "\n"
+                    rows.append([esc(name), esc(o), label] + [
+                        pct(_get(agg, ("ood", o, "detection", s, k)))
+                        for k in ("aupr_in", "aupr_out", "auroc", "fpr95")])
+        return [self.comment + f"Detection details, mean ± sample std (ddof=1) over "
+                f"{self.seeds}; in %. Conf.: correct positive (AUPR-in column = AUPR). AUPR-in / "
+                "AUROC: in-distribution positive; AUPR-out: OOD positive with the negated score; "
+                "FPR95: fraction of OOD accepted at the first threshold keeping >= 95% of ID "
+                "(lower is better).", _render(header, rows, self.latex)]
 
 
 # ------------------------------------------------------------------------------------------------

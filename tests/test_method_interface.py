@@ -1,0 +1,137 @@
+"""The method interface end to end on generated arrays: the worked example of
+docs/architecture.md (a temperature-scaled softmax) trained by the real step, predicted by the real
+predictor, scored by `evaluate_predictions`; and what every registered method must satisfy."""
+
+import dataclasses
+import re
+from pathlib import Path
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from gedl_jax import configuration, data, evaluation, methods, sharding, steps
+from gedl_jax.evaluation import inference
+
+ARCHITECTURE = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
+
+
+def _documented_example() -> dict:
+    """Execute the method class of docs/architecture.md's worked example as written."""
+    text = ARCHITECTURE.read_text()
+    code = re.search(r"```python\n# gedl_jax/methods/tempered.py\n(.*?)```", text, re.S).group(1)
+    namespace: dict = {}
+    exec(compile(code, "docs/architecture.md", "exec"), namespace)  # noqa: S102
+    return namespace
+
+
+def _tiny_data(n=64, k=3, seed=0):
+    """Learnable 8x8 images: class c lights up row c."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, k, n).astype(np.int32)
+    images = rng.integers(0, 40, (n, 8, 8, 1)).astype(np.uint8)
+    images[np.arange(n), labels * 2, :, 0] = 255
+    return data.Split(images, labels, "tiny")
+
+
+class _TinyNet(__import__("flax").linen.Module):
+    num_classes: int = 3
+
+    @__import__("flax").linen.compact
+    def __call__(self, x, train=False, dropout=None):
+        import flax.linen as nn  # noqa: PLC0415
+        return nn.Dense(self.num_classes)(x.reshape(x.shape[0], -1))
+
+
+def test_documented_worked_example_trains_and_evaluates():
+    tempered = _documented_example()["Tempered"]
+    method = tempered(_TinyNet(), _TinyNet(), 3, temperature=2.0)
+    split = _tiny_data()
+    mesh = sharding.make_mesh(jax.devices()[:1])
+    tx = optax.adam(0.05)
+    settings = steps.StepSettings(steps_per_epoch=4, batch_size=16, augment=False,
+                                  normalize_mean=None, normalize_std=None)
+    keys = {"augment": jax.random.PRNGKey(1), "dropout": jax.random.PRNGKey(2)}
+    state = jax.device_put(steps.init_train_state(method, tx, jax.random.PRNGKey(0), (8, 8, 1)),
+                           sharding.replicated(mesh))   # as the trainer places it
+    step = steps.make_train_step(method, tx, mesh, settings, keys)
+    images = sharding.put_replicated(mesh, split.images)
+    labels = sharding.put_replicated(mesh, split.labels)
+    order = jnp.arange(64, dtype=jnp.int32)
+    losses = []
+    for _ in range(40):
+        state, metrics = step(state, images, labels, order)
+        losses.append(float(metrics["loss"]))
+    assert step._cache_size() == 1                    # no retracing
+    assert set(metrics) >= {"loss", "accuracy", "grad_norm", "nonfinite"}
+    assert losses[-1] < 0.5 * losses[0]
+    raw = inference.predict_split(steps.make_predict_step(method, mesh), state.variables,
+                                  state.method_state, mesh, split, batch_size=24)
+    chex.assert_shape(raw["probs_BxK"], (64, 3))      # padded to 72, every example once
+    predictions = method.predictions(raw, split.labels)
+    results = evaluation.evaluate_predictions(predictions, {"noise": method.predictions(raw)})
+    assert results["id"]["accuracy"] > 0.9
+    assert results["scores"] == ["mp", "neg_entropy"] and "uncertainty" not in results["id"]
+
+
+@pytest.mark.parametrize("preset", [v for v in configuration.VARIANTS])
+def test_every_preset_builds_a_method_whose_loss_and_predictions_fit_the_interface(preset):
+    config = configuration.build_config("mnist", preset)
+    method = methods.from_config(config, methods.MethodSetup(10, (5,) * 10, (28, 28, 1)))
+    hash(method)                                       # static argument of jit: hashable
+    variables = dict(method.init(jax.random.PRNGKey(0), (28, 28, 1)))
+    params = variables.pop("params")
+    images = jax.random.uniform(jax.random.PRNGKey(1), (4, 28, 28, 1))
+    labels = jnp.array([0, 1, 2, 3], jnp.int32)
+    ctx = methods.StepContext(epoch=jnp.int32(0), key=jax.random.PRNGKey(3))
+    out = jax.jit(lambda p: method.loss(p, variables, method.init_method_state(), images,
+                                        labels, ctx))(params)
+    chex.assert_shape(out.loss_B, (4,))
+    chex.assert_tree_all_finite(out.loss_B)
+    assert out.logs["correct_B"].shape == (4,)
+    raw = jax.jit(method.predict)({"params": params, **variables}, method.init_method_state(),
+                                  images, jax.random.PRNGKey(4))
+    predictions = method.predictions({k: np.asarray(v) for k, v in raw.items()},
+                                     np.asarray(labels))
+    assert tuple(predictions.scores) == method.score_names or set(predictions.scores) == set(
+        method.score_names)
+    assert ("um" in predictions.scores) == predictions.is_dirichlet
+    np.testing.assert_array_equal(method.predicted_class({k: np.asarray(v) for k, v in
+                                                          raw.items()}),
+                                  np.argmax(predictions.probs, -1))
+
+
+def test_mc_dropout_passes_differ_and_p0_is_the_deterministic_net():
+    config = configuration.build_config("mnist", "mc_dropout")
+    setup = methods.MethodSetup(10, (5,) * 10, (28, 28, 1))
+    method = methods.from_config(config, setup)
+    variables = method.init(jax.random.PRNGKey(0), (28, 28, 1))
+    images = jax.random.uniform(jax.random.PRNGKey(1), (5, 28, 28, 1))
+    probs = method.predict(variables, {}, images, jax.random.PRNGKey(2))["probs_BxTxK"]
+    chex.assert_shape(probs, (5, 10, 10))
+    assert float(jnp.max(jnp.abs(probs[:, 0] - probs[:, 1]))) > 1e-4   # fresh masks per pass
+    again = method.predict(variables, {}, images, jax.random.PRNGKey(2))["probs_BxTxK"]
+    np.testing.assert_array_equal(probs, again)                          # same key, same passes
+    no_drop = dataclasses.replace(method, eval_model=method.eval_model.clone(dropout_rate=0.0))
+    deterministic = methods.from_config(configuration.build_config("mnist", "softmax"), setup)
+    p0 = no_drop.predict(variables, {}, images, jax.random.PRNGKey(2))["probs_BxTxK"]
+    expected = deterministic.predict(variables, {}, images, None)["probs_BxK"]
+    np.testing.assert_allclose(p0, jnp.repeat(expected[:, None], 10, axis=1), rtol=1e-6)
+
+
+def test_ensemble_combines_member_probabilities_and_scores_their_disagreement():
+    from gedl_jax.evaluation import ensemble  # noqa: PLC0415
+
+    p1 = np.array([[0.9, 0.1], [0.5, 0.5]])
+    p2 = np.array([[0.1, 0.9], [0.5, 0.5]])
+    members = [evaluation.Predictions(p, evaluation.categorical_scores(p), np.array([0, 1]))
+               for p in (p1, p2)]
+    combined = ensemble.combine(members)
+    np.testing.assert_allclose(combined.probs, [[0.5, 0.5], [0.5, 0.5]])
+    h = lambda q: -np.sum(q * np.log(q), -1)  # noqa: E731
+    expected_mi = h(np.array([0.5, 0.5])) - h(np.array([0.9, 0.1]))
+    np.testing.assert_allclose(-combined.scores["neg_mi"], [expected_mi, 0.0], atol=1e-12)
+    assert "um" not in combined.scores
