@@ -87,9 +87,14 @@ def update_centroid_stats(sums_KxN: ArrayLike, counts_K: ArrayLike,
 
 
 def penalty_from_gradients(grads_BxS: ArrayLike) -> jax.Array:
-    """(||g_i||_2 - 1)^2 per example, g_i its input gradient (any trailing shape, flattened)."""
+    """(||g_i||_2 - 1)^2 per example, g_i its input gradient (any trailing shape, flattened).
+
+    Where g_i = 0 (every kernel underflowed, or flushed-to-zero squares) the norm's derivative is
+    taken as 0, PyTorch's subgradient of `norm` at 0, instead of sqrt's inf * 0 = NaN."""
     g = jnp.asarray(grads_BxS)
-    norms_B = jnp.sqrt(jnp.sum(g.reshape(g.shape[0], -1) ** 2, axis=-1))
+    squared_B = jnp.sum(g.reshape(g.shape[0], -1) ** 2, axis=-1)
+    positive_B = squared_B > 0
+    norms_B = jnp.where(positive_B, jnp.sqrt(jnp.where(positive_B, squared_B, 1.0)), 0.0)
     return (norms_B - 1.0) ** 2
 
 
