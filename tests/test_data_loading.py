@@ -9,10 +9,8 @@ import time
 
 import numpy as np
 import pytest
-from data_fixtures import (  # noqa: F401
+from data_fixtures import (
     cifar10c_arrays,
-    isolated_env,
-    no_network,
     specs_for,
     write_cifar10_tar,
     write_cifar10c_folder,

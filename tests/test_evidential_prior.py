@@ -12,12 +12,6 @@ from gedl_jax import evidential as ev
 EPS = ref.F32_EPS
 
 
-@pytest.fixture(autouse=True)
-def _rank_promotion_raises():
-    with jax.numpy_rank_promotion("raise"):
-        yield
-
-
 def _evidence(shape, seed=0):
     rng = np.random.default_rng(seed)
     e = ref.log_uniform(rng, shape, 1e-4, 1e4)

@@ -23,12 +23,6 @@ ON_CPU = jax.default_backend() == "cpu"
 VGG_CHANNELS = [v for v in models.VGG16_CONFIG if v != "M"]
 
 
-@pytest.fixture(autouse=True)
-def _strict_rank_promotion():
-    with jax.numpy_rank_promotion("raise"):
-        yield
-
-
 def _random_like(shapes, seed=0):
     """Random float32 arrays (scaled N(0, 1/fan_in) kernels) in the structure of `shapes`."""
     rng = np.random.default_rng(seed)
