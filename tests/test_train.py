@@ -154,7 +154,7 @@ def test_every_preset_trains_and_evaluates(data_dir, tmp_path, variant):
 
 
 @pytest.mark.parametrize("variant", ["gedl", "red"])
-def test_resume_equals_uninterrupted(data_dir, tmp_path, reference, variant):
+def test_resume_equals_uninterrupted(data_dir, tmp_path, reference, variant, capsys):
     c = tiny_config(data_dir, variant, checkpoint_every_steps=3)
     if variant == "gedl":
         full = reference[1]
@@ -164,7 +164,9 @@ def test_resume_equals_uninterrupted(data_dir, tmp_path, reference, variant):
     partial = train.train_and_evaluate(c, tmp_path / "resumed", stop_after_steps=5)
     assert partial["steps"] == 5
     assert checkpoint_steps(tmp_path / "resumed") == [3]
+    capsys.readouterr()
     resumed = train.train_and_evaluate(c, tmp_path / "resumed")
+    assert "resumed from" in capsys.readouterr().out   # not a fresh run that happens to match
     assert resumed["steps"] == full["steps"] == 2 * STEPS_PER_EPOCH
     # The whole state (parameters, optimiser, the method's state such as GEDL's tau accumulator).
     assert_same_leaves(full["state"], resumed["state"])
@@ -224,7 +226,8 @@ def test_nonfinite_loss_stops_and_keeps_last_good_checkpoint(data_dir, tmp_path,
     assert all(np.all(np.isfinite(x)) for x in leaves(summary["state"]))
 
 
-def test_seeds_sequential_and_vmapped_agree_and_vmapped_resumes_exactly(data_dir, tmp_path):
+def test_seeds_sequential_and_vmapped_agree_and_vmapped_resumes_exactly(data_dir, tmp_path,
+                                                                         capsys):
     """`seeds="3,4"`: one run per seed and a mean ± std table. With vmap_seeds the seeds train
     together and follow their sequential runs; a vmapped run preempted at step 1 and run again
     ends bit-identical to an uninterrupted one; a sequential rerun of a vmapped workdir is
@@ -266,7 +269,9 @@ def test_seeds_sequential_and_vmapped_agree_and_vmapped_resumes_exactly(data_dir
         preemption.reset()
     for s in (3, 4):
         assert checkpoint_steps(tmp_path / "resumed" / f"seed_{s}") == [1]
+    capsys.readouterr()
     resumed = train.run(vm_quiet, tmp_path / "resumed")
+    assert "resumed from" in capsys.readouterr().out
     for full, again in zip(together, resumed):
         assert again["steps"] == STEPS_PER_EPOCH
         assert_same_leaves(full["state"], again["state"])
