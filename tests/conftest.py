@@ -1,21 +1,39 @@
-"""Shared pytest setup: tests are offline unless they opt in.
+"""Shared pytest setup and fixtures.
 
 - Every test runs with $GEDL_OFFLINE=1 (no code path downloads) and its own $XDG_CACHE_HOME (the
   default data folder is empty), unless it clears them itself, as the download tests do against
   a server on 127.0.0.1.
 - Tests marked `network` reach the real dataset URLs; they are skipped unless pytest runs with
   `--run-network`.
+- Every test runs with `jax_numpy_rank_promotion="raise"`: a (B,) vs (B, K) broadcasting slip
+  raises instead of silently broadcasting. A test that must allow it is marked
+  `allow_rank_promotion`.
+- Fixtures: `no_network` (any connection attempt fails the test), `isolated_env` (a private
+  cache, no data folder from the environment), `generated_data` (a data folder of small,
+  learnable MNIST / KMNIST / Fashion-MNIST files in the official IDX gz format, their checksums
+  registered for the test: the training-mechanics tests run on it, offline, on any machine).
 """
 
 from __future__ import annotations
 
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import jax
 import pytest
+from data_fixtures import GeneratedData, write_generated_data
 
 
 def pytest_addoption(parser):
     parser.addoption("--run-network", action="store_true", default=False,
                      help="also run the tests marked `network` (they download from the official "
                           "dataset URLs)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "allow_rank_promotion: run this test without "
+                                       "jax_numpy_rank_promotion='raise'")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -32,3 +50,61 @@ def _offline_by_default(monkeypatch, tmp_path_factory):
     monkeypatch.setenv("GEDL_OFFLINE", "1")
     monkeypatch.delenv("GEDL_DATA_MIRROR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg_cache")))
+
+
+@pytest.fixture(autouse=True)
+def _rank_promotion_raises(request):
+    if request.node.get_closest_marker("allow_rank_promotion"):
+        yield
+        return
+    with jax.numpy_rank_promotion("raise"):
+        yield
+
+
+@pytest.fixture
+def fast_compile():
+    """In-process runs compile with XLA's optimisations mostly off (seconds, not tens)."""
+    previous = jax.config.read("jax_disable_most_optimizations")
+    jax.config.update("jax_disable_most_optimizations", True)
+    yield
+    jax.config.update("jax_disable_most_optimizations", previous)
+
+
+class NetworkAccessError(AssertionError):
+    pass
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Any attempt to open a network connection fails the test at once."""
+    def refuse(*args, **kwargs):
+        raise NetworkAccessError(f"the data pipeline tried to reach the network: {args[:2]}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+
+
+@pytest.fixture
+def isolated_env(tmp_path, monkeypatch):
+    """A private cache folder; no data folder from the environment (tests pass it explicitly)."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("GEDL_CACHE_DIR", str(cache))
+    monkeypatch.delenv("GEDL_DATA_DIR", raising=False)
+    monkeypatch.setenv("TFDS_DATA_DIR", str(tmp_path / "tfds"))
+    return cache
+
+
+# ------------------------------------------------------------------------- generated data
+@pytest.fixture(scope="session")
+def generated_data_files(tmp_path_factory) -> GeneratedData:
+    return write_generated_data(tmp_path_factory.mktemp("generated_data"))
+
+
+@pytest.fixture
+def generated_data(generated_data_files, monkeypatch) -> Iterator[Path]:
+    """The generated data folder (also $GEDL_DATA_DIR), its files registered for the test."""
+    monkeypatch.setenv("GEDL_DATA_DIR", str(generated_data_files.root))
+    with generated_data_files.registered() as root:
+        yield root

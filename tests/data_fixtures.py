@@ -13,14 +13,19 @@
 from __future__ import annotations
 
 import gzip
+import contextlib
+import dataclasses
 import hashlib
 import io
+import json
 import struct
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
+from gedl_jax.data import registry
 from gedl_jax.data.registry import FileSpec
 
 
@@ -184,33 +189,75 @@ def specs_for(folder: Path, names) -> dict[str, FileSpec]:
     return out
 
 
-# ------------------------------------------------------------------------- pytest fixtures
-import socket  # noqa: E402
-
-import pytest  # noqa: E402
-
-
-class NetworkAccessError(AssertionError):
-    pass
-
-
-@pytest.fixture
-def no_network(monkeypatch):
-    """Any attempt to open a network connection fails the test at once."""
-    def refuse(*args, **kwargs):
-        raise NetworkAccessError(f"the data pipeline tried to reach the network: {args[:2]}")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
-    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+def learnable_images(labels: np.ndarray, seed: int = 0, pattern: str = "grid") -> np.ndarray:
+    """uint8 images N x 28 x 28 with a class signal a small ConvNet learns in a few steps: noise
+    in [0, 32) plus, for class k, a bright 10 x 5 block at cell k of a 2 x 5 grid ("grid"), or
+    of the transposed grid ("transposed": another dataset, for OOD sets)."""
+    rng = np.random.default_rng(seed)
+    images = rng.integers(0, 32, size=(len(labels), 28, 28), dtype=np.uint8)
+    for k in np.unique(labels):
+        r, c = divmod(int(k), 5)
+        rows, cols = slice(2 + 12 * r, 12 + 12 * r), slice(1 + 5 * c, 6 + 5 * c)
+        if pattern == "transposed":
+            rows, cols = cols, rows
+        images[labels == k, rows, cols] = 255
+    return images
 
 
-@pytest.fixture
-def isolated_env(tmp_path, monkeypatch):
-    """A private cache folder; no data folder from the environment (tests pass it explicitly)."""
-    cache = tmp_path / "cache"
-    monkeypatch.setenv("GEDL_CACHE_DIR", str(cache))
-    monkeypatch.delenv("GEDL_DATA_DIR", raising=False)
-    monkeypatch.setenv("TFDS_DATA_DIR", str(tmp_path / "tfds"))
-    return cache
+def write_learnable_mnist_folder(folder: Path, n_train: int = 400, n_test: int = 100,
+                                 seed: int = 0, pattern: str = "grid",
+                                 splits=("train", "test")) -> dict[str, tuple[np.ndarray,
+                                                                              np.ndarray]]:
+    """The four official MNIST-family IDX gz files (`write_mnist_folder`'s names and format),
+    with balanced labels and `learnable_images`; returns split -> (images, labels)."""
+    out = {}
+    for i, (split, n) in enumerate((("train", n_train), ("test", n_test))):
+        if split not in splits:
+            continue
+        prefix = "train" if split == "train" else "t10k"
+        labels = np.random.default_rng(seed + 100 * i).permutation(np.arange(n) % 10)
+        labels = labels.astype(np.uint8)
+        images = learnable_images(labels, seed=seed + 100 * i + 1, pattern=pattern)
+        write_idx(folder / f"{prefix}-images-idx3-ubyte.gz", images)
+        write_idx(folder / f"{prefix}-labels-idx1-ubyte.gz", labels)
+        out[split] = (images, labels)
+    return out
+
+
+# ----------------------------------------------------------- a generated data folder (tests)
+# Sizes: the training-mechanics runs take 256 training + 64 validation examples of the 400.
+GENERATED_SETS = {"mnist": "grid", "kmnist": "transposed", "fashion_mnist": "transposed"}
+SPECS_FILE = "fixture_file_specs.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class GeneratedData:
+    """A data folder of generated official-format files and the FileSpecs that register them."""
+
+    root: Path
+    specs: dict[str, dict[str, registry.FileSpec]]
+
+    @contextlib.contextmanager
+    def registered(self) -> Iterator[Path]:
+        """Within: the generated files verify as the official ones (sizes and sha256)."""
+        with contextlib.ExitStack() as stack:
+            for name, specs in self.specs.items():
+                stack.enter_context(registry.override_file_specs(name, "official", specs))
+            yield self.root
+
+
+def write_generated_data(root: Path, seed: int = 0) -> GeneratedData:
+    """MNIST (train 400, test 100; `learnable_images` "grid") and KMNIST / Fashion-MNIST
+    (train 40, test 100; "transposed": the OOD sets) in the official IDX gz files, plus
+    `<root>/fixture_file_specs.json` for subprocesses (tests/fixture_cli.py)."""
+    specs = {}
+    for i, (name, pattern) in enumerate(GENERATED_SETS.items()):
+        n_train = 400 if name == "mnist" else 40
+        write_learnable_mnist_folder(root / name, n_train, 100, seed=seed + 1000 * i,
+                                     pattern=pattern)
+        names = [p.name for p in sorted((root / name).iterdir())]
+        specs[name] = specs_for(root / name, names)
+    (root / SPECS_FILE).write_text(json.dumps(
+        {name: [dataclasses.asdict(s) for s in by_file.values()] for name, by_file in
+         specs.items()}))
+    return GeneratedData(root, specs)

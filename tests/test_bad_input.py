@@ -119,14 +119,6 @@ def test_workdir_config_unreadable_or_from_another_version(data_dir, tmp_path, c
     assert sorted(p.name for p in workdir.iterdir()) == ["config.json"]
 
 
-@pytest.fixture
-def fast_compile():
-    previous = jax.config.read("jax_disable_most_optimizations")
-    jax.config.update("jax_disable_most_optimizations", True)
-    yield
-    jax.config.update("jax_disable_most_optimizations", previous)
-
-
 def test_workdir_from_another_version(data_dir, tmp_path, fast_compile, monkeypatch):
     """A config.json without a field added since (at its default) is accepted; a checkpoint
     whose train state does not fit this version's is refused with a clear error, and kept."""

@@ -8,7 +8,7 @@ import types
 
 import numpy as np
 import pytest
-from data_fixtures import isolated_env, no_network, specs_for, write_npz  # noqa: F401
+from data_fixtures import specs_for, write_npz
 
 from gedl_jax import configuration, data, evaluate, evaluation, experiment
 from gedl_jax.data import corruptions, registry

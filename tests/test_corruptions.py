@@ -11,14 +11,7 @@ import json
 
 import numpy as np
 import pytest
-from data_fixtures import (  # noqa: F401
-    cifar10c_arrays,
-    isolated_env,
-    no_network,
-    specs_for,
-    write_cifar10c_folder,
-    write_npz,
-)
+from data_fixtures import cifar10c_arrays, specs_for, write_cifar10c_folder, write_npz
 from PIL import Image
 from scipy import stats
 

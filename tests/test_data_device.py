@@ -1,13 +1,9 @@
 """Device-side input: permutation, batching, augmentation, scaling, eval padding, sharding."""
 
-import os
-import subprocess
-import sys
-import textwrap
-
 import jax
 import jax.numpy as jnp
 import numpy as np
+from multidevice import run_script
 
 from gedl_jax import data, sharding
 
@@ -139,42 +135,5 @@ def test_placement_single_device():
     np.testing.assert_array_equal(np.asarray(batched).reshape(12, 4, 4, 1), _images(12, (4, 4, 1)))
 
 
-SHARDED = textwrap.dedent(r"""
-    import jax, jax.numpy as jnp, numpy as np
-    from gedl_jax import data, sharding
-    assert jax.device_count() == 4
-    rng = np.random.default_rng(0)
-    split = data.Split(rng.integers(0, 256, (100, 32, 32, 3), dtype=np.uint8),
-                       rng.integers(0, 10, 100).astype(np.int32), "x")
-    for mesh in (sharding.make_mesh(),):
-        images = sharding.put_replicated(mesh, split.images)
-        labels = sharding.put_replicated(mesh, split.labels)
-        assert images.sharding.is_fully_replicated
-        layout = sharding.batch_sharding(mesh)
-
-        @jax.jit
-        def batch(images, labels, perm, step):   # as steps.make_train_step lays a batch out
-            x, y = data.take_batch(images, labels, perm, step, 16)
-            x = data.augment_cifar(jax.random.fold_in(jax.random.PRNGKey(0), step), x)
-            return (jax.lax.with_sharding_constraint(data.to_float(x), layout),
-                    jax.lax.with_sharding_constraint(y, layout))
-
-        perm = data.epoch_permutation(jax.random.PRNGKey(1), 100)
-        x, y = batch(images, labels, perm, 2)
-        assert x.shape == (16, 32, 32, 3) and len(x.addressable_shards) == 4
-        assert {s.data.shape for s in x.addressable_shards} == {(4, 32, 32, 3)}
-        assert {s.data.shape for s in y.addressable_shards} == {(4,)}
-        # same values as on one device
-        x1, y1 = jax.jit(lambda i, l, p, s: data.take_batch(i, l, p, s, 16))(
-            jnp.asarray(split.images), jnp.asarray(split.labels), perm, 2)
-        np.testing.assert_array_equal(np.asarray(y), np.asarray(y1))
-    print("OK")
-""")
-
-
 def test_batches_laid_out_over_the_data_axis():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
-               JAX_PLATFORMS="cpu")
-    r = subprocess.run([sys.executable, "-c", SHARDED], env=env, capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-3000:]
+    run_script("sharded_batches.py", devices=4, timeout=120)

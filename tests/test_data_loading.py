@@ -9,10 +9,8 @@ import time
 
 import numpy as np
 import pytest
-from data_fixtures import (  # noqa: F401
+from data_fixtures import (
     cifar10c_arrays,
-    isolated_env,
-    no_network,
     specs_for,
     write_cifar10_tar,
     write_cifar10c_folder,
@@ -430,3 +428,25 @@ def test_importing_the_package_imports_neither_tf_nor_tfds():
             "for m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.stdout.strip() == "False", r.stderr[-2000:]
+
+
+def test_generated_data_folder_loads_as_the_official_files(generated_data, isolated_env,
+                                                           no_network, monkeypatch):
+    """The training-mechanics tests' data (conftest `generated_data`, also $GEDL_DATA_DIR): the
+    official IDX gz names and format, verified against the sizes and sha256 registered for the
+    test, balanced labels, a class signal."""
+    monkeypatch.setenv("GEDL_DATA_DIR", str(generated_data))   # isolated_env removed it
+    train = data.load_split("mnist", "train")
+    ood = data.load_split("kmnist", "test")
+    assert train.source == "official" and train.images.shape == (400, 28, 28, 1)
+    assert ood.images.shape == (100, 28, 28, 1)
+    np.testing.assert_array_equal(np.bincount(train.labels), np.full(10, 40))
+    # The class signal: the mean image of class k is brightest in block k of the 2 x 5 grid.
+    means = np.stack([train.images[train.labels == k, ..., 0].mean(0) for k in range(10)])
+    assert np.all(np.argmax(means.reshape(10, -1), 1) // 28 // 12 == np.arange(10) // 5)
+
+
+def test_generated_data_without_its_registration_fails_the_real_checksums(
+        generated_data_files, isolated_env, no_network):
+    with pytest.raises(data.ChecksumError, match="checksum mismatch"):
+        data.load_split("mnist", "test", generated_data_files.root)

@@ -4,11 +4,9 @@ import gzip
 
 import numpy as np
 import pytest
-from data_fixtures import (  # noqa: F401
+from data_fixtures import (
     cifar10c_arrays,
     idx_bytes,
-    isolated_env,
-    no_network,
     write_cifar10_tar,
     write_cifar10c_folder,
     write_cifar10c_tar,

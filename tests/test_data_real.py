@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from data_fixtures import no_network  # noqa: F401
 
 from gedl_jax import data
 

@@ -1,7 +1,6 @@
 """Registry: names, shapes, protocol defaults, and checksums equal to TFDS's registrations."""
 
 import pytest
-from data_fixtures import isolated_env, no_network  # noqa: F401
 
 from gedl_jax import data
 from gedl_jax.data import registry

@@ -6,6 +6,8 @@ import pathlib
 import subprocess
 import sys
 
+import chex
+import jax
 import numpy as np
 import pytest
 from scipy import special
@@ -534,3 +536,41 @@ def test_dirichlet_predictions_evaluate_exactly_as_model_outputs():
     assert via_outputs == via_predictions
     np.testing.assert_allclose(evaluation.dirichlet_predictions(outputs).probs,
                                alpha / alpha.sum(-1, keepdims=True))
+
+
+# ---------------------------------------------------------------------- chex: shapes and traces
+def test_uncertainty_measures_compile_once_for_any_number_of_examples(monkeypatch):
+    """The jitted measures run on fixed-size padded chunks: one trace for N = 3, 1500 (two
+    chunks, the last padded) and 1024; every measure (N,) float64, finite, and u = W / S."""
+    counted = jax.jit(chex.assert_max_traces(scores._all_measures.__wrapped__, n=1))
+    monkeypatch.setattr(scores, "_all_measures", counted)
+    rng = np.random.default_rng(0)
+    for n in (3, 1500, 1024):
+        alpha = rng.uniform(0.5, 50.0, (n, 10))
+        w = rng.uniform(0.5, 10.0, n)
+        out = scores.uncertainty_measures(alpha, w)
+        assert sorted(out) == sorted(scores.MEASURE_NAMES)
+        chex.assert_shape(list(out.values()), (n,))
+        chex.assert_type(list(out.values()), np.float64)
+        chex.assert_tree_all_finite(out)
+        np.testing.assert_allclose(out["u"], w / alpha.sum(1), rtol=1e-13)
+        np.testing.assert_allclose(out["max_probability"], alpha.max(1) / alpha.sum(1),
+                                   rtol=1e-13)
+
+
+def test_score_shapes_and_dtypes():
+    rng = np.random.default_rng(1)
+    alpha = rng.uniform(0.5, 50.0, (7, 4))
+    dirichlet = scores.confidence_scores(alpha, np.full(7, 4.0))
+    assert sorted(dirichlet) == sorted(scores.DIRICHLET_SCORE_NAMES)
+    probs_MxNxK = rng.dirichlet(np.ones(4), size=(3, 7))
+    mean_NxK, sampled = scores.sampled_scores(probs_MxNxK)
+    categorical = scores.categorical_scores(mean_NxK)
+    chex.assert_shape(mean_NxK, (7, 4))
+    for out in (dirichlet, sampled, categorical):
+        chex.assert_shape(list(out.values()), (7,))
+        chex.assert_type(list(out.values()), np.float64)
+        chex.assert_tree_all_finite(out)
+    chex.assert_trees_all_close(mean_NxK, probs_MxNxK.mean(0), rtol=1e-15)
+    chex.assert_trees_all_close({k: sampled[k] for k in categorical}, categorical, rtol=1e-15)
+    assert np.all(sampled["neg_mi"] <= 0)

@@ -12,12 +12,6 @@ from gedl_jax import evidential as ev
 RTOL = 4 * float(np.finfo(np.float32).eps)
 
 
-@pytest.fixture(autouse=True)
-def _rank_promotion_raises():
-    with jax.numpy_rank_promotion("raise"):
-        yield
-
-
 LOGITS = np.array([[-1e3, -50.0, -10.5, -1.0, 0.0],
                    [1e-3, 1.0, 9.99, 10.5, 1e3]], np.float32)
 

@@ -20,12 +20,6 @@ KS = (2, 10, 100)
 N = 128
 
 
-@pytest.fixture(autouse=True)
-def _rank_promotion_raises():
-    with jax.numpy_rank_promotion("raise"):
-        yield
-
-
 def _padded(fn):
     """Calls the jitted fn on inputs padded (by repetition) to N rows; returns the real rows."""
     def call(*arrays):

@@ -17,12 +17,6 @@ KS = (2, 10, 100)
 N = 128
 
 
-@pytest.fixture(autouse=True)
-def _rank_promotion_raises():
-    with jax.numpy_rank_promotion("raise"):
-        yield
-
-
 def _inputs(k, seed, low=1e-4, high=1e6):
     """Log-uniform alphas plus confident rows (alpha_y ~ 1e6, the rest ~1e-4), and labels."""
     rng = np.random.default_rng(seed)

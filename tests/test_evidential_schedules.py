@@ -10,12 +10,6 @@ import pytest
 from gedl_jax import evidential as ev
 
 
-@pytest.fixture(autouse=True)
-def _rank_promotion_raises():
-    with jax.numpy_rank_promotion("raise"):
-        yield
-
-
 # ---------------------------------------------------------------------------- EDL annealing
 
 

@@ -16,12 +16,6 @@ KS = (2, 10, 100)
 N = 128
 
 
-@pytest.fixture(autouse=True)
-def _rank_promotion_raises():
-    with jax.numpy_rank_promotion("raise"):
-        yield
-
-
 @jax.jit
 def _measures(alpha):
     return dict(mi=ev.mutual_information(alpha), expected=ev.expected_entropy(alpha),

@@ -109,15 +109,6 @@ def test_preemption_request_in_process_stops_with_a_checkpoint(tmp_path, fast_co
     assert checkpoint_steps(tmp_path / "w") == [1]
 
 
-@pytest.fixture
-def fast_compile():
-    """In-process runs compile with XLA's optimisations mostly off (seconds, not tens)."""
-    previous = jax.config.read("jax_disable_most_optimizations")
-    jax.config.update("jax_disable_most_optimizations", True)
-    yield
-    jax.config.update("jax_disable_most_optimizations", previous)
-
-
 def test_sigkill_at_random_points_then_rerun_ends_like_an_uninterrupted_run(tmp_path,
                                                                            uninterrupted):
     """SIGKILL (no handler, no checkpoint on the way out; possibly in the middle of an Orbax

@@ -1,9 +1,11 @@
 """Each variant's loss equals an independent float64 NumPy/SciPy transcription of its formula."""
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from absl.testing import parameterized
 from scipy import special
 
 from gedl_jax import configuration, losses
@@ -160,3 +162,71 @@ def test_loss_has_no_implicit_rank_promotion(variant):
         loss_B, _, _ = losses.per_example_loss(spec, jnp.ones((4, K)), jnp.arange(4),
                                                ev.tau_init(), jnp.int32(1))
     assert loss_B.shape == (4,)
+
+
+# ---------------------------------------------------------------------------------- chex checks
+class LossChexTest(chex.TestCase):
+    """per_example_loss under jit and without: the float64 reference, shapes and dtypes of
+    everything it returns, finite gradients at extreme logits, and one trace for every epoch
+    and batch of the same shape (the epoch is traced, not baked into the program)."""
+
+    @chex.variants(with_jit=True, without_jit=True)
+    # digamma + tau; exp evidence + RED regulariser (every variant under jit:
+    # test_variant_loss_matches_reference; eager op-by-op dispatch costs seconds per variant).
+    @parameterized.parameters("gedl", "red")
+    def test_loss_matches_reference_with_shapes_and_dtypes(self, variant):
+        config = configuration.build_config("mnist", variant)
+        spec = losses.LossSpec.from_config(config)
+        rng = np.random.default_rng(4)
+        logits = rng.normal(0, 3, size=(B, K)).astype(np.float32)
+        labels = rng.integers(0, K, size=B).astype(np.int32)
+
+        @self.variant
+        def loss_fn(lg, lb, tau, epoch):
+            return losses.per_example_loss(spec, lg, lb, tau, epoch)
+
+        loss_B, tau, terms = loss_fn(logits, labels, ev.tau_init(), jnp.int32(3))
+        chex.assert_shape([loss_B, terms.likelihood_B, terms.kl_B], (B,))
+        chex.assert_shape([terms.kl_weight, terms.mean_strength, terms.mean_prior_strength], ())
+        chex.assert_type([loss_B, terms.likelihood_B, terms.kl_B, terms.kl_weight], jnp.float32)
+        chex.assert_trees_all_equal_shapes_and_dtypes(tau, ev.tau_init())
+        chex.assert_tree_all_finite((loss_B, tau, terms))
+        np.testing.assert_allclose(np.asarray(loss_B), reference_loss(config, logits, labels, 3),
+                                   rtol=2e-4, atol=2e-5)
+
+    @chex.variants(with_jit=True)
+    @parameterized.parameters("gedl", "edl", "iedl", "redl", "red")
+    def test_gradients_are_finite_at_extreme_logits(self, variant):
+        spec = losses.LossSpec.from_config(configuration.build_config("mnist", variant))
+        logits = jnp.array([[200.0, -200.0] + [0.0] * (K - 2),   # exp(200) overflows float32
+                            [-200.0] * K,
+                            [1e-3] * K,
+                            [90.0] * K], jnp.float32)
+        labels = jnp.array([0, 3, 9, 1], jnp.int32)
+
+        @self.variant
+        def grad_fn(lg):
+            return jax.grad(lambda x: jnp.mean(losses.per_example_loss(
+                spec, x, labels, ev.tau_init(), jnp.int32(4))[0]))(lg)
+
+        grads = grad_fn(logits)
+        chex.assert_shape(grads, (4, K))
+        chex.assert_type(grads, jnp.float32)
+        chex.assert_tree_all_finite(grads)
+
+    def test_one_trace_for_every_epoch_and_batch(self):
+        spec = losses.LossSpec.from_config(configuration.build_config("mnist", "gedl"))
+
+        @jax.jit
+        @chex.assert_max_traces(n=1)
+        def step(lg, lb, tau, epoch):
+            loss_B, tau, _ = losses.per_example_loss(spec, lg, lb, tau, epoch)
+            return jnp.mean(loss_B), tau
+
+        rng = np.random.default_rng(5)
+        tau = ev.tau_init()
+        for epoch in range(4):
+            logits = jnp.asarray(rng.normal(size=(B, K)), jnp.float32)
+            labels = jnp.asarray(rng.integers(0, K, size=B), jnp.int32)
+            _, tau = step(logits, labels, tau, jnp.int32(epoch))
+        assert int(tau.epoch) == 3

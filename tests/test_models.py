@@ -5,28 +5,21 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
-import subprocess
-import sys
-import textwrap
 
+import chex
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.stats
+from absl.testing import parameterized
+from multidevice import run_script
 
 from gedl_jax import models
 
 ON_CPU = jax.default_backend() == "cpu"
 VGG_CHANNELS = [v for v in models.VGG16_CONFIG if v != "M"]
-
-
-@pytest.fixture(autouse=True)
-def _strict_rank_promotion():
-    with jax.numpy_rank_promotion("raise"):
-        yield
 
 
 def _random_like(shapes, seed=0):
@@ -441,6 +434,12 @@ def test_cpu_implementations_give_same_model_outputs(vgg, convnet):
 def test_vgg_batchnorm_train_and_eval(vgg):
     x = _images(8, 2, (32, 32, 3))
     logits, updates = vgg.train_apply(vgg.variables, x, 3)
+    chex.assert_shape(logits, (2, 10))
+    chex.assert_type(logits, jnp.float32)
+    # The updated statistics keep the tree, shapes and dtypes of the initial ones, finite.
+    chex.assert_trees_all_equal_shapes_and_dtypes(updates["batch_stats"],
+                                                  vgg.variables["batch_stats"])
+    chex.assert_tree_all_finite(updates["batch_stats"])
     inter = updates["intermediates"]
     conv0 = np.asarray(inter["conv0"]["__call__"][0], np.float64)
     bn0 = np.asarray(inter["bn0"]["__call__"][0], np.float64)
@@ -480,57 +479,8 @@ def test_vgg_dropout_only_in_training(vgg):
     assert np.all(np.isfinite(d)) and not np.allclose(d, a)
 
 
-_SHARD_MAP_SCRIPT = textwrap.dedent("""
-    import jax, jax.numpy as jnp, numpy as np
-    from jax.sharding import Mesh, PartitionSpec as P
-    from gedl_jax.models import VGG16
-
-    assert jax.device_count() == 4, jax.devices()
-    mesh = Mesh(np.array(jax.devices()), ("data",))
-    x = jax.random.uniform(jax.random.key(0), (8, 32, 32, 3))
-    single = VGG16(10, dropout_rate=0.0)
-    synced = VGG16(10, dropout_rate=0.0, axis_name="data")
-    shapes = jax.eval_shape(lambda: single.init(jax.random.key(1), x[:1], train=False))
-    rng = np.random.default_rng(0)   # random parameters, faster than compiling init
-    def draw(path, s):
-        name = path[-1].key
-        if name == "kernel":
-            std = np.sqrt(2 / np.prod(s.shape[:-1]))
-            return jnp.asarray(rng.normal(0, std, s.shape), jnp.float32)
-        base = {"scale": 1.0, "var": 1.0}.get(name, 0.0)
-        return jnp.asarray(base + 0.1 * rng.normal(size=s.shape) ** 2, jnp.float32)
-    variables = jax.tree_util.tree_map_with_path(draw, shapes)
-
-    def train_apply(model):
-        return lambda v, x: model.apply(v, x, train=True, mutable=["batch_stats"])
-
-    y1, s1 = jax.jit(train_apply(single))(variables, x)
-    y4, s4 = jax.jit(jax.shard_map(train_apply(synced), mesh=mesh, in_specs=(P(), P("data")),
-                                   out_specs=(P("data"), P())))(variables, x)
-    assert y4.shape == y1.shape == (8, 10)
-    np.testing.assert_allclose(y4, y1, rtol=1e-4, atol=1e-5)
-    flat1, flat4 = jax.tree_util.tree_leaves(s1), jax.tree_util.tree_leaves(s4)
-    assert len(flat1) == len(flat4) == 26
-    for a, b in zip(flat1, flat4):
-        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
-    # control: without axis_name each device normalises with its own 2 examples
-    local = jax.shard_map(train_apply(single), mesh=mesh, in_specs=(P(), P("data")),
-                          out_specs=(P("data"), P("data")), check_vma=False)
-    y_local, _ = jax.jit(local)(variables, x)
-    assert not np.allclose(y_local, y1, rtol=1e-3, atol=1e-4)
-    print("OK", float(np.abs(y4 - y1).max()))
-""")
-
-
 def test_vgg_batchnorm_synchronised_inside_shard_map():
-    env = dict(os.environ)
-    flag = "--xla_force_host_platform_device_count=4"
-    env["XLA_FLAGS"] = f'{env.get("XLA_FLAGS", "")} {flag}'.strip()
-    env["JAX_PLATFORMS"] = "cpu"
-    proc = subprocess.run([sys.executable, "-c", _SHARD_MAP_SCRIPT], env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.startswith("OK")
+    run_script("vgg_batchnorm_shard_map.py", devices=4, timeout=300)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -572,3 +522,64 @@ def test_flops_per_example():
     assert abs(convnet / 52.8e6 - 1) < 0.01 and abs(vgg / 627e6 - 1) < 0.01
     vgg100 = models.model_flops_per_example("vgg16", (32, 32, 3), num_classes=100)
     assert vgg100 == vgg + 2 * 512 * 90
+
+
+# ------------------------------------------------------------------------------------------------
+# chex: jit / no-jit, shapes and dtypes, one trace per input shape
+# ------------------------------------------------------------------------------------------------
+class ConvNetChexTest(chex.TestCase):
+    """The ConvNet (with MC Dropout's dense dropout) under jit and without: float32 logits of
+    shape (B, K) for float32 and bfloat16 compute, parameters float32 whatever the compute
+    dtype, dropout active only in training, and one trace per input shape."""
+
+    def setUp(self):
+        super().setUp()
+        self.x = jnp.asarray(_images(7, 3, (28, 28, 1)), jnp.float32) / 255.0
+
+    def _init(self, **kw):
+        model = models.build_model("convnet", 10, **kw)
+        return model, model.init(jax.random.key(0), self.x[:1], train=False)
+
+    @chex.variants(with_jit=True, without_jit=True)
+    @parameterized.parameters(jnp.float32, jnp.bfloat16)
+    def test_logits_shape_dtype_and_parameters(self, dtype):
+        model, variables = self._init(dtype=dtype, dropout_rate=0.5)
+        chex.assert_type(jax.tree.leaves(variables), jnp.float32)   # params stay float32
+
+        @self.variant
+        def apply(v, x):
+            return model.apply(v, x, train=False)
+
+        logits = apply(variables, self.x)
+        chex.assert_shape(logits, (3, 10))
+        chex.assert_type(logits, jnp.float32)
+        chex.assert_tree_all_finite(logits)
+
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_dropout_only_in_training(self):
+        model, variables = self._init(dropout_rate=0.5)
+
+        @self.variant(static_argnums=(3,))
+        def apply(v, x, key, train):
+            return model.apply(v, x, train=train, rngs={"dropout": key})
+
+        a = apply(variables, self.x, jax.random.key(1), False)
+        b = apply(variables, self.x, jax.random.key(2), False)
+        chex.assert_trees_all_equal(a, b)   # eval: deterministic, key unused
+        c = apply(variables, self.x, jax.random.key(1), True)
+        d = apply(variables, self.x, jax.random.key(2), True)
+        chex.assert_trees_all_equal_shapes_and_dtypes(a, c, d)
+        assert not np.allclose(c, d)        # training: fresh masks per key
+
+    def test_one_trace_per_input_shape(self):
+        model, variables = self._init()
+
+        @jax.jit
+        @chex.assert_max_traces(n=2)
+        def apply(v, x):
+            return model.apply(v, x, train=False)
+
+        for seed in range(3):   # same shape, new values and new parameters: no retrace
+            v = model.init(jax.random.key(seed), self.x[:1], train=False)
+            chex.assert_shape(apply(v, self.x + seed), (3, 10))
+        chex.assert_shape(apply(variables, self.x[:2]), (2, 10))   # a new shape: one more

@@ -50,7 +50,10 @@ def to_float(images_BxHxWxC: jax.Array, mean=None, std=None) -> jax.Array:
     else:
         x = x.astype(jnp.float32)
     if mean is not None:
-        x = (x - jnp.asarray(mean, jnp.float32)) / jnp.asarray(std, jnp.float32)
+        # Per-channel stats as 1 x ... x 1 x C: explicit, no implicit rank promotion.
+        stats_shape = (1,) * (x.ndim - 1) + (-1,)
+        x = ((x - jnp.asarray(mean, jnp.float32).reshape(stats_shape))
+             / jnp.asarray(std, jnp.float32).reshape(stats_shape))
     return x
 
 
@@ -85,10 +88,10 @@ def apply_geometry(images_BxHxWxC: jax.Array, flip_B: jax.Array, shift_y_B: jax.
     b, h, w, c = images_BxHxWxC.shape
     theta_B = -jnp.deg2rad(angle_deg_B.astype(jnp.float32))
     cos_B, sin_B = jnp.cos(theta_B)[:, None, None], jnp.sin(theta_B)[:, None, None]
-    dy_HxW = (jnp.arange(h, dtype=jnp.float32) + 0.5 - h / 2)[:, None]
-    dx_HxW = (jnp.arange(w, dtype=jnp.float32) + 0.5 - w / 2)[None, :]
-    src_x = cos_B * dx_HxW + sin_B * dy_HxW + w / 2
-    src_y = -sin_B * dx_HxW + cos_B * dy_HxW + h / 2
+    dy_1xHx1 = (jnp.arange(h, dtype=jnp.float32) + 0.5 - h / 2)[None, :, None]
+    dx_1x1xW = (jnp.arange(w, dtype=jnp.float32) + 0.5 - w / 2)[None, None, :]
+    src_x = cos_B * dx_1x1xW + sin_B * dy_1xHx1 + w / 2
+    src_y = -sin_B * dx_1x1xW + cos_B * dy_1xHx1 + h / 2
     valid = (src_x >= 0) & (src_x < w) & (src_y >= 0) & (src_y < h)
     qx = jnp.floor(src_x).astype(jnp.int32) + shift_x_B[:, None, None]
     qy = jnp.floor(src_y).astype(jnp.int32) + shift_y_B[:, None, None]

@@ -3,6 +3,16 @@
 Every function acts on the last axis (the K classes), keeps arbitrary leading batch axes, returns
 per-example values (callers reduce) and is jit/vmap/grad-safe. Labels are integer class indices.
 See docs/architecture.md and the paper's equations cited in each docstring.
+
+Every public function's docstring ends with a runnable example (checked by
+tests/test_doctests.py), written for this namespace:
+
+    >>> import jax.numpy as jnp
+    >>> import numpy as np
+    >>> from gedl_jax import evidential as ev
+    >>> alpha_BxK = ev.dirichlet_alpha(jnp.array([[4.0, 0.0, 1.0]]), 3.0, ev.uniform_base_rate(3))
+    >>> print(ev.projected_probability(alpha_BxK), ev.uncertainty_mass(alpha_BxK, 3.0))
+    [[0.625 0.125 0.25 ]] [0.375]
 """
 
 from gedl_jax.evidential.activations import (ACTIVATIONS, evidence_from_logits, exp_evidence,

@@ -25,6 +25,10 @@ def softplus_evidence(logits: ArrayLike) -> jax.Array:
 
     Returns:
       Non-negative evidence of the same shape.
+
+    Example:
+      >>> print(np.asarray(ev.softplus_evidence(jnp.array([-2.0, 0.0, 3.0]))).round(4))
+      [0.1269 0.6931 3.0486]
     """
     return jax.nn.softplus(jnp.asarray(logits))
 
@@ -37,6 +41,10 @@ def relu_evidence(logits: ArrayLike) -> jax.Array:
 
     Returns:
       Non-negative evidence of the same shape.
+
+    Example:
+      >>> print(ev.relu_evidence(jnp.array([-2.0, 0.0, 3.0])))
+      [0. 0. 3.]
     """
     return jax.nn.relu(jnp.asarray(logits))
 
@@ -55,6 +63,11 @@ def exp_evidence(logits: ArrayLike, clip: float = 10.0) -> jax.Array:
 
     Returns:
       Positive evidence of the same shape.
+
+    Example:
+      >>> e = ev.exp_evidence(jnp.array([-1.0, 0.0, 5.0]), clip=2.0)
+      >>> print(np.asarray(e).round(4))  # at most e^clip
+      [0.3679 1.     7.3891]
     """
     logits = jnp.asarray(logits)
     return jnp.exp(jnp.clip(logits, -clip, clip))
@@ -74,6 +87,13 @@ def evidence_from_logits(logits: ArrayLike, activation: str = "softplus",
 
     Raises:
       ValueError: for an activation name not in `ACTIVATIONS`.
+
+    Example:
+      >>> logits_BxK = jnp.array([[2.0, -1.0, 0.0]])
+      >>> print(ev.evidence_from_logits(logits_BxK, 'relu'))
+      [[2. 0. 0.]]
+      >>> print(np.asarray(ev.evidence_from_logits(logits_BxK, 'softplus')).round(4))
+      [[2.1269 0.3133 0.6931]]
     """
     if activation == "softplus":
         return softplus_evidence(logits)

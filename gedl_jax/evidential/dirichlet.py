@@ -446,6 +446,12 @@ def dirichlet_kl(alpha_BxK: ArrayLike, beta_BxK: ArrayLike) -> jax.Array:
 
     Returns:
       kl_B, shape (...), >= 0 up to rounding.
+
+    Example:
+      >>> alpha_BxK = jnp.array([[5.0, 1.0, 2.0], [1.0, 1.0, 1.0]])
+      >>> kl_B = ev.dirichlet_kl(alpha_BxK, jnp.ones((2, 3)))
+      >>> print(np.asarray(kl_B).round(4))  # 0 for identical Dirichlets
+      [1.023 0.   ]
     """
     alpha_BxK = jnp.asarray(alpha_BxK)
     beta_BxK = jnp.broadcast_to(jnp.asarray(beta_BxK, dtype=alpha_BxK.dtype), alpha_BxK.shape)
@@ -558,5 +564,10 @@ def fisher_logdet(alpha_BxK: ArrayLike) -> jax.Array:
 
     Returns:
       -log det I(alpha), shape (...).
+
+    Example:
+      >>> alpha_BxK = jnp.array([[1.0, 1.0, 1.0], [10.0, 2.0, 2.0]])
+      >>> print(np.asarray(ev.fisher_logdet(alpha_BxK)).round(4))
+      [-0.2192  5.842 ]
     """
     return _fisher_logdet(jnp.asarray(alpha_BxK))

@@ -48,6 +48,11 @@ def expected_nll(alpha_BxK: ArrayLike, labels_B: ArrayLike) -> jax.Array:
 
     Returns:
       Per-example loss, shape (...), >= 0.
+
+    Example:
+      >>> alpha_BxK = jnp.array([[5.0, 1.0, 2.0], [5.0, 1.0, 2.0]])
+      >>> print(np.asarray(ev.expected_nll(alpha_BxK, jnp.array([0, 1]))).round(4))
+      [0.5095 2.5929]
     """
     alpha_BxK = jnp.asarray(alpha_BxK)
     strength_B = jnp.sum(alpha_BxK, axis=-1)
@@ -68,6 +73,11 @@ def log_nll(alpha_BxK: ArrayLike, labels_B: ArrayLike) -> jax.Array:
 
     Returns:
       Per-example loss, shape (...), >= 0.
+
+    Example:
+      >>> alpha_BxK = jnp.array([[5.0, 1.0, 2.0], [5.0, 1.0, 2.0]])
+      >>> print(np.asarray(ev.log_nll(alpha_BxK, jnp.array([0, 1]))).round(4))  # log(8/5), log(8)
+      [0.47   2.0794]
     """
     alpha_BxK = jnp.asarray(alpha_BxK)
     alpha_y_B = _take_label(alpha_BxK, labels_B)
@@ -104,6 +114,14 @@ def expected_mse(alpha_BxK: ArrayLike, labels_B: ArrayLike,
 
     Returns:
       Per-example loss, shape (...), >= 0.
+
+    Example:
+      >>> alpha_BxK = jnp.array([[5.0, 1.0, 2.0]])
+      >>> print(np.asarray(ev.expected_mse(alpha_BxK, jnp.array([0]))).round(4))
+      [0.2778]
+      >>> no_var_B = ev.expected_mse(alpha_BxK, jnp.array([0]), include_variance=False)
+      >>> print(np.asarray(no_var_B).round(4))  # R-EDL's form
+      [0.2188]
     """
     squared_BxK, variance_BxK = _squared_error_and_variance(jnp.asarray(alpha_BxK), labels_B)
     loss_B = jnp.sum(squared_BxK, axis=-1)
@@ -121,6 +139,11 @@ def fisher_weighted_mse(alpha_BxK: ArrayLike, labels_B: ArrayLike) -> jax.Array:
 
     Returns:
       Per-example loss, shape (...), >= 0.
+
+    Example:
+      >>> alpha_BxK = jnp.array([[5.0, 1.0, 2.0]])
+      >>> print(np.asarray(ev.fisher_weighted_mse(alpha_BxK, jnp.array([0]))).round(4))
+      [0.0971]
     """
     alpha_BxK = jnp.asarray(alpha_BxK)
     squared_BxK, _ = _squared_error_and_variance(alpha_BxK, labels_B)
@@ -136,6 +159,10 @@ def fisher_weighted_variance(alpha_BxK: ArrayLike) -> jax.Array:
 
     Returns:
       Per-example value, shape (...), >= 0.
+
+    Example:
+      >>> print(np.asarray(ev.fisher_weighted_variance(jnp.array([[5.0, 1.0, 2.0]]))).round(4))
+      [0.0392]
     """
     alpha_BxK = jnp.asarray(alpha_BxK)
     strength_B, p_BxK, one_minus_p_BxK, _ = _probabilities(alpha_BxK)
@@ -159,6 +186,11 @@ def masked_kl_target(alpha_BxK: ArrayLike, labels_B: ArrayLike,
 
     Returns:
       alpha~_BxK, shape (..., K).
+
+    Example:
+      >>> alpha_BxK = jnp.array([[5.0, 1.0, 2.0]])
+      >>> print(ev.masked_kl_target(alpha_BxK, jnp.array([0]), jnp.ones((1, 3))))
+      [[1. 1. 2.]]
     """
     alpha_BxK = jnp.asarray(alpha_BxK)
     prior_BxK = jnp.broadcast_to(jnp.asarray(prior_alpha_BxK, dtype=alpha_BxK.dtype),
@@ -181,6 +213,11 @@ def red_regularizer(logits_BxK: ArrayLike, labels_B: ArrayLike,
 
     Returns:
       Per-example regulariser, shape (...).
+
+    Example:
+      >>> logits_BxK = jnp.array([[2.0, 0.0, -1.0]])
+      >>> print(ev.red_regularizer(logits_BxK, jnp.array([0]), jnp.array([0.25])))  # -u * logit_y
+      [-0.5]
     """
     logit_y_B = _take_label(jnp.asarray(logits_BxK), labels_B)
     return -jax.lax.stop_gradient(jnp.asarray(uncertainty_B)) * logit_y_B

@@ -37,6 +37,10 @@ def uniform_base_rate(num_classes: int, dtype=jnp.float32) -> jax.Array:
 
     Returns:
       a_K, shape (K,).
+
+    Example:
+      >>> print(ev.uniform_base_rate(4))
+      [0.25 0.25 0.25 0.25]
     """
     if int(num_classes) < 1:
         raise ValueError(f"num_classes must be >= 1, got {num_classes}")
@@ -58,6 +62,10 @@ def base_rate_from_counts(counts_K: ArrayLike) -> jax.Array:
 
     Raises:
       ValueError: if concrete counts are not all finite and > 0, or not one-dimensional.
+
+    Example:
+      >>> print(ev.base_rate_from_counts(jnp.array([10, 10, 20])))
+      [0.25 0.25 0.5 ]
     """
     try:
         counts_np = np.asarray(counts_K, dtype=np.float64)
@@ -88,6 +96,12 @@ def adaptive_prior_strength(evidence_BxK: ArrayLike, c_w: ArrayLike) -> jax.Arra
 
     Returns:
       W_B, shape (...), under stop_gradient.
+
+    Example:
+      >>> evidence_BxK = jnp.array([[0.0, 0.0, 0.0], [9.0, 0.5, 0.5]])
+      >>> w_B = ev.adaptive_prior_strength(evidence_BxK, c_w=0.5)
+      >>> print(np.asarray(w_B).round(4))  # K at E = 0, towards C_w as E grows
+      [3.     0.5806]
     """
     evidence_BxK = jnp.asarray(evidence_BxK)
     num_classes = evidence_BxK.shape[-1]
@@ -106,6 +120,10 @@ def fixed_prior_strength(evidence_BxK: ArrayLike, w: ArrayLike) -> jax.Array:
 
     Returns:
       W_B, shape (...), under stop_gradient.
+
+    Example:
+      >>> print(ev.fixed_prior_strength(jnp.ones((2, 3)), 3.0))
+      [3. 3.]
     """
     evidence_BxK = jnp.asarray(evidence_BxK)
     dtype = evidence_BxK.dtype if jnp.issubdtype(evidence_BxK.dtype, jnp.floating) else jnp.float32
@@ -124,6 +142,11 @@ def dirichlet_alpha(evidence_BxK: ArrayLike, prior_strength_B: ArrayLike,
 
     Returns:
       alpha_BxK, shape (..., K).
+
+    Example:
+      >>> evidence_BxK = jnp.array([[4.0, 0.0, 1.0]])
+      >>> print(ev.dirichlet_alpha(evidence_BxK, 3.0, ev.uniform_base_rate(3)))
+      [[5. 1. 2.]]
     """
     evidence_BxK = jnp.asarray(evidence_BxK)
     prior_strength_B = jnp.broadcast_to(jnp.asarray(prior_strength_B), evidence_BxK.shape[:-1])
@@ -139,6 +162,10 @@ def dirichlet_strength(alpha_BxK: ArrayLike) -> jax.Array:
 
     Returns:
       S_B, shape (...).
+
+    Example:
+      >>> print(ev.dirichlet_strength(jnp.array([[5.0, 1.0, 2.0], [1.0, 1.0, 1.0]])))
+      [8. 3.]
     """
     return jnp.sum(jnp.asarray(alpha_BxK), axis=-1)
 
@@ -151,6 +178,10 @@ def projected_probability(alpha_BxK: ArrayLike) -> jax.Array:
 
     Returns:
       p_BxK, shape (..., K), summing to 1.
+
+    Example:
+      >>> print(ev.projected_probability(jnp.array([5.0, 1.0, 2.0])))
+      [0.625 0.125 0.25 ]
     """
     alpha_BxK = jnp.asarray(alpha_BxK)
     return alpha_BxK / dirichlet_strength(alpha_BxK)[..., None]
@@ -168,6 +199,11 @@ def uncertainty_mass(alpha_BxK: ArrayLike, prior_strength_B: ArrayLike) -> jax.A
 
     Returns:
       u_B, shape (...), in (0, 1] when alpha = e + W a with e >= 0 and sum a = 1.
+
+    Example:
+      >>> alpha_BxK = jnp.array([[5.0, 1.0, 2.0], [1.0, 1.0, 1.0]])
+      >>> print(ev.uncertainty_mass(alpha_BxK, jnp.array([3.0, 3.0])))
+      [0.375 1.   ]
     """
     return jnp.asarray(prior_strength_B) / dirichlet_strength(alpha_BxK)
 
@@ -185,6 +221,11 @@ def subjective_opinion(evidence_BxK: ArrayLike, prior_strength_B: ArrayLike,
 
     Returns:
       Opinion(belief_BxK, uncertainty_B, base_rate_K).
+
+    Example:
+      >>> op = ev.subjective_opinion(jnp.array([4.0, 0.0, 1.0]), 3.0, ev.uniform_base_rate(3))
+      >>> print(op.belief_BxK, op.uncertainty_B)
+      [0.5   0.    0.125] 0.375
     """
     evidence_BxK = jnp.asarray(evidence_BxK)
     alpha_BxK = dirichlet_alpha(evidence_BxK, prior_strength_B, base_rate_K)

@@ -35,6 +35,10 @@ def edl_annealing(epoch: ArrayLike, annealing_epochs: ArrayLike = 10.0) -> jax.A
 
     Returns:
       The KL weight, float32, in [0, 1].
+
+    Example:
+      >>> print(ev.edl_annealing(jnp.arange(0, 16, 5)))
+      [0.  0.5 1.  1. ]
     """
     epoch = jnp.asarray(epoch)
     if not jnp.issubdtype(epoch.dtype, jnp.floating):
@@ -61,7 +65,13 @@ class TauState(NamedTuple):
 
 
 def tau_init() -> TauState:
-    """The empty accumulator (epoch 0, all sums 0)."""
+    """The empty accumulator (epoch 0, all sums 0).
+
+    Example:
+      >>> state = ev.tau_init()
+      >>> print(int(state.epoch), float(state.completed_sum))
+      0 0.0
+    """
     return TauState(epoch=jnp.zeros((), jnp.int32), completed_sum=jnp.zeros((), jnp.float32),
                     epoch_sum=jnp.zeros((), jnp.float32), epoch_count=jnp.zeros((), jnp.int32),
                     step_sum=jnp.zeros((), jnp.float32))
@@ -96,6 +106,16 @@ def tau_accumulate(state: TauState, batch_mean_strength: ArrayLike, epoch: Array
 
     Raises:
       ValueError: for a reading not in `TAU_READINGS`.
+
+    Example:
+      >>> state = ev.tau_init()
+      >>> state, total = ev.tau_accumulate(state, 12.0, epoch=0)
+      >>> state, total = ev.tau_accumulate(state, 14.0, epoch=0)
+      >>> print(float(total))  # the epoch reading: mean strength of epoch 0 so far
+      13.0
+      >>> state, total = ev.tau_accumulate(state, 20.0, epoch=1)
+      >>> print(float(total))  # epoch 0's mean (13) + epoch 1's so far (20)
+      33.0
     """
     if reading not in TAU_READINGS:
         raise ValueError(f"unknown tau reading {reading!r}; expected one of {TAU_READINGS}")
@@ -133,6 +153,10 @@ def gedl_tau(cumulative_strength: ArrayLike, c_tau: ArrayLike) -> jax.Array:
 
     Returns:
       tau, float32 scalar (or array), >= 1.
+
+    Example:
+      >>> print(ev.gedl_tau(jnp.array([10.0, 50.0, 400.0]), c_tau=100.0))  # max(1, C_tau / sum)
+      [10.  2.  1.]
     """
     cumulative = jnp.asarray(cumulative_strength, jnp.float32)
     tau = jnp.asarray(c_tau, jnp.float32) / jnp.maximum(cumulative, _MIN_CUMULATIVE_STRENGTH)
