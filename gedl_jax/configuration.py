@@ -23,7 +23,11 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "data_source": ("auto", "raw", "tfds"),
     "download": ("auto", "never", "force"),
     "model": ("convnet", "vgg16"),
-    "method": ("evidential", "softmax", "mc_dropout"),
+    "method": ("evidential", "softmax", "mc_dropout", "duq", "kl_pn", "rkl_pn", "postnet",
+               "daedl", "fedl"),
+    "recipe": ("protocol", "source"),
+    "pn_ood": ("noise_uniform", "noise_smoothed"),
+    "pn_target_form": ("pnet", "smoothed"),
     "dropout_placement": ("dense", "all"),
     "init": ("torch", "flax"),
     "evidence": ("softplus", "relu", "exp"),
@@ -113,11 +117,61 @@ VARIANTS.update({
     # layers (VGG16 keeps its classifier's 0.5), T = 10 test-time passes.
     "mc_dropout": _variant(method="mc_dropout", dropout_rate=0.5, dropout_placement="dense",
                            mc_samples=10),
+    # DUQ (van Amersfoort et al. 2020): RBF head on the last hidden layer, sigma 0.1, centroid
+    # EMA 0.999 (the reference's), two-sided gradient penalty 0.5 (the reference README's value;
+    # our inputs are unnormalised [0, 1], so the source's tuned value does not transfer exactly).
+    "duq": _variant(method="duq", duq_length_scale=0.1, duq_gamma=0.999,
+                    duq_gradient_penalty=0.5),
+    # KL-PN (Malinin & Gales 2018): forward KL to the 2018 paper's label-smoothed targets
+    # (precision 100, smoothing pn_target_smoothing's default); OOD training inputs: uniform
+    # noise (never an evaluation OOD set).
+    "kl_pn": _variant(method="kl_pn", pn_target_form="smoothed", pn_target_concentration=100.0,
+                      pn_ood="noise_uniform", pn_ood_weight=1.0),
+    # RKL-PN (Malinin & Gales 2019): reverse KL to 1 + 100 * onehot (the official code's
+    # targets), OOD weight gamma = 1 (its default); uniform-noise OOD training inputs.
+    "rkl_pn": _variant(method="rkl_pn", pn_target_form="pnet", pn_target_concentration=100.0,
+                       pn_ood="noise_uniform", pn_ood_weight=1.0),
+    # PostNet (Charpentier et al. 2020): 6-d latent, 6 radial layers per class, UCE with the
+    # entropy weight of the dataset (postnet_entropy_weight's default: 1e-6 MNIST, 1e-5 CIFAR).
+    "postnet": _variant(method="postnet", postnet_latent_dim=6, postnet_flow_layers=6),
+    # DAEDL (Yoon & Kim 2024): spectrally normalised net, exp-EDL loss with KL weight 0.05,
+    # per-class Gaussian on the encoder features fitted after training.
+    "daedl": _variant(method="daedl", daedl_kl_weight=0.05),
+    # F-EDL (Yoon & Kim 2025): Flexible Dirichlet heads (256-wide g_p, g_tau, no dropout).
+    "fedl": _variant(method="fedl", fedl_head_hidden=256, fedl_head_dropout=0.0),
 })
+
+# The `source` modifier (`configs/mnist.py:postnet,source`): config.recipe = "source" and the
+# original repository's training settings that this toolkit's trainer has, per method and
+# dataset family ("mnist": MNIST / Fashion-MNIST, "cifar": CIFAR-10 / CIFAR-100). What a
+# reference does beyond these fields (SGD, step decays, its model selection) is not reproduced;
+# each method's module docstring says what its "source" reading changes in the model itself.
+SOURCE_RECIPES: dict[str, dict[str, dict[str, Any]]] = {
+    # KaosEngineer/PriorNetworks: gradient-norm clip 10, inputs standardised, batch 128.
+    "kl_pn": {"mnist": dict(grad_clip_norm=10.0, normalize=True, batch_size=128),
+              "cifar": dict(grad_clip_norm=10.0, normalize=True, batch_size=128)},
+    "rkl_pn": {"mnist": dict(grad_clip_norm=10.0, normalize=True, batch_size=128),
+               "cifar": dict(grad_clip_norm=10.0, normalize=True, batch_size=128)},
+    # sharpenb/Posterior-Network: Adam lr 1e-4 / 2.5e-4, batch 64, <= 200 epochs.
+    "postnet": {"mnist": dict(learning_rate=1e-4, batch_size=64, lr_schedule="constant",
+                              weight_decay=0.0, num_epochs=200),
+                "cifar": dict(learning_rate=2.5e-4, batch_size=64, lr_schedule="constant",
+                              weight_decay=0.0, num_epochs=200)},
+    # TaeseongYoon/DAEDL: Adam lr 1e-3, batch 64, 100 epochs; CIFAR inputs standardised.
+    "daedl": {"mnist": dict(learning_rate=1e-3, batch_size=64, lr_schedule="constant",
+                            weight_decay=0.0, num_epochs=100, normalize=False),
+              "cifar": dict(learning_rate=1e-3, batch_size=64, lr_schedule="constant",
+                            weight_decay=0.0, num_epochs=100, normalize=True)},
+    # TaeseongYoon/F-EDL: Adam lr 5e-4, no weight decay, batch 64, 100 epochs, standardised.
+    "fedl": {"mnist": dict(learning_rate=5e-4, batch_size=64, lr_schedule="constant",
+                           weight_decay=0.0, num_epochs=100, normalize=True),
+             "cifar": dict(learning_rate=5e-4, batch_size=64, lr_schedule="constant",
+                           weight_decay=0.0, num_epochs=100, normalize=True)},
+}
 
 # "quick": a few-minute run; "ensemble": a deep ensemble of ENSEMBLE_SIZE members of the
 # variant (softmax members when no variant is named: `configs/mnist.py:ensemble`).
-MODIFIERS = ("quick", "ensemble")
+MODIFIERS = ("quick", "ensemble", "source")
 ENSEMBLE_SIZE = 5
 
 # Fields that do not change the trained parameters: a resumed run may change them.
@@ -144,6 +198,7 @@ def default_config(dataset: str) -> ml_collections.ConfigDict:
     _data_fields(c, d, dataset)
     _model_fields(c, d)
     _method_fields(c)
+    _baseline_fields(c, d)
     _prior_fields(c)
     _posterior_fields(c)
     _objective_fields(c, d)
@@ -204,6 +259,35 @@ def _method_fields(c: ml_collections.ConfigDict) -> None:
     c.mc_samples = 10                  # MC Dropout: test-time passes T
     c.ensemble_size = 0                # >= 2: a deep ensemble of that many members of the method
                                        # (trained as seeds seed*N+m, scored as one model)
+
+
+def _baseline_fields(c: ml_collections.ConfigDict, d: dict[str, Any]) -> None:
+    """Fields: the non-EDL baselines (DUQ, Prior Networks, PostNet, DAEDL, F-EDL) and their
+    reading."""
+    c.recipe = "protocol"              # baselines' reading: "protocol" (the I-EDL/R-EDL pipeline
+                                       # every row uses) or "source" (the original repository's
+                                       # recipe, where it differs; set by the `source` modifier)
+    c.duq_length_scale = 0.1           # DUQ: RBF length scale sigma
+    c.duq_gamma = 0.999                # DUQ: centroid moving-average rate gamma
+    c.duq_gradient_penalty = 0.5       # DUQ: weight lambda_gp of the two-sided gradient penalty
+    c.pn_ood = "noise_uniform"         # Prior Networks' OOD *training* inputs, made in the graph:
+                                       # "noise_uniform" or "noise_smoothed" (blurred noise);
+                                       # never an evaluation OOD set
+    c.pn_ood_weight = 1.0              # Prior Networks: weight gamma of the OOD KL term
+    c.pn_target_form = "pnet"          # ID target: "pnet" = 1 + c onehot (RKL-PN code),
+                                       # "smoothed" = c * label-smoothed mean (KL-PN 2018 paper)
+    c.pn_target_concentration = 100.0  # Prior Networks: target concentration c (loss divided by it)
+    c.pn_target_smoothing = 0.01 if d["num_classes"] <= 10 else 0.1 / d["num_classes"]
+                                       # Prior Networks: label smoothing of the "smoothed" target
+                                       # (2018 paper: 0.01 at K = 10; ours for K = 100: 0.001, as
+                                       # 0.01 = 1/K would make the target flat)
+    c.postnet_latent_dim = 6           # PostNet: latent dimension
+    c.postnet_flow_layers = 6          # PostNet: radial layers per class flow
+    c.postnet_entropy_weight = 1e-5 if c.dataset.startswith("cifar") else 1e-6
+                                       # PostNet: weight of -H(Dir(alpha)) in the UCE loss
+    c.daedl_kl_weight = 0.05           # DAEDL: weight of its KL(Dir(alpha~) || Dir(1)) term
+    c.fedl_head_hidden = 256           # F-EDL: hidden width of the g_p and g_tau heads
+    c.fedl_head_dropout = 0.0          # F-EDL: dropout before the heads (reference p_drop 0)
 
 
 def _prior_fields(c: ml_collections.ConfigDict) -> None:
@@ -302,6 +386,18 @@ def apply_quick(c: ml_collections.ConfigDict) -> None:
     c.warmup_epochs = min(c.warmup_epochs, 1)
 
 
+def apply_source(c: ml_collections.ConfigDict) -> None:
+    """config.recipe = "source" and the method's `SOURCE_RECIPES` settings for the dataset."""
+    if c.method not in SOURCE_RECIPES:
+        raise ValueError(f"the 'source' modifier has no recipe for config.method={c.method!r}; "
+                         f"it exists for {sorted(SOURCE_RECIPES)}")
+    family = "cifar" if c.dataset.startswith("cifar") else "mnist"
+    for key, value in SOURCE_RECIPES[c.method][family].items():
+        c[key] = value
+    c.recipe = "source"
+    c.variant = f"{c.variant}_source"
+
+
 def build_config(dataset: str, arg: str | None) -> ml_collections.ConfigDict:
     """`arg` is the text after ':' in --config=configs/<dataset>.py:<arg>."""
     c = default_config(dataset)
@@ -319,6 +415,8 @@ def build_config(dataset: str, arg: str | None) -> ml_collections.ConfigDict:
     if ensemble:
         c.ensemble_size = ENSEMBLE_SIZE
         c.variant = "ensemble" if not variants else f"{c.variant}_ensemble"
+    if "source" in tokens:
+        apply_source(c)
     if "quick" in tokens:
         apply_quick(c)
     c.run_name = "_".join([dataset, c.variant] + (["quick"] if "quick" in tokens else []))
@@ -422,6 +520,7 @@ def validate_config(c: ml_collections.ConfigDict, num_devices: int = 1) -> None:
                          "train split for all seeds (the base rate is compiled into the step): "
                          "set config.split_seed to an integer, or config.vmap_seeds=False")
     _validate_distributed(c)
+    _validate_methods(c)
     expected_model = DATASET_DEFAULTS[c.dataset]["model"]
     if c.model != expected_model:
         # Not an error (a user may try VGG on MNIST) but the input shape must suit the model.
@@ -451,3 +550,29 @@ def _validate_distributed(c: ml_collections.ConfigDict) -> None:
     if (num_processes > 0) != (process_id >= 0):
         raise ValueError("config.num_processes and config.process_id go together: set both "
                          "(or neither, to auto-detect them from the cluster)")
+
+
+def _validate_methods(c: ml_collections.ConfigDict) -> None:
+    """The fields of the non-EDL methods (gedl_jax.methods): DUQ, Prior Networks, PostNet,
+    DAEDL, F-EDL."""
+    for field in ("duq_length_scale", "pn_target_concentration", "postnet_latent_dim",
+                  "postnet_flow_layers", "fedl_head_hidden"):
+        if not c[field] > 0:
+            raise ValueError(f"config.{field}={c[field]!r} must be > 0")
+    for field in ("duq_gradient_penalty", "pn_ood_weight", "postnet_entropy_weight",
+                  "daedl_kl_weight"):
+        if c[field] < 0:
+            raise ValueError(f"config.{field}={c[field]!r} must be >= 0")
+    if not 0.0 < c.duq_gamma < 1.0:
+        raise ValueError(f"config.duq_gamma={c.duq_gamma!r} must be in (0, 1)")
+    if not 0.0 <= c.fedl_head_dropout < 1.0:
+        raise ValueError(f"config.fedl_head_dropout={c.fedl_head_dropout!r} must be in [0, 1)")
+    smoothed_pn = c.method in ("kl_pn", "rkl_pn") and c.pn_target_form == "smoothed"
+    if smoothed_pn and not 0.0 <= c.pn_target_smoothing < 1.0 / c.num_classes:
+        raise ValueError(f"config.pn_target_smoothing={c.pn_target_smoothing!r} must be in "
+                         f"[0, 1/K) = [0, {1.0 / c.num_classes:g}) so the label keeps the "
+                         f"largest target")
+    if c.recipe == "source" and c.method not in SOURCE_RECIPES:
+        raise ValueError(f"config.recipe='source' is not available for config.method="
+                         f"{c.method!r} (sources exist for {sorted(SOURCE_RECIPES)}); use "
+                         f"config.recipe='protocol'")

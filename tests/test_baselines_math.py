@@ -288,3 +288,72 @@ def test_flexible_dirichlet_reduces_to_the_dirichlet_and_its_loss():
     ref = (np.sum((onehot - m.mean_BxK) ** 2) + np.sum(m.variance_BxK)
            + np.sum((onehot - p) ** 2))
     np.testing.assert_allclose(fedl.loss(alpha, p, tau, y), [ref], rtol=1e-12)
+
+
+# -------------------------------------------------------------- additions for gedl_jax.methods
+def test_daedl_training_loss_against_the_literal_formula():
+    rng = np.random.default_rng(8)
+    logits = rng.normal(scale=3.0, size=(16, 5))
+    logits[0] = [12.0, -3.0, 0.0, 1.0, 2.0]   # a confident example
+    labels = rng.integers(0, 5, 16)
+    weight = 0.05
+    alpha = np.exp(logits) + 1e-6
+    s = alpha.sum(-1, keepdims=True)
+    y = np.eye(5)[labels]
+    tilde = alpha * (1 - y) + y + 1e-6
+    ref = (np.sum((y - alpha / s) ** 2, -1)
+           + np.sum(alpha * (s - alpha) / (s ** 2 * (s + 1)), -1)
+           + weight * _kl_reference(tilde, np.ones_like(tilde)))
+    got = np.asarray(daedl.training_loss(logits, labels, weight))
+    np.testing.assert_allclose(got, ref, rtol=1e-8)
+    # float32 at a concentration whose alpha_0^2 overflows: still finite (the clip and the
+    # p(1 - p)/(alpha_0 + 1) form).
+    with jax.enable_x64(False):
+        big = daedl.training_loss(jnp.array([[80.0, 0.0, 0.0]], jnp.float32), jnp.array([0]))
+        assert np.isfinite(np.asarray(big)).all()
+
+
+def test_pn_ood_noise_spans_the_batch_range_and_the_smoothed_one_is_a_gaussian_blur():
+    from scipy import ndimage
+
+    rng = np.random.default_rng(9)
+    images = rng.uniform(0.2, 0.7, size=(6, 9, 9, 2))
+    key = jax.random.PRNGKey(3)
+    noise = np.asarray(prior_networks.ood_noise(key, images, "noise_uniform"))
+    assert noise.shape == images.shape
+    lo, hi = images.min(axis=(0, 1, 2)), images.max(axis=(0, 1, 2))
+    assert np.all(noise >= lo - 1e-12) and np.all(noise <= hi + 1e-12)
+    np.testing.assert_array_equal(noise, prior_networks.ood_noise(key, images, "noise_uniform"))
+    # The blur alone against scipy (sigma 1, taps to 2 sigma, edge padding, H and W only).
+    u = rng.uniform(size=(2, 9, 9, 2))
+    ref = ndimage.gaussian_filter(u, sigma=(0, 1.0, 1.0, 0), mode="nearest", truncate=2.0)
+    np.testing.assert_allclose(prior_networks.gaussian_blur(u, 1.0), ref, rtol=1e-12)
+    smooth = np.asarray(prior_networks.ood_noise(key, images, "noise_smoothed"))
+    for img in (smooth - lo) / (hi - lo):   # each image stretched back to the full range
+        np.testing.assert_allclose([img.min(), img.max()], [0.0, 1.0], atol=1e-12)
+
+    def neighbour_corr(x):
+        return np.corrcoef(x[:, :, :-1].ravel(), x[:, :, 1:].ravel())[0, 1]
+
+    assert neighbour_corr(smooth) > 0.5 > 0.1 > abs(neighbour_corr(noise))
+    with pytest.raises(ValueError, match="allowed"):
+        prior_networks.ood_noise(key, images, "kmnist")
+
+
+def test_postnet_log_concentration_is_exact():
+    counts = np.array([4800.0, 12.0])
+    log_q = np.array([[-3.0, 2.0], [-800.0, 750.0]])
+    got = np.asarray(postnet.log_concentration(log_q, counts))
+    np.testing.assert_allclose(got[0], np.log1p(counts * np.exp(log_q[0])), rtol=1e-13)
+    np.testing.assert_allclose(got[1], [np.log1p(4800 * np.exp(-800.0)), 750 + np.log(12.0)],
+                               rtol=1e-13)
+
+
+def test_duq_penalty_gradient_is_finite_at_a_zero_input_gradient():
+    g = np.zeros((2, 3))
+    g[1] = [0.3, -0.4, 1.2]
+    grad = np.asarray(jax.grad(lambda v: jnp.sum(duq.penalty_from_gradients(v)))(g))
+    np.testing.assert_array_equal(grad[0], 0.0)   # PyTorch's subgradient of the norm at 0
+    norm = np.linalg.norm(g[1])
+    np.testing.assert_allclose(grad[1], 2 * (norm - 1) * g[1] / norm, rtol=1e-12)
+    np.testing.assert_allclose(duq.penalty_from_gradients(g), [1.0, (norm - 1) ** 2])

@@ -21,6 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from gedl_jax.evidential import dirichlet_kl
+
 # Jitters tried in order until a class covariance factorises, *relative to its mean variance*.
 # The reference adds absolute jitters starting at 1e-308, which "factorise" a singular covariance
 # with pivots ~1e-154 and give -inf log densities off the features' subspace (its scorer then
@@ -109,3 +111,27 @@ def scaled_log_precision(logits_BxK: ArrayLike, density_B: ArrayLike) -> jax.Arr
     1e-6 offsets, no overflow)."""
     return jax.nn.logsumexp(jnp.asarray(density_B)[..., None] * jnp.asarray(logits_BxK),
                             axis=-1)
+
+
+def training_loss(logits_BxK: ArrayLike, labels_B: ArrayLike, kl_weight: float = 0.05,
+                  logit_clip: float = 30.0) -> jax.Array:
+    """DAEDL's per-example training loss (its train.py sums it over the batch), with
+    alpha = exp(logits) + 1e-6 (no +1 prior), p = alpha / alpha_0:
+
+      sum_k (y_k - p_k)^2 + sum_k alpha_k (alpha_0 - alpha_k) / (alpha_0^2 (alpha_0 + 1))
+        + kl_weight * KL(Dir(alpha~ + 1e-6) || Dir(1)),   alpha~ = alpha (1 - y) + y.
+
+    The variance term is evaluated as sum_k p_k (1 - p_k) / (alpha_0 + 1) (the same value; alpha_0^2
+    overflows float32 from alpha_0 ~ 1.8e19). The logits are clipped to +-logit_clip first (the
+    reference does not clip; exp overflows float32 above ~88.7 and e^30 ~ 1e13 is far past any
+    useful concentration)."""
+    logits = jnp.clip(jnp.asarray(logits_BxK), -logit_clip, logit_clip)
+    alpha_BxK = jnp.exp(logits) + EPS
+    onehot_BxK = jax.nn.one_hot(jnp.asarray(labels_B), alpha_BxK.shape[-1], dtype=alpha_BxK.dtype)
+    strength_Bx1 = jnp.sum(alpha_BxK, axis=-1, keepdims=True)
+    p_BxK = alpha_BxK / strength_Bx1
+    squared_error_B = jnp.sum((onehot_BxK - p_BxK) ** 2, axis=-1)
+    variance_B = jnp.sum(p_BxK * (1.0 - p_BxK), axis=-1) / (strength_Bx1[..., 0] + 1.0)
+    tilde_BxK = alpha_BxK * (1.0 - onehot_BxK) + onehot_BxK + EPS
+    kl_B = dirichlet_kl(tilde_BxK, jnp.ones_like(tilde_BxK))
+    return squared_error_B + variance_B + kl_weight * kl_B

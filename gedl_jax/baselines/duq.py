@@ -62,18 +62,40 @@ def bce_loss(log_kernel_BxK: ArrayLike, labels_B: ArrayLike) -> jax.Array:
     return -jnp.mean(onehot * log_p + (1.0 - onehot) * log_not_p, axis=-1)
 
 
+def centroid_batch_stats(embeddings_BxKxN: ArrayLike, labels_B: ArrayLike
+                         ) -> tuple[jax.Array, jax.Array]:
+    """This batch's per-class sums sum_{i in c} W_c z_i (K, N) and counts n_c (K,), without
+    gradient (sum them over devices before the EMA step to get the global batch's)."""
+    emb = jax.lax.stop_gradient(jnp.asarray(embeddings_BxKxN))
+    onehot_BxK = jax.nn.one_hot(jnp.asarray(labels_B), emb.shape[1], dtype=emb.dtype)
+    return jnp.einsum("bk,bkn->kn", onehot_BxK, emb), jnp.sum(onehot_BxK, axis=0)
+
+
+def ema_step(old: ArrayLike, batch_value: ArrayLike, gamma: float) -> jax.Array:
+    """gamma * old + (1 - gamma) * batch_value."""
+    return gamma * jnp.asarray(old) + (1.0 - gamma) * jnp.asarray(batch_value)
+
+
 def update_centroid_stats(sums_KxN: ArrayLike, counts_K: ArrayLike,
                           embeddings_BxKxN: ArrayLike, labels_B: ArrayLike, gamma: float
                           ) -> tuple[jax.Array, jax.Array]:
     """One EMA step after an optimiser step: N_c <- gamma N_c + (1 - gamma) n_c(batch),
     m_c <- gamma m_c + (1 - gamma) sum_{i in c} W_c z_i. The embeddings come from the updated
     model in eval mode; the result carries no gradient."""
-    emb = jax.lax.stop_gradient(jnp.asarray(embeddings_BxKxN))
-    onehot_BxK = jax.nn.one_hot(jnp.asarray(labels_B), emb.shape[1], dtype=emb.dtype)
-    batch_counts_K = jnp.sum(onehot_BxK, axis=0)
-    batch_sums_KxN = jnp.einsum("bk,bkn->kn", onehot_BxK, emb)
-    return (gamma * jnp.asarray(sums_KxN) + (1.0 - gamma) * batch_sums_KxN,
-            gamma * jnp.asarray(counts_K) + (1.0 - gamma) * batch_counts_K)
+    batch_sums_KxN, batch_counts_K = centroid_batch_stats(embeddings_BxKxN, labels_B)
+    return ema_step(sums_KxN, batch_sums_KxN, gamma), ema_step(counts_K, batch_counts_K, gamma)
+
+
+def penalty_from_gradients(grads_BxS: ArrayLike) -> jax.Array:
+    """(||g_i||_2 - 1)^2 per example, g_i its input gradient (any trailing shape, flattened).
+
+    Where g_i = 0 (every kernel underflowed, or flushed-to-zero squares) the norm's derivative is
+    taken as 0, PyTorch's subgradient of `norm` at 0, instead of sqrt's inf * 0 = NaN."""
+    g = jnp.asarray(grads_BxS)
+    squared_B = jnp.sum(g.reshape(g.shape[0], -1) ** 2, axis=-1)
+    positive_B = squared_B > 0
+    norms_B = jnp.where(positive_B, jnp.sqrt(jnp.where(positive_B, squared_B, 1.0)), 0.0)
+    return (norms_B - 1.0) ** 2
 
 
 def gradient_penalty(kernel_fn: Callable[[jax.Array], jax.Array],
@@ -83,6 +105,4 @@ def gradient_penalty(kernel_fn: Callable[[jax.Array], jax.Array],
     the batch total equals every example's own gradient when examples do not interact (eval-mode
     batch norm); with train-mode batch norm it is the reference's quantity too."""
     x = jnp.asarray(inputs_BxS)
-    grads = jax.grad(lambda v: jnp.sum(kernel_fn(v)))(x)
-    norms_B = jnp.sqrt(jnp.sum(grads.reshape(grads.shape[0], -1) ** 2, axis=-1))
-    return (norms_B - 1.0) ** 2
+    return penalty_from_gradients(jax.grad(lambda v: jnp.sum(kernel_fn(v)))(x))

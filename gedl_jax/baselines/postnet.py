@@ -70,7 +70,9 @@ def flow_log_density(z_BxD: ArrayLike, layers: RadialParams) -> jax.Array:
         z, logdet = radial_layer(z, *layer)
         return (z, total + logdet), None
 
-    (u_BxD, logdet_B), _ = jax.lax.scan(step, (z_BxD, jnp.zeros(z_BxD.shape[:-1])), layers)
+    # The initial log-det total derives from z (not jnp.zeros), so inside shard_map it varies
+    # over the data axis as the carry does.
+    (u_BxD, logdet_B), _ = jax.lax.scan(step, (z_BxD, jnp.zeros_like(z_BxD[..., 0])), layers)
     dim = z_BxD.shape[-1]
     log_base = -0.5 * jnp.sum(u_BxD ** 2, axis=-1) - 0.5 * dim * jnp.log(2.0 * jnp.pi)
     return log_base + logdet_B
@@ -93,11 +95,15 @@ def concentration(log_q_BxK: ArrayLike, class_counts_K: ArrayLike,
     return 1.0 + jnp.exp(jnp.minimum(log_pseudo_counts(log_q_BxK, class_counts_K), clamp))
 
 
+def log_concentration(log_q_BxK: ArrayLike, class_counts_K: ArrayLike) -> jax.Array:
+    """log alpha_c = log(1 + N_c q_c(z)) = softplus(log N_c + log q_c), exact and unclamped."""
+    return jax.nn.softplus(log_pseudo_counts(log_q_BxK, class_counts_K))
+
+
 def log_precision(log_q_BxK: ArrayLike, class_counts_K: ArrayLike) -> jax.Array:
     """log alpha_0 = logsumexp_c log alpha_c, log alpha_c = softplus(log N_c + log q_c): the UM
     score without overflow (exact, unclamped)."""
-    return jax.nn.logsumexp(jax.nn.softplus(log_pseudo_counts(log_q_BxK, class_counts_K)),
-                            axis=-1)
+    return jax.nn.logsumexp(log_concentration(log_q_BxK, class_counts_K), axis=-1)
 
 
 def uce_loss(alpha_BxK: ArrayLike, labels_B: ArrayLike, entropy_weight: float) -> jax.Array:

@@ -20,6 +20,9 @@ from jax.typing import ArrayLike
 from gedl_jax.evidential import dirichlet_kl
 
 TARGET_FORMS = ("pnet", "smoothed")
+# In-graph OOD training inputs (never the evaluation OOD sets): see `ood_noise`.
+OOD_NOISE = ("noise_uniform", "noise_smoothed")
+SMOOTHING_SIGMA = 1.0   # pixels, the Gaussian blur of "noise_smoothed"
 
 
 def concentration_from_logits(logits_BxK: ArrayLike, clip: float = 30.0) -> jax.Array:
@@ -65,3 +68,46 @@ def reverse_kl(alpha_BxK: ArrayLike, target_BxK: ArrayLike) -> jax.Array:
     total by the largest target concentration (matters under SGD, hardly under Adam): that is
     the caller's reduction."""
     return dirichlet_kl(alpha_BxK, target_BxK)
+
+
+def _blur_axis(x: jax.Array, axis: int, taps: jax.Array) -> jax.Array:
+    radius = (taps.shape[0] - 1) // 2
+    pad = [(0, 0)] * x.ndim
+    pad[axis] = (radius, radius)
+    xp = jnp.pad(x, pad, mode="edge")
+    n = x.shape[axis]
+    return sum(taps[i] * jax.lax.slice_in_dim(xp, i, i + n, axis=axis)
+               for i in range(taps.shape[0]))
+
+
+def gaussian_blur(images_BxHxWxC: ArrayLike, sigma: float = SMOOTHING_SIGMA) -> jax.Array:
+    """Separable Gaussian blur over H and W (taps to 2 sigma, normalised; edge padding)."""
+    x = jnp.asarray(images_BxHxWxC)
+    radius = max(1, int(round(2 * sigma)))
+    offsets = jnp.arange(-radius, radius + 1, dtype=x.dtype)
+    taps = jnp.exp(-0.5 * (offsets / sigma) ** 2)
+    taps = taps / jnp.sum(taps)
+    return _blur_axis(_blur_axis(x, 1, taps), 2, taps)
+
+
+def ood_noise(key: jax.Array, images_BxHxWxC: ArrayLike, kind: str = "noise_uniform"
+              ) -> jax.Array:
+    """Synthetic OOD training images, one per in-distribution image, drawn from `key`.
+
+    "noise_uniform": i.i.d. uniform pixels; "noise_smoothed": the same, Gaussian-blurred
+    (sigma = 1 px) and stretched back to the full range per image (spatially correlated
+    blobs, closer to natural-image statistics). Either spans each channel's [min, max] over the
+    in-distribution batch: U[0, 1] for [0, 1] images, and the same pixels after any input
+    standardisation (the method need not know the normalisation)."""
+    if kind not in OOD_NOISE:
+        raise ValueError(f"kind={kind!r}; allowed: {OOD_NOISE}")
+    x = jnp.asarray(images_BxHxWxC)
+    lo_1x1x1xC = jax.lax.stop_gradient(jnp.min(x, axis=(0, 1, 2), keepdims=True))
+    hi_1x1x1xC = jax.lax.stop_gradient(jnp.max(x, axis=(0, 1, 2), keepdims=True))
+    u = jax.random.uniform(key, x.shape, x.dtype)
+    if kind == "noise_smoothed":
+        u = gaussian_blur(u)
+        u_min = jnp.min(u, axis=(1, 2, 3), keepdims=True)
+        u_max = jnp.max(u, axis=(1, 2, 3), keepdims=True)
+        u = (u - u_min) / jnp.maximum(u_max - u_min, 1e-12)
+    return lo_1x1x1xC + (hi_1x1x1xC - lo_1x1x1xC) * u

@@ -20,6 +20,16 @@ Score names (``SCORE_NAMES``):
   "neg_expected_entropy"      -E_{Dir(alpha)}[H(Cat(pi))] (negative aleatoric uncertainty).
   "neg_entropy"               -H(p), the negative entropy of the predictive probabilities (any
                               method; ``categorical_scores``).
+  "neg_kernel_distance"       DUQ: max_c log K_c = -min_c ||W_c z - e_c||^2 / (2 n sigma^2), its
+                              certainty max_c K_c ("mp") in log space (no ties where K underflows).
+  "log_density"               DAEDL: the GDA feature log-density s(x) = logsumexp_c log N(z; mu_c,
+                              Sigma_c), before its clipping to the training range.
+  "neg_variance_sum"          F-EDL: -EU = -sum_k Var[pi_k] of the Flexible Dirichlet (epistemic).
+  "neg_expected_gini"         F-EDL: -AU = -E[1 - sum_k pi_k^2] (aleatoric).
+"um" of methods whose Dirichlet has alpha = exp(.) (Prior Networks, PostNet, DAEDL) is scored in
+log space, log alpha_0 = logsumexp of the log concentrations: their prior strength W is a constant,
+so -W/S and log S rank identically, and exp never overflows (float32 overflows above ~88.7).
+F-EDL's "um" is log(alpha_0 + tau), the log precision of its Flexible Dirichlet.
 For methods that average several predictive distributions (MC Dropout passes, ensemble members),
 "neg_mi" is the negative mutual information between the prediction and the pass / member,
 H(mean_m p_m) - mean_m H(p_m) (``sampled_scores``).
@@ -51,6 +61,8 @@ DIRICHLET_SCORE_NAMES: tuple[str, ...] = ("mp", "um", "max_alpha", "strength", "
                                           "neg_differential_entropy", "neg_expected_entropy")
 # Every score any method may report, in table order.
 SCORE_NAMES: tuple[str, ...] = DIRICHLET_SCORE_NAMES + ("neg_entropy",)
+# Method-specific scores (gedl_jax.methods): DUQ's, DAEDL's and F-EDL's own.
+SCORE_NAMES += ("neg_kernel_distance", "log_density", "neg_variance_sum", "neg_expected_gini")
 MEASURE_NAMES: tuple[str, ...] = ("u", "mutual_information", "variance_sum", "expected_entropy",
                                   "differential_entropy", "max_probability", "strength",
                                   "log_strength")

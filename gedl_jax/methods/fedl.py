@@ -1,0 +1,172 @@
+"""F-EDL (Yoon & Kim, "Uncertainty Quantification with the Flexible Dirichlet", NeurIPS 2025).
+
+The network predicts a Flexible Dirichlet FD(alpha, p, tau) = sum_k p_k Dir(alpha + tau e_k):
+alpha = exp(g_alpha(f)) (logits clipped to +-30: float32 exp overflows above ~88.7),
+p = softmax(g_p(f)), tau = softplus(g_tau(f)) (one scalar per example), f the encoder features
+(576-d ConvNet, 512-d VGG16). g_p and g_tau are the reference heads: Dropout -> Dense(d, 256) ->
+ReLU -> LayerNorm(256) -> Dense(256, out), no spectral norm.
+
+g_alpha and the encoder (`config.recipe`):
+- "protocol": the protocol network itself (the ConvNet's MLP 576 -> 64 -> 64 -> 64 -> K, VGG16's
+  classifier with its dropout), no spectral norm: the common backbone every row uses, with
+  F-EDL's two extra heads on its encoder features.
+- "source": the reference nets, spectral norm on every backbone layer and g_alpha: MNIST's
+  ConvNet with MLP 576 -> 64 -> 64 -> K; CIFAR's VGG16 features -> Dropout -> SN-Dense 512 -> 256
+  -> ReLU -> BatchNorm(256) -> Dropout -> SN-Dense 256 -> K (dropout p = 0, the reference
+  default). The `:source` modifier also sets the reference's optimiser settings the trainer has
+  (Adam lr 5e-4, batch 64, no weight decay, inputs standardised).
+
+Loss (`baselines.fedl.loss`, per example; the reference sums over the batch):
+sum_k (y_k - mean_k)^2 + sum_k Var_k + sum_k (y_k - p_k)^2 with the exact FD moments, in float32.
+
+Predictions: probs = the FD mean (prediction argmax); "mp" = max mean; "um" = log(alpha_0 + tau),
+the log precision of the FD (our choice among the spec's candidates -EU, alpha_0 + tau,
+alpha_0: the FD's own precision, log space); F-EDL's own scores "neg_variance_sum" = -EU and
+"neg_expected_gini" = -AU (its uq.py). Not a Dirichlet: no Dirichlet measures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import ClassVar
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from gedl_jax import models
+from gedl_jax.baselines import fedl
+from gedl_jax.evaluation.core import Predictions
+from gedl_jax.methods.base import LossOutput, Method, StepContext, Variables, correct_B
+from gedl_jax.methods.common import apply_train, log_softmax64
+
+LOGIT_CLIP = 30.0
+
+
+def _dense(features: int, fan_in: int, name: str) -> nn.Dense:
+    kernel_init, bias_init = models.layer_inits("torch", fan_in)   # PyTorch Linear default
+    return nn.Dense(features, kernel_init=kernel_init, bias_init=bias_init, name=name)
+
+
+class FDHead(nn.Module):
+    """F-EDL's g_p / g_tau: Dropout -> Dense(d, hidden) -> ReLU -> LayerNorm -> Dense(out)."""
+
+    out: int
+    hidden: int = 256
+    dropout_rate: float = 0.0
+
+    @nn.compact
+    def __call__(self, f_BxD: jax.Array, deterministic: bool) -> jax.Array:
+        x = nn.Dropout(self.dropout_rate, deterministic=deterministic)(f_BxD)
+        x = nn.relu(_dense(self.hidden, x.shape[-1], "dense0")(x))
+        x = nn.LayerNorm(epsilon=1e-5, name="norm")(x)
+        return _dense(self.out, self.hidden, "dense1")(x)
+
+
+class SourceVGGAlphaHead(nn.Module):
+    """The reference CIFAR g_alpha: Dropout -> SN-Dense 512->256 -> ReLU -> BN -> Dropout ->
+    SN-Dense 256->K."""
+
+    num_classes: int
+    hidden: int = 256
+    dropout_rate: float = 0.0
+    axis_name: str | None = None
+
+    @nn.compact
+    def __call__(self, f_BxD: jax.Array, train: bool, deterministic: bool) -> jax.Array:
+        x = nn.Dropout(self.dropout_rate, deterministic=deterministic)(f_BxD)
+        x = nn.SpectralNorm(_dense(self.hidden, x.shape[-1], "dense0"), name="sn_dense0")(
+            x, update_stats=train)
+        x = nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5,
+                         axis_name=self.axis_name, name="bn")(nn.relu(x))
+        x = nn.Dropout(self.dropout_rate, deterministic=deterministic)(x)
+        return nn.SpectralNorm(_dense(self.num_classes, self.hidden, "dense1"),
+                               name="sn_dense1")(x, update_stats=train)
+
+
+class FEDLModel(nn.Module):
+    """Encoder + g_alpha (`backbone`, or `alpha_head` on its encoder) + g_p + g_tau."""
+
+    backbone: nn.Module
+    num_classes: int = 10
+    head_hidden: int = 256
+    head_dropout: float = 0.0
+    alpha_head: nn.Module | None = None   # None: the backbone's own logits
+
+    @nn.compact
+    def __call__(self, images_BxHxWxC: jax.Array, train: bool = False,
+                 dropout: bool | None = None) -> dict[str, jax.Array]:
+        deterministic = not (train if dropout is None else dropout)
+        out = self.backbone(images_BxHxWxC, train=train, dropout=dropout)
+        f_BxD = out["encoder"]
+        if self.alpha_head is None:
+            alpha_logits = out["logits"]
+        else:
+            alpha_logits = self.alpha_head(f_BxD, train=train, deterministic=deterministic)
+        p_logits = FDHead(self.num_classes, self.head_hidden, self.head_dropout, name="g_p")(
+            f_BxD, deterministic)
+        tau_raw = FDHead(1, self.head_hidden, self.head_dropout, name="g_tau")(
+            f_BxD, deterministic)
+        return {"log_alpha_BxK": jnp.clip(alpha_logits.astype(jnp.float32), -LOGIT_CLIP,
+                                          LOGIT_CLIP),
+                "p_logits_BxK": p_logits.astype(jnp.float32),
+                "tau_B": jax.nn.softplus(tau_raw[..., 0].astype(jnp.float32))}
+
+
+@dataclasses.dataclass(frozen=True)
+class FEDL(Method):
+    """F-EDL (Flexible Dirichlet heads)."""
+
+    recipe: str = "protocol"
+
+    name: ClassVar[str] = "fedl"
+    score_names: ClassVar[tuple[str, ...]] = ("mp", "um", "neg_variance_sum", "neg_expected_gini")
+    progress_logs: ClassVar[tuple[tuple[str, str, str], ...]] = (("mean_tau", "tau", ".3f"),)
+
+    def loss(self, params, model_state: Variables, method_state, images_BxHxWxC: jax.Array,
+             labels_B: jax.Array, ctx: StepContext) -> LossOutput:
+        out, new_state = apply_train(self.train_model, params, model_state, images_BxHxWxC,
+                                     ctx.key)
+        alpha_BxK = jnp.exp(out["log_alpha_BxK"])
+        p_BxK = jax.nn.softmax(out["p_logits_BxK"], axis=-1)
+        loss_B = fedl.loss(alpha_BxK, p_BxK, out["tau_B"], labels_B)
+        mean_BxK = fedl.moments(alpha_BxK, p_BxK, out["tau_B"]).mean_BxK
+        return LossOutput(loss_B, new_state, method_state,
+                          {"correct_B": correct_B(mean_BxK, labels_B), "mean_tau": out["tau_B"]})
+
+    def predict(self, variables: Variables, method_state, images_BxHxWxC: jax.Array,
+                key: jax.Array) -> dict[str, jax.Array]:
+        del method_state, key
+        return dict(self.eval_model.apply(variables, images_BxHxWxC, train=False))
+
+    def _moments(self, raw: Mapping[str, np.ndarray]):
+        log_alpha = np.asarray(raw["log_alpha_BxK"], np.float64)
+        log_p, _ = log_softmax64(raw["p_logits_BxK"])
+        tau = np.asarray(raw["tau_B"], np.float64)
+        with jax.enable_x64(True):
+            alpha, p = jnp.exp(jnp.asarray(log_alpha)), jnp.exp(jnp.asarray(log_p))
+            m = fedl.moments(alpha, p, tau)
+            u = fedl.uncertainties(alpha, p, tau)
+            return (np.asarray(m.mean_BxK), np.asarray(u.epistemic), np.asarray(u.aleatoric),
+                    log_alpha, tau)
+
+    def predictions(self, raw: Mapping[str, np.ndarray],
+                    labels_N: np.ndarray | None = None) -> Predictions:
+        mean, epistemic, aleatoric, log_alpha, tau = self._moments(raw)
+        probs = mean / mean.sum(axis=-1, keepdims=True)
+        _, log_alpha0 = log_softmax64(log_alpha)
+        log_precision = np.logaddexp(log_alpha0, np.log(np.maximum(tau, 1e-300)))
+        return Predictions(probs, {"mp": probs.max(axis=-1), "um": log_precision,
+                                   "neg_variance_sum": -epistemic,
+                                   "neg_expected_gini": -aleatoric}, labels_N)
+
+    def predicted_class(self, raw: Mapping[str, np.ndarray]) -> np.ndarray:
+        return np.argmax(self._moments(raw)[0], axis=-1)
+
+    def describe(self) -> str:
+        arch = ("protocol backbone, no spectral norm" if self.recipe == "protocol"
+                else "reference backbone with spectral norm")
+        return (f"F-EDL (Flexible Dirichlet heads; {arch}; UM = log(alpha_0 + tau); "
+                f"{self.recipe} reading)")
