@@ -34,10 +34,11 @@ CONVENTIONS: dict[str, str] = {
     "fpr95": "fpr95 = fraction of OOD examples at or above the first score threshold that keeps "
              ">= 95% of the in-distribution examples (no interpolation).",
     "scores": "Scores are higher = more confident / more in-distribution. MP = max_k p_k, the "
-              "max predictive probability (alpha_k/S for a Dirichlet); UM = -u = -W/S with the "
-              "per-example prior strength W, only for methods with a Dirichlet precision (for a "
-              "constant W this ranks like S, the reference code's alpha0; for GEDL's adaptive W "
-              "it does not); for a Dirichlet neg_mi, neg_differential_entropy, "
+              "max predictive probability (alpha_k/S for a Dirichlet); UM, only for methods with "
+              "a precision: -u = -W/S with the per-example prior strength W for the EDL family "
+              "(for a constant W this ranks like S, the reference code's alpha0; for GEDL's "
+              "adaptive W it does not), log alpha_0 for Prior Networks, PostNet and DAEDL, "
+              "log(alpha_0 + tau) for F-EDL; for a Dirichlet neg_mi, neg_differential_entropy, "
               "neg_expected_entropy are negated closed forms (float64); strength = S; "
               "max_alpha = max_k alpha_k. neg_entropy = -H(p); for MC Dropout passes and "
               "ensemble members neg_mi = -(H(mean p) - mean H(p)).",

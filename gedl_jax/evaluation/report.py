@@ -275,8 +275,10 @@ class _Tables:
                 "values in %. Acc = top-1 accuracy. Conf.MP = misclassification detection "
                 "(correct predictions positive). OOD columns: in-distribution positive. AUPR = "
                 "average precision (step-wise, = sklearn average_precision_score). Scores higher "
-                "= more confident: MP = max_k p_k (alpha_k/S for a Dirichlet), UM = -u = -W/S "
-                "(– for a method without a Dirichlet precision).",
+                "= more confident: MP = max_k p_k (alpha_k/S for a Dirichlet); UM = the method's "
+                "precision score: -u = -W/S for the EDL family, log alpha_0 for KL-PN, RKL-PN, "
+                "PostNet and DAEDL (a constant W: ranks as -W/S), log(alpha_0 + tau) for F-EDL; "
+                "– for a method without one (MC Dropout, DUQ, ensembles).",
                 _render(header, rows, self.latex, group_titles if self.latex else None)]
 
     def calibration(self) -> list[str]:
