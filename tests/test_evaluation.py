@@ -574,3 +574,18 @@ def test_score_shapes_and_dtypes():
     chex.assert_trees_all_close(mean_NxK, probs_MxNxK.mean(0), rtol=1e-15)
     chex.assert_trees_all_close({k: sampled[k] for k in categorical}, categorical, rtol=1e-15)
     assert np.all(sampled["neg_mi"] <= 0)
+
+
+def test_results_table_names_what_each_row_ran():
+    """Every table says each row's reading and, for a Prior Network, its OOD training data: the
+    results' recorded `method` description, once per distinct text."""
+    pn = [dict(_fake_result(0.9, 0.9, {"KMNIST": (0.9, 0.9)}, variant="kl_pn", seed=s),
+               method="KL-PN (forward KL), OOD training data noise_uniform, protocol reading")
+          for s in range(2)]
+    old = [_fake_result(0.8, 0.9, {"KMNIST": (0.7, 0.7)}, variant="edl")]   # no "method" key
+    text = report.results_table({"kl_pn": pn, "edl": old}, extra=False)
+    assert text.count("OOD training data noise_uniform, protocol reading") == 1
+    assert "- kl_pn: KL-PN (forward KL)" in text and "- edl:" not in text
+    latex = report.results_table({"kl_pn": pn}, fmt="latex", extra=False)
+    assert r"% kl\_pn: KL-PN (forward KL), OOD training data noise\_uniform" in latex
+    assert "Rows:" not in report.results_table({"edl": old}, extra=False)

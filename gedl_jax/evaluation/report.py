@@ -210,7 +210,7 @@ def results_table(results: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[M
     if fmt not in ("markdown", "latex"):
         raise ValueError(f"fmt must be 'markdown' or 'latex', got {fmt!r}.")
     t = _Tables.build(_as_groups(results), fmt == "latex", ood_names)
-    parts = t.main()
+    parts = t.main() + t.methods()
     if extra:
         parts += t.calibration() + t.details()
     return "\n\n".join(parts) + "\n"
@@ -280,6 +280,21 @@ class _Tables:
                 "PostNet and DAEDL (a constant W: ranks as -W/S), log(alpha_0 + tau) for F-EDL; "
                 "– for a method without one (MC Dropout, DUQ, ensembles).",
                 _render(header, rows, self.latex, group_titles if self.latex else None)]
+
+    def methods(self) -> list[str]:
+        """What each row ran, as its results record it (`Method.describe()`: the reading,
+        protocol or source, and a Prior Network's OOD training data); nothing for results
+        written before they recorded it."""
+        described = {name: list(dict.fromkeys(str(r["method"]) for r in runs if r.get("method")))
+                     for name, runs in self.groups.items()}
+        if not any(described.values()):
+            return []
+        lines = [f"{self.comment}Rows: what each method ran (as its runs' results record it)."]
+        for name, texts in described.items():
+            if texts:
+                lines.append(f"{'% ' if self.latex else '- '}{self.esc(name)}: "
+                             f"{self.esc('; '.join(texts))}")
+        return ["\n".join(lines)]
 
     def calibration(self) -> list[str]:
         header = ["Method", "NLL", "Brier", "Brier-L2", "ECE", "ECE-adaptive"]
