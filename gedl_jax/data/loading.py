@@ -447,23 +447,11 @@ def load_corrupted(corruption: str, severity: int, data_dir: PathLike | None = N
 
     missing_note = ""
     if root is not None:
-        folder = root / info.folder
-        tar = folder / "CIFAR-10-C.tar"
-        if tar.is_file():
-            sha = cache_lib.verify_file(tar, tar_spec, cache_root)
-            return from_source(tar, [("CIFAR-10-C.tar", sha)], "official")
-        for sub in (folder / "CIFAR-10-C", folder):
-            npy, lab = sub / f"{stem}.npy", sub / "labels.npy"
-            if npy.is_file() and lab.is_file():
-                log.warning("%s: extracted CIFAR-10-C files are not checksum-verified (TFDS "
-                            "registers only CIFAR-10-C.tar); shapes are checked", sub)
-                files = [(f"{stem}.npy", cache_lib.verify_file(npy, None, cache_root)),
-                         ("labels.npy", cache_lib.verify_file(lab, None, cache_root))]
-                return from_source(sub, files, "extracted")
-        missing_note = (f"  Data folder: {root}\n  missing: {tar} "
-                        f"({tar_spec.size:,} bytes, official URL {tar_spec.url})" if tar_spec
-                        else f"  missing: {tar}")
-        missing_note += f"\n  or its extracted {stem}.npy + labels.npy in {folder}/CIFAR-10-C/"
+        found = _corrupted_release_files(root / info.folder, stem, tar_spec, cache_root)
+        if isinstance(found, str):
+            missing_note = f"  Data folder: {root}\n" + found
+        else:
+            return from_source(*found)
     if tar_spec is not None:  # cache-only: an entry decoded earlier from the registered tar
         hit = cache_lib.load_entry(split_key(severity, [("CIFAR-10-C.tar", tar_spec.sha256)]))
         if hit is not None:
@@ -478,6 +466,27 @@ def load_corrupted(corruption: str, severity: int, data_dir: PathLike | None = N
             return from_regenerated
     raise _corrupted_missing_error(split_name, tname, stem, root,
                                    missing_note or "  " + root_note + ".")
+
+
+def _corrupted_release_files(folder: Path, stem: str, tar_spec, cache_root: Path
+                             ) -> tuple[Path, list[tuple[str, str]], str] | str:
+    """The release's files in `folder` for `stem`, verified: (source, [(file, sha256)], kind),
+    with the official tar first, then its extracted .npy files; or, where neither is there, the
+    lines of the error that name what is missing."""
+    tar = folder / "CIFAR-10-C.tar"
+    if tar.is_file():
+        return tar, [("CIFAR-10-C.tar", cache_lib.verify_file(tar, tar_spec, cache_root))], \
+            "official"
+    for sub in (folder / "CIFAR-10-C", folder):
+        npy, lab = sub / f"{stem}.npy", sub / "labels.npy"
+        if npy.is_file() and lab.is_file():
+            log.warning("%s: extracted CIFAR-10-C files are not checksum-verified (TFDS "
+                        "registers only CIFAR-10-C.tar); shapes are checked", sub)
+            return sub, [(f"{stem}.npy", cache_lib.verify_file(npy, None, cache_root)),
+                         ("labels.npy", cache_lib.verify_file(lab, None, cache_root))], "extracted"
+    note = (f"  missing: {tar} ({tar_spec.size:,} bytes, official URL {tar_spec.url})"
+            if tar_spec else f"  missing: {tar}")
+    return note + f"\n  or its extracted {stem}.npy + labels.npy in {folder}/CIFAR-10-C/"
 
 
 def _corrupted_missing_error(split_name: str, tname: str, stem: str, root: Path | None,
