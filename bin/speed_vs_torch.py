@@ -25,6 +25,9 @@ side). OPTIONS, ';'-separated: `dtype=bfloat16`, `threads=N` (torch), `env:NAME=
         --worker=jax311:jax:.venv/bin/python --worker=jax313:jax:/tmp/venv313/bin/python \\
         --worker=torch:torch:.venv/bin/python
 
+`--pool FILE.json:LABEL ...` times nothing: it pools the rounds of earlier `--out` files and
+prints the median ratio to torch-best with a 95 % bootstrap interval.
+
 torch is not a dependency of gedl-jax: install it into the Python that runs the torch worker
 (`pip install torch`, CPU wheel).
 """
@@ -35,6 +38,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import signal
 import statistics
 import subprocess
@@ -118,6 +122,44 @@ def reference_times(workers: list[dict], label: str | None) -> tuple[str, list[f
     return "torch-best", [min(ts) for ts in zip(*torch_times)]
 
 
+def pooled_ratios(sources: list[str]) -> list[float]:
+    """Every round's ratio of one contestant to that round's fastest torch worker, pooled over
+    several `--out` files; a source is `FILE.json:LABEL` (the contestant's label in that file)."""
+    ratios = []
+    for source in sources:
+        path, _, label = source.rpartition(":")
+        with open(path) as f:
+            workers = json.load(f)["workers"]
+        if label not in workers:
+            raise SystemExit(f"{path} has no worker {label!r}; it has {sorted(workers)}")
+        torch_ips = [w["img_per_s"] for w in workers.values() if "torch" in w["info"]]
+        if not torch_ips:
+            raise SystemExit(f"{path} has no torch worker to take ratios to")
+        ratios += [ips / max(ref) for ips, ref in zip(workers[label]["img_per_s"],
+                                                       zip(*torch_ips))]
+    return ratios
+
+
+def summarize_ratios(ratios: list[float], resamples: int = 10_000, seed: int = 0) -> dict:
+    """Median of the per-round ratios, its 95 % bootstrap interval (percentile method, rounds
+    resampled with replacement) and the fraction of rounds above 1."""
+    rng = random.Random(seed)
+    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios)))
+                     for _ in range(resamples))
+    return {"rounds": len(ratios), "median": statistics.median(ratios),
+            "ci95": (medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]),
+            "above_1": sum(r > 1 for r in ratios) / len(ratios)}
+
+
+def print_pooled(sources: list[str]) -> int:
+    s = summarize_ratios(pooled_ratios(sources))
+    print(f"# pooled over {len(sources)} runs: {', '.join(sources)}")
+    print(f"rounds {s['rounds']}; median ratio to torch-best {s['median']:.3f}, 95% bootstrap "
+          f"interval {s['ci95'][0]:.3f}-{s['ci95'][1]:.3f}; rounds above 1.0: "
+          f"{s['above_1']:.0%}")
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--worker", action="append", default=[],
@@ -132,6 +174,10 @@ def main(argv=None) -> int:
     p.add_argument("--torch_python", default=sys.executable,
                    help="the Python with torch installed, for the default workers")
     p.add_argument("--out", default=None, help="write the per-round times as JSON")
+    p.add_argument("--pool", nargs="+", default=None, metavar="FILE.json:LABEL",
+                   help="instead of timing: pool the rounds of earlier --out files (contestant "
+                        "LABEL in each) and print the median ratio to torch-best with its 95%% "
+                        "bootstrap interval")
     p.add_argument("--_worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--_dtype", default="float32", help=argparse.SUPPRESS)
     p.add_argument("--_threads", type=int, default=2, help=argparse.SUPPRESS)
@@ -139,6 +185,8 @@ def main(argv=None) -> int:
     if args._worker:
         _worker(args._worker, args.model, args.batch, args.steps, args._dtype, args._threads)
         return 0
+    if args.pool:
+        return print_pooled(args.pool)
 
     specs = args.worker or [f"jax:jax:{sys.executable}",
                             f"torch-1thr:torch:{args.torch_python}:threads=1",

@@ -30,3 +30,34 @@ def test_reference_is_the_fastest_torch_worker_of_each_round():
     assert label == "torch-best" and times == [1.0, 1.5, 0.5]
     label, times = speed_vs_torch.reference_times(workers, "t1")
     assert label == "t1" and times == [2.0, 1.5, 3.0]
+
+
+def _write_run(path, workers):
+    import json
+    path.write_text(json.dumps({"workers": workers}))
+
+
+def test_pooled_ratios_take_each_round_to_that_rounds_fastest_torch(tmp_path):
+    torch_info = {"info": {"torch": "2.13.0"}}
+    _write_run(tmp_path / "a.json", {
+        "jax": {"img_per_s": [100.0, 120.0], "info": {"jax": "0.12"}},
+        "t1": {"img_per_s": [50.0, 130.0], **torch_info},
+        "t2": {"img_per_s": [80.0, 60.0], **torch_info}})
+    _write_run(tmp_path / "b.json", {
+        "default": {"img_per_s": [90.0], "info": {"jax": "0.12"}},
+        "t2": {"img_per_s": [100.0], **torch_info}})
+    ratios = speed_vs_torch.pooled_ratios([f"{tmp_path / 'a.json'}:jax",
+                                           f"{tmp_path / 'b.json'}:default"])
+    assert ratios == pytest.approx([100 / 80, 120 / 130, 90 / 100])
+    with pytest.raises(SystemExit, match="no worker 'jax'"):
+        speed_vs_torch.pooled_ratios([f"{tmp_path / 'b.json'}:jax"])
+
+
+def test_summary_of_ratios_median_interval_and_share_above_one():
+    s = speed_vs_torch.summarize_ratios([0.9, 1.0, 1.1, 1.2, 1.3], resamples=2000)
+    assert s["rounds"] == 5 and s["median"] == pytest.approx(1.1)
+    assert s["above_1"] == pytest.approx(0.6)
+    lo, hi = s["ci95"]
+    assert 0.9 <= lo < 1.1 < hi <= 1.3
+    # Identical rounds: the interval collapses onto the median.
+    assert speed_vs_torch.summarize_ratios([1.05] * 7, resamples=200)["ci95"] == (1.05, 1.05)
