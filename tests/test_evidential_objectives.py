@@ -263,3 +263,31 @@ class ObjectivesJitTest(chex.TestCase):
         nll(alpha[::-1].reshape(8, 16, 10), labels[::-1].reshape(8, 16))
         chex.assert_trees_all_close(out.reshape(N), _objectives(alpha, labels)["nll"],
                                     rtol=4 * EPS)
+
+
+@pytest.mark.parametrize("k", KS)
+def test_fisher_weighted_objective_has_a_degenerate_minimum_at_infinite_evidence(k):
+    """I-EDL's data term alone is minimised by inflating every class's evidence: for
+    alpha = a * 1, p = 1/K and psi1(a) = 1/a + O(1/a^2), so a * (Fisher MSE + variance) tends to
+    (1 - 1/K)^2 + (K - 1)/K^2 = (K - 1)/K, i.e. the loss falls like 1/a whatever the label.
+    This is why I-EDL needs its KL term (or its -log det FIM term) from the first step: with the
+    KL annealed from 0 and no log-det term, training drives S up and accuracy to chance
+    (docs/results/mnist_medium/README.md)."""
+    a = np.array([1e2, 1e3, 1e4, 1e5])
+    alpha = np.repeat(a[:, None], k, axis=1).astype(np.float32)
+    labels = np.zeros(len(a), np.int32)
+    total = np.asarray(ev.fisher_weighted_mse(alpha, labels)
+                       + ev.fisher_weighted_variance(alpha), np.float64)
+    # float64 reference: the same sum with scipy's trigamma.
+    reference = ref.fisher_weighted_mse(alpha.astype(np.float64), labels) \
+        + ref.fisher_weighted_variance(alpha.astype(np.float64))
+    np.testing.assert_allclose(total, reference, rtol=1e-5)
+    assert np.all(np.diff(total) < 0), total                     # strictly decreasing in a
+    np.testing.assert_allclose(a * total, (k - 1) / k, rtol=2e-2)  # the 1/a law
+    # So a correct, confident prediction (alpha_y = 1000, the others 100) loses to a uniform
+    # one with more evidence (alpha = 1e5 * 1).
+    confident = alpha[:1].copy()
+    confident[0, 0] *= 10.0
+    confident_loss = np.asarray(ev.fisher_weighted_mse(confident, labels[:1])
+                                + ev.fisher_weighted_variance(confident))[0]
+    assert total[-1] < confident_loss
