@@ -36,7 +36,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "likelihood": ("digamma", "log", "mse", "mse_novar", "fisher_mse"),
     "kl_target": ("all", "masked", "none"),
     "kl_schedule": ("gedl_tau", "edl_anneal", "constant"),
-    "tau_reading": ("epoch", "step"),
+    "tau_reading": ("epoch", "step", "completed_epochs"),
+    "tau_form": ("c_over_sum", "sum_over_c"),
     "lr_schedule": ("cosine", "constant"),
     "weight_decay_mode": ("l2", "decoupled"),
     "compute_dtype": ("float32", "bfloat16"),
@@ -179,7 +180,8 @@ RESUME_SAFE_FIELDS = frozenset({
     "evaluate_at_end", "plots", "log_every_steps", "ood_datasets", "extra_ood",
     "eval_batch_size", "seeds", "data_dir", "cache_dir", "data_source", "tfds_data_dir",
     "checkpoint_every_steps", "distributed", "download", "data_mirror", "run_name",
-    "eval_examples", "coordinator_address", "num_processes", "process_id", "mc_samples"})
+    "eval_examples", "coordinator_address", "num_processes", "process_id", "mc_samples",
+    "epoch_eval"})
 
 # Fields added after runs had been published, with the value those earlier runs used. A workdir's
 # config.json that lacks such a field is read with this value (to resume or evaluate it).
@@ -306,7 +308,9 @@ def _posterior_fields(c: ml_collections.ConfigDict) -> None:
     c.kl_weight = 1.0                  # multiplier of the KL term (the constant when "constant")
     c.annealing_epochs = 10.0          # EDL annealing length in epochs
     c.c_tau = 100.0                    # GEDL's C_tau
-    c.tau_reading = "epoch"            # sum over epochs (default) or over steps (variants.md 9.2)
+    c.tau_reading = "epoch"            # the sum in Eq. tau_schedule: one term per epoch (default),
+                                       # per step, or per completed epoch (docs/gedl_readings.md)
+    c.tau_form = "c_over_sum"          # tau = C_tau / sum (Eq. tau_schedule) or sum / C_tau
 
 
 def _objective_fields(c: ml_collections.ConfigDict, d: dict[str, Any]) -> None:
@@ -341,6 +345,9 @@ def _loop_fields(c: ml_collections.ConfigDict) -> None:
     c.log_every_steps = 100            # progress line / metrics fetch interval
     c.checkpoint_every_steps = 0       # extra mid-epoch checkpoints (0 = only at epoch ends)
     c.evaluate_at_end = True           # test + OOD evaluation of the best checkpoint
+    c.epoch_eval = False               # also score the test and OOD sets with the current
+                                       # parameters at each validation (accuracy, AUPR, mean S),
+                                       # logged as split "epoch_eval": when detection turns down
     c.plots = True                     # write PNG plots at the end
     c.distributed = False              # call jax.distributed.initialize() (multi-host; see
                                        # docs/multihost.md); the three fields below, where empty,

@@ -44,6 +44,7 @@ class LossSpec:
     annealing_epochs: float = 10.0
     c_tau: float = 100.0
     tau_reading: str = "epoch"
+    tau_form: str = "c_over_sum"
     fisher_logdet_weight: float = 0.0
     red_regularizer_weight: float = 0.0
     warmup_epochs: int = 0
@@ -58,7 +59,7 @@ class LossSpec:
             likelihood=config.likelihood, kl_target=config.kl_target,
             kl_schedule=config.kl_schedule, kl_weight=float(config.kl_weight),
             annealing_epochs=float(config.annealing_epochs), c_tau=float(config.c_tau),
-            tau_reading=config.tau_reading,
+            tau_reading=config.tau_reading, tau_form=config.get("tau_form", "c_over_sum"),
             fisher_logdet_weight=float(config.fisher_logdet_weight),
             red_regularizer_weight=float(config.red_regularizer_weight),
             warmup_epochs=int(config.warmup_epochs))
@@ -141,7 +142,7 @@ def kl_weight_and_tau_state(spec: LossSpec, tau_state: ev.TauState, mean_strengt
     new_state = jax.tree.map(lambda new, old: jnp.where(in_warmup, old, new), new_state,
                              tau_state)
     if spec.kl_schedule == "gedl_tau":
-        weight = 1.0 / ev.gedl_tau(cumulative, spec.c_tau)
+        weight = 1.0 / ev.gedl_tau(cumulative, spec.c_tau, spec.tau_form)
     elif spec.kl_schedule == "edl_anneal":
         weight = ev.edl_annealing(epoch.astype(jnp.float32), spec.annealing_epochs)
     elif spec.kl_schedule == "constant":

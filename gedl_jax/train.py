@@ -46,6 +46,7 @@ from gedl_jax import (
 )
 from gedl_jax.evaluation import ensemble as ensemble_eval
 from gedl_jax.evaluation import inference, workdir as workdir_eval
+from gedl_jax.evaluation.core import evaluate_predictions
 from gedl_jax.progress import MetricsBuffer, NonFiniteLossError
 from gedl_jax.rundir import ConfigMismatchError
 
@@ -164,6 +165,8 @@ class _Validation:
             member = program.member(program.state, i)
             accuracy = self._accuracy(run_, member)
             run_.writer.write(step, "validation", {"accuracy": accuracy})
+            if run_.config.epoch_eval:
+                self._epoch_eval(run_, member, step, epoch)
             improved = accuracy > run_.best_accuracy
             if improved:
                 run_.best_accuracy, run_.best_step = accuracy, step
@@ -178,6 +181,18 @@ class _Validation:
             listed = " ".join(f"{r.seed}:{a:.4f}{'*' if imp else ''}" for r, a, imp in report)
             _log(f"epoch {epoch + 1}: validation accuracy per seed {listed} (* = best so far)")
 
+    def _epoch_eval(self, run_: SeedRun, state: steps.TrainState, step: int, epoch: int) -> None:
+        """config.epoch_eval: the test and OOD sets scored with the current parameters (as the
+        final evaluation scores the best ones), so a run shows when detection turns down."""
+        exp = run_.experiment
+        restored = workdir_eval.RestoredRun(exp, workdir_eval.fitted(exp, state), self.mesh)
+        id_pred = workdir_eval.predict(restored, exp.data.test)
+        ood_preds = {name: workdir_eval.predict(restored, split, with_labels=False)
+                     for name, split in exp.data.ood.items()}
+        summary = epoch_eval_summary(evaluate_predictions(id_pred, ood_preds))
+        run_.writer.write(step, "epoch_eval", summary)
+        _log(f"epoch {epoch + 1}: " + " ".join(f"{k} {v:.4g}" for k, v in summary.items()))
+
     def _accuracy(self, run_: SeedRun, state: steps.TrainState) -> float:
         exp = run_.experiment
         if exp.normalization not in self.predict_steps:
@@ -188,6 +203,23 @@ class _Validation:
                                       state.method_state, self.mesh, split,
                                       exp.config.eval_batch_size, experiment.predict_key(exp.seed))
         return float(np.mean(exp.method.predicted_class(raw) == split.labels))
+
+
+def epoch_eval_summary(results: dict[str, Any]) -> dict[str, float]:
+    """The per-epoch curve's numbers from an `evaluate_predictions` dict: test accuracy, AUPR of
+    misclassification ("conf_<score>") and of each OOD set ("<set>_<score>", ID positive) for
+    MP and UM, and the mean Dirichlet strength S of the test and each OOD set where defined."""
+    summary = {"accuracy": results["id"]["accuracy"]}
+    for score in ("mp", "um"):
+        if score in results["scores"]:
+            summary[f"conf_{score}"] = results["id"]["misclassification"][score]["aupr"]
+            for name, entry in results["ood"].items():
+                summary[f"{name}_{score}"] = entry["detection"][score]["aupr_in"]
+    if "uncertainty" in results["id"]:
+        summary["test_strength"] = results["id"]["uncertainty"]["strength"]
+        for name, entry in results["ood"].items():
+            summary[f"{name}_strength"] = entry["uncertainty"]["strength"]
+    return summary
 
 
 def _progress_line(config, method, averaged: dict[str, float], step: int, total: int,

@@ -138,7 +138,7 @@ def test_tau_accumulate_is_stop_gradient_and_validates_reading():
     assert float(jax.grad(cumulative)(jnp.float32(3.0))) == 0.0
     with pytest.raises(ValueError, match="epoch.*step"):
         ev.tau_accumulate(ev.tau_init(), 1.0, 0, reading="iteration")
-    assert ev.TAU_READINGS == ("epoch", "step")
+    assert ev.TAU_READINGS == ("epoch", "step", "completed_epochs")
 
 
 def test_tau_state_is_a_pytree_of_scalars_and_does_not_retrace():
@@ -177,3 +177,43 @@ class ScheduleJitTest(chex.TestCase):
         cumulative = [7.0, 8.0, 8.0 + 12.0, 8.0 + 21.0, 8.0 + 21.0 + 55.0]
         want = [(min(1.0, c / 100.0), min(1.0, (i // 2) / 10.0)) for i, c in enumerate(cumulative)]
         np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-6)
+
+
+# ------------------------------------------------------ the other readings of Eq. tau_schedule
+
+
+def test_completed_epochs_reading_counts_only_finished_epochs():
+    """One term per finished epoch: 0 through epoch 0 (KL weight ~0, as EDL's), then the sum of
+    the finished epochs' mean strengths, fixed within each epoch."""
+    rng = np.random.default_rng(1)
+    steps_per_epoch = np.array([4, 6, 3, 5])
+    epochs = np.repeat(np.arange(4), steps_per_epoch).astype(np.int32)
+    strengths = rng.uniform(2.0, 40.0, epochs.size).astype(np.float32)
+
+    def step(state, x):
+        state, cumulative = ev.tau_accumulate(state, x[0], x[1], reading="completed_epochs")
+        return state, cumulative
+
+    _, cum = jax.lax.scan(step, ev.tau_init(), (strengths, epochs))
+    bounds = np.concatenate([[0], np.cumsum(steps_per_epoch)])
+    means = [np.mean(strengths[a:b], dtype=np.float64) for a, b in zip(bounds[:-1], bounds[1:])]
+    want = np.array([np.sum(means[:e]) for e in epochs])
+    np.testing.assert_allclose(np.asarray(cum), want, rtol=2e-6)
+    weight = 1.0 / np.asarray(jax.vmap(lambda c: ev.gedl_tau(c, 100.0))(cum))
+    assert np.all(weight[epochs == 0] < 1e-20)
+    np.testing.assert_allclose(weight[epochs > 0],
+                               1.0 / np.maximum(1.0, 100.0 / want[epochs > 0]), rtol=1e-6)
+
+
+def test_sum_over_c_form_is_the_inverse_reading():
+    """tau = max(1, sum / C_tau): KL weight 1 until the sum passes C_tau, then C_tau / sum."""
+    cumulative = np.array([1.0, 50.0, 100.0, 200.0, 1e4], np.float32)
+    tau = np.asarray(ev.gedl_tau(cumulative, 100.0, form="sum_over_c"), np.float64)
+    np.testing.assert_allclose(tau, np.maximum(1.0, cumulative.astype(np.float64) / 100.0),
+                               rtol=1e-7)
+    np.testing.assert_allclose(1.0 / tau, [1.0, 1.0, 1.0, 0.5, 0.01], rtol=1e-6)
+    # The printed form on the same sums is its mirror image (weight rises instead of decays).
+    printed = np.asarray(ev.gedl_tau(cumulative, 100.0), np.float64)
+    np.testing.assert_allclose(1.0 / printed, [0.01, 0.5, 1.0, 1.0, 1.0], rtol=1e-6)
+    with pytest.raises(ValueError, match="tau form"):
+        ev.gedl_tau(cumulative, 100.0, form="inverse")

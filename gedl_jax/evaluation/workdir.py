@@ -18,7 +18,7 @@ import jax
 from gedl_jax import checkpointing, configuration, data, experiment, optimizer, sharding, steps
 from gedl_jax.evaluation import core, inference, report
 
-__all__ = ["RestoredRun", "evaluate_and_write", "evaluate_run", "predict", "predict_outputs",
+__all__ = ["RestoredRun", "evaluate_and_write", "evaluate_run", "fitted", "predict", "predict_outputs",
            "restore_run", "saved_config", "write_results"]
 
 
@@ -36,7 +36,7 @@ class RestoredRun:
         return self.experiment.config
 
 
-def _fitted(exp: experiment.Experiment, state: steps.TrainState) -> steps.TrainState:
+def fitted(exp: experiment.Experiment, state: steps.TrainState) -> steps.TrainState:
     """The state with the method's after-training fit done (`Method.fit`; deterministic)."""
     if not exp.method.needs_fit:
         return state
@@ -74,7 +74,7 @@ def evaluate_and_write(exp: experiment.Experiment, state: steps.TrainState, work
     """Score the test set and every OOD set with `state` (as trained: the method's fit after
     training runs first); write JSON, markdown table, plots."""
     mesh = mesh or sharding.make_mesh()
-    return evaluate_run(RestoredRun(exp, _fitted(exp, state), mesh), workdir, extra_ood)
+    return evaluate_run(RestoredRun(exp, fitted(exp, state), mesh), workdir, extra_ood)
 
 
 def evaluate_run(run: RestoredRun, workdir, extra_ood: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -162,7 +162,7 @@ def restore_run(workdir, overrides: dict[str, Any] | None = None, *,
                                                                  sharding.replicated(mesh)))
     finally:
         ckpt.close()
-    return RestoredRun(exp, _fitted(exp, state), mesh)
+    return RestoredRun(exp, fitted(exp, state), mesh)
 
 
 def predict_outputs(workdir, splits: dict[str, data.Split] | None = None,

@@ -25,7 +25,7 @@ from gedl_jax.evidential.prior import (Opinion, adaptive_prior_strength, base_ra
                                        dirichlet_alpha, dirichlet_strength, fixed_prior_strength,
                                        projected_probability, subjective_opinion,
                                        uncertainty_mass, uniform_base_rate)
-from gedl_jax.evidential.schedules import (TAU_READINGS, TauState, edl_annealing, gedl_tau,
+from gedl_jax.evidential.schedules import (TAU_FORMS, TAU_READINGS, TauState, edl_annealing, gedl_tau,
                                            tau_accumulate, tau_init)
 from gedl_jax.evidential.uncertainty import (differential_entropy, expected_entropy,
                                              max_probability, mutual_information,
@@ -40,7 +40,7 @@ __all__ = [
     "dirichlet_kl", "fisher_logdet",
     "expected_mse", "expected_nll", "fisher_weighted_mse", "fisher_weighted_variance", "log_nll",
     "masked_kl_target", "red_regularizer",
-    "TAU_READINGS", "TauState", "edl_annealing", "gedl_tau", "tau_accumulate", "tau_init",
+    "TAU_FORMS", "TAU_READINGS", "TauState", "edl_annealing", "gedl_tau", "tau_accumulate", "tau_init",
     "differential_entropy", "expected_entropy", "max_probability", "mutual_information",
     "mutual_information_asymptote", "predictive_entropy", "total_evidence", "variance_sum",
 ]

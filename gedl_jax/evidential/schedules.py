@@ -15,7 +15,12 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-TAU_READINGS = ("epoch", "step")
+TAU_READINGS = ("epoch", "step", "completed_epochs")
+# How tau follows from the accumulated strength: "c_over_sum" is Eq. tau_schedule as printed,
+# tau = C_tau / sum (the KL weight 1/tau grows as strength accumulates, like EDL's annealing);
+# "sum_over_c" is the inverse, tau = sum / C_tau, the reading of tau as an effective sample size
+# that grows with the evidence seen (the KL weight decays once the sum passes C_tau).
+TAU_FORMS = ("c_over_sum", "sum_over_c")
 
 # Floor of the accumulated strength in `gedl_tau`: far below any real batch-mean strength (S >= W
 # > 0), so it only matters before the first step, where it makes tau huge but finite.
@@ -94,6 +99,9 @@ def tau_accumulate(state: TauState, batch_mean_strength: ArrayLike, epoch: Array
       C_tau = 100 the weight is min(1, (t + 1)/10) in epoch t.
     * "step": one term per iteration, the literal mini-batch reading: step_sum. With S ~ 7.6 at
       initialisation and C_tau = 100 the weight reaches 1 at the 14th step.
+    * "completed_epochs": one term per *finished* epoch (completed_sum), so tau is fixed within
+      an epoch and the current epoch is not counted: the KL weight is ~0 through epoch 0, as in
+      EDL's min(1, epoch/10) (`gedl_tau` floors an empty sum at 1e-30).
 
     Args:
       state: the accumulator (`tau_init()` at the start of training).
@@ -135,21 +143,27 @@ def tau_accumulate(state: TauState, batch_mean_strength: ArrayLike, epoch: Array
                          step_sum=(state.step_sum + strength).astype(jnp.float32))
     if reading == "epoch":
         cumulative = new_state.completed_sum + new_state.epoch_sum / new_state.epoch_count
+    elif reading == "completed_epochs":
+        cumulative = new_state.completed_sum
     else:
         cumulative = new_state.step_sum
     return new_state, cumulative
 
 
-def gedl_tau(cumulative_strength: ArrayLike, c_tau: ArrayLike) -> jax.Array:
+def gedl_tau(cumulative_strength: ArrayLike, c_tau: ArrayLike,
+             form: str = "c_over_sum") -> jax.Array:
     """GEDL's temperature tau = max(1, C_tau / sum_{i<=t} E[S(x_i)]) (Eq. tau_schedule + Appendix).
 
     The KL weight is 1/tau, in (0, 1]. The accumulated strength is floored at 1e-30 (so an empty
     accumulator gives a huge tau, not a division by zero) and tau is capped at the largest
     float32, so both tau and 1/tau are always finite. Stop-gradient (paper, Appendix).
 
+    With `form="sum_over_c"` (see `TAU_FORMS`) tau = max(1, sum / C_tau) instead.
+
     Args:
       cumulative_strength: the second output of `tau_accumulate`.
       c_tau: the constant C_tau (> 0; 100 in the paper).
+      form: "c_over_sum" (Eq. tau_schedule, default) or "sum_over_c" (a static string).
 
     Returns:
       tau, float32 scalar (or array), >= 1.
@@ -158,7 +172,11 @@ def gedl_tau(cumulative_strength: ArrayLike, c_tau: ArrayLike) -> jax.Array:
       >>> print(ev.gedl_tau(jnp.array([10.0, 50.0, 400.0]), c_tau=100.0))  # max(1, C_tau / sum)
       [10.  2.  1.]
     """
-    cumulative = jnp.asarray(cumulative_strength, jnp.float32)
-    tau = jnp.asarray(c_tau, jnp.float32) / jnp.maximum(cumulative, _MIN_CUMULATIVE_STRENGTH)
+    if form not in TAU_FORMS:
+        raise ValueError(f"unknown tau form {form!r}; expected one of {TAU_FORMS}")
+    cumulative = jnp.maximum(jnp.asarray(cumulative_strength, jnp.float32),
+                             _MIN_CUMULATIVE_STRENGTH)
+    c_tau = jnp.asarray(c_tau, jnp.float32)
+    tau = c_tau / cumulative if form == "c_over_sum" else cumulative / c_tau
     tau = jnp.clip(tau, 1.0, jnp.finfo(jnp.float32).max)
     return jax.lax.stop_gradient(tau)
