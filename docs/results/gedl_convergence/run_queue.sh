@@ -9,6 +9,7 @@ set -u
 cd "$(dirname "$0")/../../.."
 OUT="${OUT:-$HOME/gedl_runs/gedl_convergence}"
 PY="${PYTHON:-.venv/bin/python}"
+mkdir -p "$OUT"
 READINGS="${READINGS:-gedl tau_sum_over_c kl_masked tau_step tau_completed_epochs c_tau_1000 evidence_exp}"
 for seed in ${SEEDS:-0 1 2}; do
   for reading in $READINGS; do
