@@ -31,8 +31,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gedl_jax import configuration, methods, models, optimizer, sharding
-from gedl_jax import steps as steps_lib
+from gedl_jax import configuration, methods
+from gedl_jax import networks as models
+from gedl_jax.run import optimizer, sharding
+from gedl_jax.run import steps as steps_lib
 
 # Dense peak throughput (FLOP/s) per chip, for the "fraction of peak" column.
 PEAK_FLOPS = {

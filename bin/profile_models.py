@@ -57,7 +57,7 @@ def jax_runner(name, conv, pool, mode, batch, dtype):
     import jax
     import optax
 
-    from gedl_jax import models
+    from gedl_jax import networks as models
 
     model = models.build_model(name, 10, dtype=dtype, conv_impl=conv, pool_impl=pool)
     key = jax.random.key(0)

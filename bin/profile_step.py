@@ -17,7 +17,7 @@ torch: `torch.profiler` over the same number of steps of `bin/profile_models.py 
 (same architecture, batch, softplus-evidence MSE loss, Adam), by operator (self CPU time).
 
 Both print the wall time per step, the step's analytic FLOP rate (3x the forward FLOPs,
-`gedl_jax.models.model_flops_per_example`, written out for torch) and the rate of one
+`gedl_jax.networks.model_flops_per_example`, written out for torch) and the rate of one
 float32 2048x2048 matmul in the same framework, so the step can be read against what this CPU's
 matrix units reach at all.
 """
@@ -42,7 +42,7 @@ sys.path.insert(0, HERE)
 # Forward multiply-adds x 2 of the ConvNet (28x28x1 input, three 5x5 'SAME' convs to 64 channels
 # each followed by a 2x2 pool, then 576-64-64-64-10), per image: the torch branch must not import
 # gedl_jax (torch's Python need not have jax). `tests/test_profile_step.py` checks it against
-# `gedl_jax.models.model_flops_per_example`.
+# `gedl_jax.networks.model_flops_per_example`.
 CONVNET_FORWARD_FLOPS = 2 * (28 * 28 * 25 * 64 + 14 * 14 * 25 * 64 * 64 + 7 * 7 * 25 * 64 * 64
                              + 576 * 64 + 64 * 64 + 64 * 64 + 64 * 10)
 
@@ -126,7 +126,7 @@ def profile_jax(args) -> None:
     import jax  # noqa: PLC0415
     import jax.numpy as jnp  # noqa: PLC0415
 
-    from gedl_jax import models  # noqa: PLC0415
+    from gedl_jax import networks as models  # noqa: PLC0415
 
     run, _ = benchmark.compiled_train_step(args.model, args.batch, "float32", 1, args.steps)
     run(args.steps)   # warm-up

@@ -128,7 +128,8 @@ def environment() -> dict:
                                   cwd=repo).stdout.strip()
         except OSError:
             return "?"
-    import flax, optax  # noqa: E401, PLC0415
+    import flax  # noqa: E401, PLC0415
+    import optax
     dev = jax.devices()[0]
     return {"commit": git("rev-parse", "--short", "HEAD"),
             "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),

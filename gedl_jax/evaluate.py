@@ -16,9 +16,9 @@ import sys
 from typing import Any
 
 from gedl_jax import data, evaluation
-from gedl_jax.evaluation.corruption_study import corruption_study, study_table
-from gedl_jax.evaluation.ensemble import evaluate_ensemble_and_write, member_dirs
-from gedl_jax.evaluation.workdir import (
+from gedl_jax.run.corruption_study import corruption_study, study_table
+from gedl_jax.run.ensemble import evaluate_ensemble_and_write, member_dirs
+from gedl_jax.run.workdir import (
     evaluate_run,
     predict_outputs,
     restore_run,

@@ -17,6 +17,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+
 import jax
 import ml_collections
 

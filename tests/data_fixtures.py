@@ -12,9 +12,9 @@
 
 from __future__ import annotations
 
-import gzip
 import contextlib
 import dataclasses
+import gzip
 import hashlib
 import io
 import json

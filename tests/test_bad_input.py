@@ -12,7 +12,8 @@ import pytest
 from data_fixtures import write_idx, write_npz
 from training_fixtures import TINY_FIELDS, checkpoint_steps, write_tiny_mnist
 
-from gedl_jax import configuration, data, experiment, steps, train
+from gedl_jax import configuration, data, train
+from gedl_jax.run import experiment, steps
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The baselines' math (gedl_jax.baselines) in float64 against independent references: SciPy
+"""The baselines' math (gedl_jax.methods) in float64 against independent references: SciPy
 closed forms and quadrature, Monte Carlo over numpy's samplers, central finite differences,
 `slogdet` of the explicit Jacobian. The references below import nothing from gedl_jax."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import integrate, special, stats
 
-from gedl_jax.baselines import daedl, duq, fedl, postnet, prior_networks
+from gedl_jax.methods import daedl, duq, fedl, postnet, prior_networks
 
 
 @pytest.fixture(autouse=True)

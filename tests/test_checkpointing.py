@@ -10,10 +10,9 @@ import numpy as np
 import optax
 import pytest
 
-from gedl_jax import checkpointing
-from gedl_jax.rundir import ConfigMismatchError
-from gedl_jax.steps import TrainState
-
+from gedl_jax.run import checkpointing
+from gedl_jax.run.rundir import ConfigMismatchError
+from gedl_jax.run.steps import TrainState
 
 
 def _state(value: float, with_batch_stats: bool = True) -> TrainState:

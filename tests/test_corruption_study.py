@@ -1,4 +1,4 @@
-"""The CIFAR-10-C corruption study's plumbing (gedl_jax.evaluation.corruption_study) without a
+"""The CIFAR-10-C corruption study's plumbing (gedl_jax.run.corruption_study) without a
 trained network: the restored run and the network's outputs are stand-ins, everything else
 (loss spec, data loading from a regenerated set, summaries, JSON, table, plot) is the real code.
 """
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from data_fixtures import specs_for, write_npz
 
-from gedl_jax import configuration, data, evaluate, evaluation, experiment
+from gedl_jax import configuration, data, evaluate, evaluation
 from gedl_jax.data import corruptions, registry
-from gedl_jax.evaluation import ensemble, workdir
+from gedl_jax.run import ensemble, experiment, workdir
 
 
 def test_the_method_uses_the_training_label_frequencies():

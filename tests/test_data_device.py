@@ -5,7 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 from multidevice import run_script
 
-from gedl_jax import data, sharding
+from gedl_jax import data
+from gedl_jax.run import sharding
 
 
 def _images(n=32, shape=(32, 32, 3), seed=0):

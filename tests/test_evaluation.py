@@ -13,8 +13,8 @@ import pytest
 from scipy import special
 from sklearn.metrics import average_precision_score
 
-from gedl_jax import evaluation, metrics
-from gedl_jax.evaluation import core, plots, report, scores
+from gedl_jax import evaluation
+from gedl_jax.evaluation import core, metrics, plots, report, scores
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 K = 10

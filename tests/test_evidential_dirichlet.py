@@ -5,6 +5,7 @@ Every jitted call uses N = 128 rows (inputs are padded), so each function compil
 """
 
 import chex
+import evidential_reference as ref
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,7 +13,6 @@ import pytest
 from jax.scipy import special as jsp
 from scipy import special
 
-import evidential_reference as ref
 from gedl_jax import evidential as ev
 
 EPS = ref.F32_EPS

@@ -2,6 +2,7 @@
 closed forms and Monte Carlo, with the variant reductions, gradients and jit checks."""
 
 import chex
+import evidential_reference as ref
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,7 +10,6 @@ import pytest
 from jax.scipy import special as jsp
 from scipy import special
 
-import evidential_reference as ref
 from gedl_jax import evidential as ev
 
 EPS = ref.F32_EPS

@@ -2,12 +2,12 @@
 compute_opinion, opinion2prob, weight_update; spec/variants.md 1-3 and 9.3-9.4)."""
 
 import chex
+import evidential_reference as ref
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import evidential_reference as ref
 from gedl_jax import evidential as ev
 
 EPS = ref.F32_EPS

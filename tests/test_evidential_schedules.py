@@ -9,7 +9,6 @@ import pytest
 
 from gedl_jax import evidential as ev
 
-
 # ---------------------------------------------------------------------------- EDL annealing
 
 

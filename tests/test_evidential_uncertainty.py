@@ -2,13 +2,13 @@
 (Eqs. dist_uncertainty, dist_MI, dist_var_sum; Appendix propositions expectation and u)."""
 
 import chex
+import evidential_reference as ref
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.stats
 
-import evidential_reference as ref
 from gedl_jax import evidential as ev
 
 EPS = ref.F32_EPS

@@ -12,10 +12,19 @@ import time
 import jax
 import numpy as np
 import pytest
-from training_fixtures import (REPO, TINY_FIELDS, assert_same_tree, checkpoint_steps, cli_args,
-                               run_to_end, saved_state, subprocess_env, write_tiny_mnist)
+from training_fixtures import (
+    REPO,
+    TINY_FIELDS,
+    assert_same_tree,
+    checkpoint_steps,
+    cli_args,
+    run_to_end,
+    saved_state,
+    subprocess_env,
+    write_tiny_mnist,
+)
 
-from gedl_jax import preemption
+from gedl_jax.run import preemption
 
 # Enough steps that the signal lands mid-run: 8 steps/epoch x 4 epochs.
 FIELDS = {"num_epochs": 4, "log_every_steps": 1}

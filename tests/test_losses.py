@@ -8,8 +8,10 @@ import pytest
 from absl.testing import parameterized
 from scipy import special
 
-from gedl_jax import configuration, losses
+from gedl_jax import configuration
 from gedl_jax import evidential as ev
+from gedl_jax.evidential import loss as losses
+from gedl_jax.methods.evidential import spec_from_config
 
 K = 10
 B = 32
@@ -82,7 +84,7 @@ def reference_loss(config, logits, labels, epoch):
 @pytest.mark.parametrize("dataset", ["mnist", "cifar10"])
 def test_variant_loss_matches_reference(variant, dataset):
     config = configuration.build_config(dataset, variant)
-    spec = losses.LossSpec.from_config(config)
+    spec = spec_from_config(config)
     rng = np.random.default_rng(0)
     logits = rng.normal(0, 3, size=(B, K)).astype(np.float32)
     labels = rng.integers(0, K, size=B)
@@ -106,7 +108,7 @@ def test_variants_differ_in_the_documented_fields():
 def test_gedl_with_fixed_w_and_annealing_is_edl_digamma_objective():
     """GEDL with W = K and EDL's annealing, masked KL: Sensoy's Eq. 4 objective."""
     config = configuration.build_config("mnist", "ablation_base")
-    spec = losses.LossSpec.from_config(config)
+    spec = spec_from_config(config)
     rng = np.random.default_rng(1)
     logits = rng.normal(0, 2, size=(B, K)).astype(np.float32)
     labels = rng.integers(0, K, size=B)
@@ -124,7 +126,7 @@ def test_gedl_with_fixed_w_and_annealing_is_edl_digamma_objective():
 def test_warmup_uses_cross_entropy_and_freezes_tau():
     config = configuration.build_config("cifar100", "gedl")
     assert config.warmup_epochs == 5
-    spec = losses.LossSpec.from_config(config)
+    spec = spec_from_config(config)
     logits = jnp.asarray(np.random.default_rng(2).normal(size=(4, 100)), jnp.float32)
     labels = jnp.array([0, 5, 7, 99])
     state = ev.tau_init()
@@ -140,7 +142,7 @@ def test_warmup_uses_cross_entropy_and_freezes_tau():
 
 def test_prior_strength_and_kl_weight_have_no_gradient():
     config = configuration.build_config("mnist", "gedl")
-    spec = losses.LossSpec.from_config(config)
+    spec = spec_from_config(config)
     logits = jnp.asarray(np.random.default_rng(3).normal(size=(8, K)), jnp.float32)
     labels = jnp.arange(8) % K
 
@@ -157,7 +159,7 @@ def test_prior_strength_and_kl_weight_have_no_gradient():
 @pytest.mark.parametrize("variant", sorted(configuration.VARIANTS))
 def test_loss_has_no_implicit_rank_promotion(variant):
     """A (B,) vs (B, K) broadcasting slip would raise here instead of silently broadcasting."""
-    spec = losses.LossSpec.from_config(configuration.build_config("mnist", variant))
+    spec = spec_from_config(configuration.build_config("mnist", variant))
     with jax.numpy_rank_promotion("raise"):
         loss_B, _, _ = losses.per_example_loss(spec, jnp.ones((4, K)), jnp.arange(4),
                                                ev.tau_init(), jnp.int32(1))
@@ -176,7 +178,7 @@ class LossChexTest(chex.TestCase):
     @parameterized.parameters("gedl", "red")
     def test_loss_matches_reference_with_shapes_and_dtypes(self, variant):
         config = configuration.build_config("mnist", variant)
-        spec = losses.LossSpec.from_config(config)
+        spec = spec_from_config(config)
         rng = np.random.default_rng(4)
         logits = rng.normal(0, 3, size=(B, K)).astype(np.float32)
         labels = rng.integers(0, K, size=B).astype(np.int32)
@@ -197,7 +199,7 @@ class LossChexTest(chex.TestCase):
     @chex.variants(with_jit=True)
     @parameterized.parameters("gedl", "edl", "iedl", "redl", "red")
     def test_gradients_are_finite_at_extreme_logits(self, variant):
-        spec = losses.LossSpec.from_config(configuration.build_config("mnist", variant))
+        spec = spec_from_config(configuration.build_config("mnist", variant))
         logits = jnp.array([[200.0, -200.0] + [0.0] * (K - 2),   # exp(200) overflows float32
                             [-200.0] * K,
                             [1e-3] * K,
@@ -215,7 +217,7 @@ class LossChexTest(chex.TestCase):
         chex.assert_tree_all_finite(grads)
 
     def test_one_trace_for_every_epoch_and_batch(self):
-        spec = losses.LossSpec.from_config(configuration.build_config("mnist", "gedl"))
+        spec = spec_from_config(configuration.build_config("mnist", "gedl"))
 
         @jax.jit
         @chex.assert_max_traces(n=1)

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import chex
 import jax
-from jax.sharding import PartitionSpec as P
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from jax.sharding import PartitionSpec as P
 
-from gedl_jax import configuration, data, evaluation, methods, sharding, steps
-from gedl_jax.evaluation import inference
+from gedl_jax import configuration, data, evaluation, methods
+from gedl_jax.run import inference, sharding, steps
 
 ARCHITECTURE = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 

@@ -18,10 +18,11 @@ import pytest
 from absl.testing import parameterized
 from scipy import special, stats
 
-from gedl_jax import configuration, models
+from gedl_jax import configuration, networks
 from gedl_jax import methods as methods_lib
-from gedl_jax.baselines import prior_networks as pn_math
-from gedl_jax.methods import StepContext, daedl, duq, fedl, networks, postnet, prior_networks
+from gedl_jax import networks as models
+from gedl_jax.methods import StepContext, daedl, duq, fedl, postnet, prior_networks
+from gedl_jax.methods import prior_networks as pn_math
 
 K, B, SHAPE = 3, 12, (4, 4, 1)
 

@@ -1,4 +1,4 @@
-"""gedl_jax.metrics equals scikit-learn (the oracle) and hand-computed values; masks are inert."""
+"""evaluation.metrics equals scikit-learn (the oracle) and hand-computed values; masks are inert."""
 
 import warnings
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn import metrics as skm
 
-from gedl_jax import metrics
+from gedl_jax.evaluation import metrics
 
 RTOL = 1e-12
 

@@ -1,4 +1,4 @@
-"""Tests of gedl_jax.models: shapes, parameter counts, reference initialisation, the CPU layer
+"""Tests of gedl_jax.networks: shapes, parameter counts, reference initialisation, the CPU layer
 implementations against flax's, BatchNorm (also synchronised inside shard_map), bf16, FLOPs."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import scipy.stats
 from absl.testing import parameterized
 from multidevice import run_script
 
-from gedl_jax import models
+from gedl_jax import networks as models
 
 ON_CPU = jax.default_backend() == "cpu"
 VGG_CHANNELS = [v for v in models.VGG16_CONFIG if v != "M"]
@@ -68,11 +68,15 @@ def convnet():
 # ------------------------------------------------------------------------------------------------
 def test_build_model_and_errors():
     assert models.MODELS == ("convnet", "vgg16")
-    assert isinstance(models.build_model("convnet", 10), models.ConvNet)
+    convnet = models.build_model("convnet", 10)   # the one Backbone, in its logits form
+    assert isinstance(convnet, models.Backbone)
+    assert (convnet.arch, convnet.num_outputs, convnet.output) == ("convnet", 10, "logits")
+    assert convnet == models.ConvNet(num_classes=10)
     vgg = models.build_model("vgg16", 100, dtype=jnp.bfloat16, axis_name="data")
-    assert isinstance(vgg, models.VGG16)
-    assert (vgg.num_classes, vgg.dtype, vgg.axis_name, vgg.dropout_rate) == (
-        100, jnp.bfloat16, "data", 0.5)
+    assert isinstance(vgg, models.Backbone) and vgg == models.VGG16(100, jnp.bfloat16,
+                                                                     axis_name="data")
+    assert (vgg.arch, vgg.num_outputs, vgg.dtype, vgg.axis_name, vgg.dropout_rate) == (
+        "vgg16", 100, jnp.bfloat16, "data", 0.5)
     with pytest.raises(ValueError, match="convnet, vgg16"):
         models.build_model("resnet18", 10)
     with pytest.raises(ValueError, match="xla, im2col"):
@@ -213,7 +217,8 @@ def _params_fingerprint(params) -> str:
 
 
 def _training_init(dataset, seed, shape, init="torch"):
-    from gedl_jax import configuration, experiment, methods  # noqa: PLC0415
+    from gedl_jax import configuration, methods  # noqa: PLC0415
+    from gedl_jax.run import experiment
 
     config = configuration.build_config(dataset, "gedl")
     config.init = init

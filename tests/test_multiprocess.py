@@ -11,8 +11,17 @@ import sys
 import time
 
 import numpy as np
-from training_fixtures import (REPO, assert_same_tree, checkpoint_steps, cli_args, free_port,
-                               run_to_end, saved_state, subprocess_env, write_tiny_mnist)
+from training_fixtures import (
+    REPO,
+    assert_same_tree,
+    checkpoint_steps,
+    cli_args,
+    free_port,
+    run_to_end,
+    saved_state,
+    subprocess_env,
+    write_tiny_mnist,
+)
 
 TIMEOUT = 300
 HERE = pathlib.Path(__file__).resolve().parent

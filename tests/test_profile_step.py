@@ -8,7 +8,7 @@ import pathlib
 import jax
 import jax.numpy as jnp
 
-from gedl_jax import models
+from gedl_jax import networks as models
 
 _SPEC = importlib.util.spec_from_file_location(
     "profile_step", pathlib.Path(__file__).parents[1] / "bin" / "profile_step.py")

@@ -1,4 +1,4 @@
-"""gedl_jax.steps on 4 fake CPU devices: the data-parallel step equals the
+"""gedl_jax.run.steps on 4 fake CPU devices: the data-parallel step equals the
 single-device step on the same batch, and the multi-seed (vmapped) step equals each seed alone.
 The scripts are tests/multidevice/*.py (a fresh process each: the device count must be set
 before JAX initialises).

@@ -22,7 +22,9 @@ import pytest
 from data_fixtures import SPECS_FILE
 from training_fixtures import checkpoint_steps, subprocess_env
 
-from gedl_jax import configuration, losses, methods, preemption, rundir, train
+from gedl_jax import configuration, methods, train
+from gedl_jax.evidential import loss as losses
+from gedl_jax.run import preemption, rundir
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 REAL_DATA_DIR = pathlib.Path(os.environ.get("GEDL_DATA_DIR", REPO.parent / "shared" / "data"))
@@ -194,7 +196,8 @@ def test_deep_ensemble_trains_members_and_is_scored_as_one_model(data_dir, tmp_p
     assert results["scores"] == ["mp", "neg_mi", "neg_entropy"]   # no UM: no Dirichlet
     assert results["variant"] == "ensemble" and len(results["ensemble_members"]) == 2
     from gedl_jax import evaluate  # noqa: PLC0415
-    from gedl_jax.evaluation import ensemble, workdir  # noqa: PLC0415
+    from gedl_jax.evaluation import workdir  # noqa: PLC0415
+    from gedl_jax.run import ensemble
 
     # The members' mean probabilities, recomputed from each member's own predictions.
     dirs = [tmp_path / "members" / m for m in members]

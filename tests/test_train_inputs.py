@@ -8,7 +8,8 @@ import jax
 import pytest
 from jax.experimental import multihost_utils
 
-from gedl_jax import configuration, data, experiment
+from gedl_jax import configuration, data
+from gedl_jax.run import experiment
 
 
 @pytest.fixture

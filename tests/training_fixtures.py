@@ -15,7 +15,6 @@ import subprocess
 import sys
 
 import numpy as np
-
 from data_fixtures import write_npz
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -94,9 +93,8 @@ def checkpoint_steps(workdir: pathlib.Path, kind: str = "last") -> list[int]:
 def saved_state(workdir: pathlib.Path, kind: str = "last", step: int | None = None
                 ) -> tuple[dict, dict]:
     """(state as nested dict of numpy arrays, meta) of a checkpoint, read without the model."""
-    import orbax.checkpoint as ocp  # noqa: PLC0415
-
     import jax  # noqa: PLC0415
+    import orbax.checkpoint as ocp  # noqa: PLC0415
 
     folder = (workdir / "checkpoints" / kind).absolute()
     manager = ocp.CheckpointManager(folder)

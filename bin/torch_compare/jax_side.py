@@ -9,11 +9,21 @@
    sequence at a fixed epoch index, recording loss, mean S, batch accuracy.
 Writes jax_seed<seed>.npz next to this file.
 """
-import argparse, gzip, os, struct
+import argparse
+import gzip
+import os
+import struct
+
+import jax
+import jax.numpy as jnp
 import numpy as np
-import jax, jax.numpy as jnp, optax
-from gedl_jax import configuration, experiment, losses, models
+import optax
+
+from gedl_jax import configuration
 from gedl_jax import evidential as ev
+from gedl_jax import networks as models
+from gedl_jax.evidential import loss as losses
+from gedl_jax.run import experiment
 
 p = argparse.ArgumentParser()
 p.add_argument("--seed", type=int, default=0)

@@ -2,10 +2,16 @@
 Loads jax_seed<seed>.npz, puts gedl_jax's initial weights into bin/torch_reference.py's ConvNet,
 computes the reference loss + gradients on the same batch (float32 and float64), compares with
 gedl_jax's, then runs the same N-step Adam trajectory with the reference loss."""
-import argparse, os, sys
-import numpy as np, torch
+import argparse
+import os
+import sys
+
+import numpy as np
+import torch
+
 sys.path.insert(0, "/work/main/bin")
 import torch_reference as tr
+
 torch.set_num_threads(1)
 p = argparse.ArgumentParser()
 p.add_argument("--seed", type=int, default=0)

@@ -25,8 +25,8 @@ from gedl_jax.data.device import (
     take_batch,
     to_float,
 )
-from gedl_jax.data.errors import ChecksumError, CorruptDataError, DataError, MissingDataError
 from gedl_jax.data.download import DOWNLOAD_MODES, DownloadError, fetch_datasets
+from gedl_jax.data.errors import ChecksumError, CorruptDataError, DataError, MissingDataError
 from gedl_jax.data.loading import (
     SOURCES,
     ensure_available,

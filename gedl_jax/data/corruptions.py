@@ -52,7 +52,6 @@ import numpy as np
 from scipy import ndimage
 
 from gedl_jax.data.errors import DataError
-from gedl_jax.data.registry import CORRUPTION_FILES, corruption_file_stem
 from gedl_jax.data.regenerated import (  # noqa: F401  (facts about the regenerated set, re-exported)
     NOT_REGENERABLE,
     PROVENANCE_FILE,
@@ -62,6 +61,7 @@ from gedl_jax.data.regenerated import (  # noqa: F401  (facts about the regenera
     read_provenance,
     regenerated_folder,
 )
+from gedl_jax.data.registry import CORRUPTION_FILES, corruption_file_stem
 
 log = logging.getLogger(__name__)
 
@@ -626,9 +626,10 @@ def regenerate_cifar10c(data_dir=None, *, corruptions: Sequence[str] | None = No
     evenly spaced test images (`subset_indices`; 0 = all 10,000). Each file is written
     atomically (temporary name, then rename). Returns the folder. `data.load_corrupted` reads it
     where the official archive is absent."""
-    from gedl_jax.data import loading  # noqa: PLC0415
-
-    from gedl_jax.data import locations  # noqa: PLC0415
+    from gedl_jax.data import (
+        loading,  # noqa: PLC0415
+        locations,  # noqa: PLC0415
+    )
 
     # The default data folder (under the user's cache) is created, as a download would create
     # it; a folder the user named must exist.

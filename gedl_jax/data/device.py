@@ -1,8 +1,8 @@
 """Device-resident input: shuffling, batching, augmentation and scaling in pure JAX.
 
 Everything here except `pad_for_eval` is jit-able and runs *inside* the jitted train step
-(`gedl_jax.steps`), on a split kept whole on the accelerator (uint8: MNIST's 47 MB, CIFAR-10's
-154 MB; placed once with `gedl_jax.sharding.put_replicated`), so no step needs a host
+(`gedl_jax.run.steps`), on a split kept whole on the accelerator (uint8: MNIST's 47 MB, CIFAR-10's
+154 MB; placed once with `gedl_jax.run.sharding.put_replicated`), so no step needs a host
 round-trip:
 
     perm = data.epoch_permutation(jax.random.fold_in(order_key, epoch), images.shape[0])

@@ -11,7 +11,7 @@ Modules: ``scores`` (confidence scores, higher = more confident; UM = -W/S), ``c
 (``ModelOutputs``, ``evaluate_outputs``, the stated ``CONVENTIONS``), ``report`` (multi-seed
 aggregation, markdown / LaTeX tables, backs bin/report.py), ``plots`` (PNG figures; imported on
 demand: ``from gedl_jax.evaluation import plots``). The metrics themselves are in
-``gedl_jax.metrics``.
+``gedl_jax.evaluation.metrics``.
 """
 
 from gedl_jax.evaluation.core import (

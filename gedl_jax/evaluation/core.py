@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from gedl_jax import metrics
+from gedl_jax.evaluation import metrics
 from gedl_jax.evaluation import scores as scores_lib
 
 __all__ = ["CONVENTIONS", "ModelOutputs", "Predictions", "dirichlet_predictions",

@@ -21,7 +21,7 @@ from scipy import stats
 from gedl_jax.evaluation import report as report_lib
 from gedl_jax.evaluation import scores as scores_lib
 from gedl_jax.evaluation.core import ensemble_epistemic_uncertainty
-from gedl_jax.metrics import CalibrationResult
+from gedl_jax.evaluation.metrics import CalibrationResult
 
 __all__ = ["reliability_diagram", "score_histograms", "distributional_uncertainty_study",
            "uncertainty_against_strength", "method_comparison", "corruption_severity_study",

@@ -15,22 +15,54 @@ tests/test_doctests.py), written for this namespace:
     [[0.625 0.125 0.25 ]] [0.375]
 """
 
-from gedl_jax.evidential.activations import (ACTIVATIONS, evidence_from_logits, exp_evidence,
-                                             relu_evidence, softplus_evidence)
+from gedl_jax.evidential.activations import (
+                                             ACTIVATIONS,
+                                             evidence_from_logits,
+                                             exp_evidence,
+                                             relu_evidence,
+                                             softplus_evidence,
+)
 from gedl_jax.evidential.dirichlet import dirichlet_kl, fisher_logdet
-from gedl_jax.evidential.objectives import (expected_mse, expected_nll, fisher_weighted_mse,
-                                            fisher_weighted_variance, log_nll, masked_kl_target,
-                                            red_regularizer)
-from gedl_jax.evidential.prior import (Opinion, adaptive_prior_strength, base_rate_from_counts,
-                                       dirichlet_alpha, dirichlet_strength, fixed_prior_strength,
-                                       projected_probability, subjective_opinion,
-                                       uncertainty_mass, uniform_base_rate)
-from gedl_jax.evidential.schedules import (TAU_FORMS, TAU_READINGS, TauState, edl_annealing, gedl_tau,
-                                           tau_accumulate, tau_init)
-from gedl_jax.evidential.uncertainty import (differential_entropy, expected_entropy,
-                                             max_probability, mutual_information,
-                                             mutual_information_asymptote, predictive_entropy,
-                                             total_evidence, variance_sum)
+from gedl_jax.evidential.objectives import (
+                                             expected_mse,
+                                             expected_nll,
+                                             fisher_weighted_mse,
+                                             fisher_weighted_variance,
+                                             log_nll,
+                                             masked_kl_target,
+                                             red_regularizer,
+)
+from gedl_jax.evidential.prior import (
+                                             Opinion,
+                                             adaptive_prior_strength,
+                                             base_rate_from_counts,
+                                             dirichlet_alpha,
+                                             dirichlet_strength,
+                                             fixed_prior_strength,
+                                             projected_probability,
+                                             subjective_opinion,
+                                             uncertainty_mass,
+                                             uniform_base_rate,
+)
+from gedl_jax.evidential.schedules import (
+                                             TAU_FORMS,
+                                             TAU_READINGS,
+                                             TauState,
+                                             edl_annealing,
+                                             gedl_tau,
+                                             tau_accumulate,
+                                             tau_init,
+)
+from gedl_jax.evidential.uncertainty import (
+                                             differential_entropy,
+                                             expected_entropy,
+                                             max_probability,
+                                             mutual_information,
+                                             mutual_information_asymptote,
+                                             predictive_entropy,
+                                             total_evidence,
+                                             variance_sum,
+)
 
 __all__ = [
     "ACTIVATIONS", "evidence_from_logits", "exp_evidence", "relu_evidence", "softplus_evidence",
@@ -40,7 +72,8 @@ __all__ = [
     "dirichlet_kl", "fisher_logdet",
     "expected_mse", "expected_nll", "fisher_weighted_mse", "fisher_weighted_variance", "log_nll",
     "masked_kl_target", "red_regularizer",
-    "TAU_FORMS", "TAU_READINGS", "TauState", "edl_annealing", "gedl_tau", "tau_accumulate", "tau_init",
+    "TAU_FORMS", "TAU_READINGS", "TauState", "edl_annealing", "gedl_tau", "tau_accumulate",
+    "tau_init",
     "differential_entropy", "expected_entropy", "max_probability", "mutual_information",
     "mutual_information_asymptote", "predictive_entropy", "total_evidence", "variance_sum",
 ]

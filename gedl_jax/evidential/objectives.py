@@ -18,8 +18,12 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from gedl_jax.evidential.dirichlet import (_complement_sum, _digamma_minus_log_diff,
-                                           _probabilities, _trigamma)
+from gedl_jax.evidential.dirichlet import (
+    _complement_sum,
+    _digamma_minus_log_diff,
+    _probabilities,
+    _trigamma,
+)
 
 
 def _take_label(x_BxK: jax.Array, labels_B: jax.Array) -> jax.Array:

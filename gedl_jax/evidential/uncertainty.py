@@ -16,9 +16,13 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from gedl_jax.evidential.dirichlet import (_digamma1p_minus_log_diff, _digamma_diff,
-                                           _digamma_minus_log_diff, _lgamma_remainder,
-                                           _probabilities)
+from gedl_jax.evidential.dirichlet import (
+    _digamma1p_minus_log_diff,
+    _digamma_diff,
+    _digamma_minus_log_diff,
+    _lgamma_remainder,
+    _probabilities,
+)
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 

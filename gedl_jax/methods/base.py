@@ -39,6 +39,26 @@ Variables = dict[str, Any]   # flax variables: {"params": ..., "batch_stats": ..
 
 
 @dataclasses.dataclass(frozen=True)
+class MethodSetup:
+    """What a method may need from the run's data besides the config: the training split's
+    per-class counts (label-frequency base rates, PostNet's N_c) and the image shape."""
+
+    num_classes: int
+    class_counts: tuple[int, ...]
+    image_shape: tuple[int, ...]
+
+    @classmethod
+    def from_labels(cls, labels_N: np.ndarray, num_classes: int,
+                    image_shape: tuple[int, ...]) -> MethodSetup:
+        counts = np.bincount(np.asarray(labels_N), minlength=num_classes)
+        return cls(int(num_classes), tuple(int(c) for c in counts), tuple(image_shape))
+
+    def label_frequencies(self) -> tuple[float, ...]:
+        counts = np.asarray(self.class_counts, np.float64)
+        return tuple(float(x) for x in counts / counts.sum())
+
+
+@dataclasses.dataclass(frozen=True)
 class StepContext:
     """What a training step hands the loss besides parameters, state and batch.
 

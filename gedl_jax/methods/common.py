@@ -7,8 +7,10 @@ from typing import Any
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import numpy as np
 
+from gedl_jax import networks
 from gedl_jax.evaluation.core import Predictions
 from gedl_jax.evaluation.scores import DIRICHLET_SCORE_NAMES, confidence_scores
 
@@ -63,3 +65,34 @@ def check_recipe(recipe: str) -> str:
         raise ValueError(f"config.recipe={recipe!r} is not allowed; allowed values: "
                          f"{list(RECIPES)}")
     return recipe
+
+
+AXIS = "data"   # the data-parallel mesh axis (gedl_jax.run.sharding.AXIS) BatchNorm averages over
+
+
+def compute_dtype(config):
+    """The dtype of convolutions and matmuls (`config.compute_dtype`)."""
+    return jnp.bfloat16 if config.compute_dtype == "bfloat16" else jnp.float32
+
+
+def build_models(config) -> tuple[nn.Module, nn.Module]:
+    """(train_model, eval_model) of the config, as logits: the same architecture and parameters,
+    the training one averaging BatchNorm statistics over the data-parallel axis."""
+    kwargs = dict(dtype=compute_dtype(config), init=config.init,
+                  dropout_rate=float(config.dropout_rate),
+                  dropout_placement=config.dropout_placement)
+    return (networks.build_model(config.model, config.num_classes, axis_name=AXIS, **kwargs),
+            networks.build_model(config.model, config.num_classes, axis_name=None, **kwargs))
+
+
+def backbone(config, num_outputs: int, *, axis_name: str | None, spectral_norm: bool = False,
+             hidden: tuple[int, ...] | None = None, dropout_rate: float | None = None
+             ) -> networks.Backbone:
+    """The config's protocol network (`config.model`) with feature outputs and the method's
+    head width (`num_outputs`; 0 = none)."""
+    if dropout_rate is None:   # the protocol: VGG16's classifier dropout, none in the ConvNet
+        dropout_rate = 0.5 if config.model == "vgg16" else float(config.dropout_rate)
+    return networks.Backbone(arch=config.model, num_outputs=num_outputs, hidden=hidden,
+                             spectral_norm=spectral_norm, dropout_rate=dropout_rate,
+                             axis_name=axis_name, dtype=compute_dtype(config),
+                             param_init=config.init)

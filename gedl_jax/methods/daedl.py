@@ -7,7 +7,7 @@ density to mean anything), VGG16 with its 0.5 classifier dropout, the ConvNet wi
 Its outputs are the logits and the density feature z = the encoder output before the MLP
 (576-d ConvNet, 512-d VGG16).
 
-Training (`baselines.daedl.training_loss`): an exp-evidence EDL loss, alpha = exp(logits) + 1e-6
+Training (`training_loss`): an exp-evidence EDL loss, alpha = exp(logits) + 1e-6
 (no +1 prior): squared error + variance + kl_weight * KL(Dir(alpha~) || Dir(1)), kl_weight 0.05
 constant.
 
@@ -30,30 +30,172 @@ same function for the training range and for test inputs. Readings (`config.reci
 trains with the common pipeline; "source" is the reference's settings the trainer has (the
 `:source` modifier: Adam lr 1e-3, batch 64, constant rate, no weight decay, CIFAR inputs
 standardised); its 0.95^epoch decay and buggy early stop are not reproduced.
+
+The math (per-example functions, pure and jit/vmap/grad-safe):
+
+DAEDL (Yoon & Kim, "Uncertainty Estimation by Density Aware Evidential Deep Learning",
+ICML 2024; TaeseongYoon/DAEDL).
+
+After training an exp-evidence EDL model (alpha = exp(logits) + 1e-6, no +1 prior), a
+class-conditional Gaussian (GDA) is fitted on penultimate training features. A test input's
+density score s(x) = logsumexp_c log N(z; mu_c, Sigma_c) (no class weights) is clipped to the
+training range and min-max normalised to d in [0, 1]; the logits are scaled by it:
+alpha* = exp(d * logits), p* = softmax(d * logits). d = 0 gives alpha* = 1 and a uniform p*, so
+far-from-data inputs get the flat Dirichlet; d = 1 is the plain exp-EDL model.
+
+The fit is one host-side NumPy float64 step (the reference fits in float64, with growing jitter
+on the covariance until its Cholesky factorisation succeeds); everything else is jit-able.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
-from gedl_jax.baselines import daedl
 from gedl_jax.evaluation.core import Predictions
 from gedl_jax.evaluation.scores import DIRICHLET_SCORE_NAMES
-from gedl_jax.methods.base import LossOutput, Method, StepContext, Variables, correct_B
-from gedl_jax.methods.common import apply_train, log_dirichlet_predictions
+from gedl_jax.evidential import dirichlet_kl
+from gedl_jax.methods.base import (
+    LossOutput,
+    Method,
+    MethodSetup,
+    StepContext,
+    Variables,
+    correct_B,
+)
+from gedl_jax.methods.common import (
+    AXIS,
+    apply_train,
+    backbone,
+    check_recipe,
+    log_dirichlet_predictions,
+)
+
+# Jitters tried in order until a class covariance factorises, *relative to its mean variance*.
+# The reference adds absolute jitters starting at 1e-308, which "factorise" a singular covariance
+# with pivots ~1e-154 and give -inf log densities off the features' subspace (its scorer then
+# replaces the non-finite values); a relative jitter keeps the densities finite and meaningful.
+JITTERS = (0.0, 1e-10, 1e-8, 1e-6, 1e-4, 1e-3, 1e-2, 1e-1)
+EPS = 1e-6  # added to alpha in the reference's training parameterisation and scorers
+
+
+class GDA(NamedTuple):
+    """Per-class Gaussians: means (K, D), lower Cholesky factors (K, D, D), the jitter used."""
+
+    means_KxD: np.ndarray
+    cholesky_KxDxD: np.ndarray
+    jitter_K: np.ndarray
+
+
+def fit_gda(features_NxD: np.ndarray, labels_N: np.ndarray, num_classes: int) -> GDA:
+    """Class means and unbiased covariances (divided by n_c - 1) in float64; each covariance
+    gets the smallest jitter * mean(diag) * I of JITTERS that makes it positive definite. Raises
+    ValueError naming the class if none does, or if a class has fewer than 2 examples."""
+    z = np.asarray(features_NxD, np.float64)
+    labels_N = np.asarray(labels_N)
+    dim = z.shape[1]
+    means, chols, jitters = [], [], []
+    for c in range(num_classes):
+        zc = z[labels_N == c]
+        if len(zc) < 2:
+            raise ValueError(f"class {c} has {len(zc)} training feature(s); the GDA needs >= 2")
+        mean = zc.mean(axis=0)
+        centred = zc - mean
+        cov = centred.T @ centred / (len(zc) - 1)
+        scale = max(float(np.mean(np.diag(cov))), np.finfo(np.float64).tiny)
+        for jitter in JITTERS:
+            try:
+                chol = np.linalg.cholesky(cov + jitter * scale * np.eye(dim))
+            except np.linalg.LinAlgError:
+                continue
+            if np.all(np.isfinite(chol)):
+                break
+        else:
+            raise ValueError(f"class {c}: the feature covariance is not positive definite even "
+                             f"with jitter {JITTERS[-1]}")
+        means.append(mean)
+        chols.append(chol)
+        jitters.append(jitter)
+    return GDA(np.stack(means), np.stack(chols), np.asarray(jitters))
+
+
+def class_log_densities(features_BxD: ArrayLike, gda: GDA) -> jax.Array:
+    """log N(z; mu_c, Sigma_c) for every class, shape (B, K), via the Cholesky factors."""
+    z = jnp.asarray(features_BxD)
+    chol = jnp.asarray(gda.cholesky_KxDxD, z.dtype)
+    diff_KxBxD = z[None, :, :] - jnp.asarray(gda.means_KxD, z.dtype)[:, None, :]  # explicit ranks
+    solved = jax.vmap(lambda lower, d: jax.scipy.linalg.solve_triangular(lower, d.T, lower=True)
+                      )(chol, diff_KxBxD)  # (K, D, B)
+    mahalanobis_KxB = jnp.sum(solved ** 2, axis=1)
+    log_det_K = 2.0 * jnp.sum(jnp.log(jnp.diagonal(chol, axis1=-2, axis2=-1)), axis=-1)
+    dim = z.shape[-1]
+    log_n_KxB = -0.5 * (mahalanobis_KxB + log_det_K[:, None] + dim * jnp.log(2.0 * jnp.pi))
+    return log_n_KxB.T
+
+
+def density_score(features_BxD: ArrayLike, gda: GDA) -> jax.Array:
+    """s(x) = logsumexp_c log N(z; mu_c, Sigma_c) (log of the unweighted mixture times K)."""
+    return jax.nn.logsumexp(class_log_densities(features_BxD, gda), axis=-1)
+
+
+def normalized_density(score_B: ArrayLike, train_min: float, train_max: float) -> jax.Array:
+    """d = (clip(s, min, max) - min) / (max - min) with the training scores' range: in [0, 1]."""
+    s = jnp.clip(jnp.asarray(score_B), train_min, train_max)
+    return (s - train_min) / (train_max - train_min)
+
+
+def scaled_concentration(logits_BxK: ArrayLike, density_B: ArrayLike) -> jax.Array:
+    """alpha* = exp(d * logits) + 1e-6 (the reference's scorers add 1e-6)."""
+    return jnp.exp(jnp.asarray(density_B)[..., None] * jnp.asarray(logits_BxK)) + EPS
+
+
+def scaled_probabilities(logits_BxK: ArrayLike, density_B: ArrayLike) -> jax.Array:
+    """p* = softmax(d * logits): MP is max p*."""
+    return jax.nn.softmax(jnp.asarray(density_B)[..., None] * jnp.asarray(logits_BxK), axis=-1)
+
+
+def scaled_log_precision(logits_BxK: ArrayLike, density_B: ArrayLike) -> jax.Array:
+    """log sum_c exp(d * logit_c): the UM score alpha*_0 in log space (same ranking up to the
+    1e-6 offsets, no overflow)."""
+    return jax.nn.logsumexp(jnp.asarray(density_B)[..., None] * jnp.asarray(logits_BxK),
+                            axis=-1)
+
+
+def training_loss(logits_BxK: ArrayLike, labels_B: ArrayLike, kl_weight: float = 0.05,
+                  logit_clip: float = 30.0) -> jax.Array:
+    """DAEDL's per-example training loss (its train.py sums it over the batch), with
+    alpha = exp(logits) + 1e-6 (no +1 prior), p = alpha / alpha_0:
+
+      sum_k (y_k - p_k)^2 + sum_k alpha_k (alpha_0 - alpha_k) / (alpha_0^2 (alpha_0 + 1))
+        + kl_weight * KL(Dir(alpha~ + 1e-6) || Dir(1)),   alpha~ = alpha (1 - y) + y.
+
+    The variance term is evaluated as sum_k p_k (1 - p_k) / (alpha_0 + 1) (the same value; alpha_0^2
+    overflows float32 from alpha_0 ~ 1.8e19). The logits are clipped to +-logit_clip first (the
+    reference does not clip; exp overflows float32 above ~88.7 and e^30 ~ 1e13 is far past any
+    useful concentration)."""
+    logits = jnp.clip(jnp.asarray(logits_BxK), -logit_clip, logit_clip)
+    alpha_BxK = jnp.exp(logits) + EPS
+    onehot_BxK = jax.nn.one_hot(jnp.asarray(labels_B), alpha_BxK.shape[-1], dtype=alpha_BxK.dtype)
+    strength_Bx1 = jnp.sum(alpha_BxK, axis=-1, keepdims=True)
+    p_BxK = alpha_BxK / strength_Bx1
+    squared_error_B = jnp.sum((onehot_BxK - p_BxK) ** 2, axis=-1)
+    variance_B = jnp.sum(p_BxK * (1.0 - p_BxK), axis=-1) / (strength_Bx1[..., 0] + 1.0)
+    tilde_BxK = alpha_BxK * (1.0 - onehot_BxK) + onehot_BxK + EPS
+    kl_B = dirichlet_kl(tilde_BxK, jnp.ones_like(tilde_BxK))
+    return squared_error_B + variance_B + kl_weight * kl_B
 
 LOGIT_CLIP = 30.0
 MIN_DENSITY = 1e-12   # floor of d in the host scores: ties at d = 0 break by the logits
 
 
-def _gda(state) -> daedl.GDA:
-    return daedl.GDA(state["means_KxD"], state["cholesky_KxDxD"], None)
+def _gda(state) -> GDA:
+    return GDA(state["means_KxD"], state["cholesky_KxDxD"], None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +214,7 @@ class DAEDL(Method):
         out, new_state = apply_train(self.train_model, params, model_state, images_BxHxWxC,
                                      ctx.key)
         logits_BxK = out["logits"]
-        loss_B = daedl.training_loss(logits_BxK, labels_B, self.kl_weight, LOGIT_CLIP)
+        loss_B = training_loss(logits_BxK, labels_B, self.kl_weight, LOGIT_CLIP)
         return LossOutput(loss_B, new_state, method_state,
                           {"correct_B": correct_B(logits_BxK, labels_B)})
 
@@ -89,10 +231,10 @@ class DAEDL(Method):
             labels.append(np.asarray(labels_B))
         features_NxD = np.concatenate(feats)
         labels_N = np.concatenate(labels)
-        gda = daedl.fit_gda(features_NxD, labels_N, self.num_classes)
+        gda = fit_gda(features_NxD, labels_N, self.num_classes)
         state = {"means_KxD": jnp.asarray(gda.means_KxD, jnp.float32),
                  "cholesky_KxDxD": jnp.asarray(gda.cholesky_KxDxD, jnp.float32)}
-        score_fn = jax.jit(lambda z, s: daedl.density_score(z, _gda(s)))
+        score_fn = jax.jit(lambda z, s: density_score(z, _gda(s)))
         scores = np.concatenate([np.asarray(score_fn(f, state)) for f in feats])
         finite = scores[np.isfinite(scores)]
         if finite.size == 0 or finite.max() <= finite.min():
@@ -110,8 +252,8 @@ class DAEDL(Method):
         if not method_state:   # not fitted yet: d = 1, the plain exp-EDL model
             ones_B = jnp.ones(logits_BxK.shape[:1], jnp.float32)
             return {"logits_BxK": logits_BxK, "density_B": ones_B, "log_density_B": 0 * ones_B}
-        s_B = daedl.density_score(out["encoder"], _gda(method_state))
-        d_B = daedl.normalized_density(s_B, method_state["score_min"], method_state["score_max"])
+        s_B = density_score(out["encoder"], _gda(method_state))
+        d_B = normalized_density(s_B, method_state["score_min"], method_state["score_max"])
         return {"logits_BxK": logits_BxK, "density_B": d_B, "log_density_B": s_B}
 
     def predictions(self, raw: Mapping[str, np.ndarray],
@@ -127,8 +269,8 @@ class DAEDL(Method):
         log_density = np.where(np.isnan(log_density) | np.isneginf(log_density),
                                -np.finfo(np.float64).max, log_density)
         # alpha* = exp(d logits) + 1e-6: in log space, logaddexp(d logits, log 1e-6).
-        log_alpha = np.logaddexp(scaled, np.log(daedl.EPS))
-        return log_dirichlet_predictions(log_alpha, self.num_classes * daedl.EPS, labels_N,
+        log_alpha = np.logaddexp(scaled, np.log(EPS))
+        return log_dirichlet_predictions(log_alpha, self.num_classes * EPS, labels_N,
                                          extra_scores={"log_density": log_density})
 
     def predicted_class(self, raw: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -136,3 +278,11 @@ class DAEDL(Method):
 
     def describe(self) -> str:
         return f"DAEDL (spectral norm, KL weight {self.kl_weight:g}, {self.recipe} reading)"
+
+
+def build(config, setup: MethodSetup) -> DAEDL:
+    """`config.method="daedl"`: the spectrally normalised protocol backbone."""
+    train_model, eval_model = (backbone(config, setup.num_classes, axis_name=axis,
+                                        spectral_norm=True) for axis in (AXIS, None))
+    return DAEDL(train_model, eval_model, setup.num_classes,
+                 kl_weight=float(config.daedl_kl_weight), recipe=check_recipe(config.recipe))

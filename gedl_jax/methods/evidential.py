@@ -1,11 +1,12 @@
 """The EDL family as one method: GEDL, EDL, I-EDL, R-EDL, RED and the ablation rows.
 
-Every variant is the same loss with other settings (`losses.LossSpec`, from today's config
-fields; paper Table unified_edl): the network's logits give evidence, the prior strength W and
-alpha = e + W a (Eq. e2alpha, weight_update); the loss is the variant's likelihood term plus the
-KL to Dir(W a) weighted by 1/tau (Eq. elbo, tau_schedule) and the I-EDL / RED terms. The method
-state is GEDL's tau accumulator. Predictions are the Dirichlet: probabilities alpha/S and every
-Dirichlet score ("mp", "um" = -W/S, ...), computed in float64 on the host.
+Every variant is the same loss with other settings (`gedl_jax.evidential.loss.LossSpec`, built
+from the config's fields by `spec_from_config`; paper Table unified_edl): the network's logits
+give evidence, the prior strength W and alpha = e + W a (Eq. e2alpha, weight_update); the loss
+is the variant's likelihood term plus the KL to Dir(W a) weighted by 1/tau (Eq. elbo,
+tau_schedule) and the I-EDL / RED terms. The method state is GEDL's tau accumulator.
+Predictions are the Dirichlet: probabilities alpha/S and every Dirichlet score ("mp",
+"um" = -W/S, ...), computed in float64 on the host.
 """
 
 from __future__ import annotations
@@ -18,10 +19,19 @@ import jax
 import numpy as np
 
 from gedl_jax import evidential as ev
-from gedl_jax import losses
+from gedl_jax.configuration import resolved_prior_strength
 from gedl_jax.evaluation.core import ModelOutputs, Predictions, dirichlet_predictions
 from gedl_jax.evaluation.scores import DIRICHLET_SCORE_NAMES
-from gedl_jax.methods.base import LossOutput, Method, StepContext, Variables, correct_B
+from gedl_jax.evidential import loss as losses
+from gedl_jax.methods.base import (
+    LossOutput,
+    Method,
+    MethodSetup,
+    StepContext,
+    Variables,
+    correct_B,
+)
+from gedl_jax.methods.common import build_models
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,4 +82,27 @@ class Evidential(Method):
         w = "adaptive W" if s.prior_strength == "adaptive" else f"W={s.prior_strength_value:g}"
         return (f"evidential ({s.evidence} evidence, {w}, {s.likelihood} likelihood, KL "
                 f"{s.kl_target}/{s.kl_schedule})")
+
+
+def spec_from_config(config, base_rate: tuple[float, ...] | None = None) -> losses.LossSpec:
+    """The variant's `LossSpec` from the config's fields (docs: gedl_jax/configuration.py)."""
+    return losses.LossSpec(
+        num_classes=int(config.num_classes), evidence=config.evidence,
+        exp_clip=float(config.exp_clip), base_rate=base_rate,
+        prior_strength=config.prior_strength,
+        prior_strength_value=resolved_prior_strength(config), c_w=float(config.c_w),
+        likelihood=config.likelihood, kl_target=config.kl_target,
+        kl_schedule=config.kl_schedule, kl_weight=float(config.kl_weight),
+        annealing_epochs=float(config.annealing_epochs), c_tau=float(config.c_tau),
+        tau_reading=config.tau_reading, tau_form=config.tau_form,
+        fisher_logdet_weight=float(config.fisher_logdet_weight),
+        red_regularizer_weight=float(config.red_regularizer_weight),
+        warmup_epochs=int(config.warmup_epochs))
+
+
+def build(config, setup: MethodSetup) -> Evidential:
+    """`config.method="evidential"`: the variant the config's fields describe."""
+    base_rate = setup.label_frequencies() if config.base_rate == "label_frequency" else None
+    return Evidential(*build_models(config), setup.num_classes,
+                      spec=spec_from_config(config, base_rate=base_rate))
 

@@ -16,37 +16,95 @@ g_alpha and the encoder (`config.recipe`):
   default). The `:source` modifier also sets the reference's optimiser settings the trainer has
   (Adam lr 5e-4, batch 64, no weight decay, inputs standardised).
 
-Loss (`baselines.fedl.loss`, per example; the reference sums over the batch):
+Loss (`loss`, per example; the reference sums over the batch):
 sum_k (y_k - mean_k)^2 + sum_k Var_k + sum_k (y_k - p_k)^2 with the exact FD moments, in float32.
 
 Predictions: probs = the FD mean (prediction argmax); "mp" = max mean; "um" = log(alpha_0 + tau),
 the log precision of the FD (our choice among the spec's candidates -EU, alpha_0 + tau,
 alpha_0: the FD's own precision, log space); F-EDL's own scores "neg_variance_sum" = -EU and
 "neg_expected_gini" = -AU (its uq.py). Not a Dirichlet: no Dirichlet measures.
+
+The math (per-example functions, pure and jit/vmap/grad-safe):
+
+F-EDL (Yoon & Kim, "Uncertainty Quantification with the Flexible Dirichlet", NeurIPS 2025;
+TaeseongYoon/F-EDL): the network predicts a Flexible Dirichlet FD(alpha, p, tau), the mixture
+sum_k p_k Dir(alpha + tau e_k), with alpha = exp(g_alpha(f)), p = softmax(g_p(f)),
+tau = softplus(g_tau(f)) (one scalar per example).
+
+Moments (exact; variance re-derived from E[pi_j^2] of each mixture component), s = alpha_0 + tau:
+  mean_k = (alpha_k + tau p_k) / s
+  var_k  = mean_k (1 - mean_k) / (s + 1) + tau^2 p_k (1 - p_k) / (s (s + 1)).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
-from gedl_jax import models
-from gedl_jax.baselines import fedl
 from gedl_jax.evaluation.core import Predictions
-from gedl_jax.methods.base import LossOutput, Method, StepContext, Variables, correct_B
-from gedl_jax.methods.common import apply_train, log_softmax64
+from gedl_jax.methods.base import (
+    LossOutput,
+    Method,
+    MethodSetup,
+    StepContext,
+    Variables,
+    correct_B,
+)
+from gedl_jax.methods.common import AXIS, apply_train, backbone, check_recipe, log_softmax64
+from gedl_jax.networks import layer_inits
+
+
+class Moments(NamedTuple):
+    mean_BxK: jax.Array
+    variance_BxK: jax.Array
+
+
+def moments(alpha_BxK: ArrayLike, p_BxK: ArrayLike, tau_B: ArrayLike) -> Moments:
+    """Mean and per-class variance of FD(alpha, p, tau); tau -> 0 gives Dir(alpha)'s."""
+    alpha_BxK, p_BxK = jnp.asarray(alpha_BxK), jnp.asarray(p_BxK)
+    tau_Bx1 = jnp.asarray(tau_B)[..., None]
+    s_Bx1 = jnp.sum(alpha_BxK, axis=-1, keepdims=True) + tau_Bx1
+    mean = (alpha_BxK + tau_Bx1 * p_BxK) / s_Bx1
+    variance = (mean * (1.0 - mean) / (s_Bx1 + 1.0)
+                + tau_Bx1 ** 2 * p_BxK * (1.0 - p_BxK) / (s_Bx1 * (s_Bx1 + 1.0)))
+    return Moments(mean, variance)
+
+
+def loss(alpha_BxK: ArrayLike, p_BxK: ArrayLike, tau_B: ArrayLike,
+         labels_B: ArrayLike) -> jax.Array:
+    """Per example: sum_k (y_k - mean_k)^2 + sum_k var_k + sum_k (y_k - p_k)^2 (the reference
+    sums it over the batch)."""
+    m = moments(alpha_BxK, p_BxK, tau_B)
+    onehot = jax.nn.one_hot(jnp.asarray(labels_B), m.mean_BxK.shape[-1], dtype=m.mean_BxK.dtype)
+    return (jnp.sum((onehot - m.mean_BxK) ** 2, axis=-1) + jnp.sum(m.variance_BxK, axis=-1)
+            + jnp.sum((onehot - jnp.asarray(p_BxK)) ** 2, axis=-1))
+
+
+class Uncertainties(NamedTuple):
+    total: jax.Array        # TU = 1 - sum_k mean_k^2
+    epistemic: jax.Array    # EU = sum_k var_k
+    aleatoric: jax.Array    # AU = TU - EU = E[1 - sum_k pi_k^2]
+
+
+def uncertainties(alpha_BxK: ArrayLike, p_BxK: ArrayLike, tau_B: ArrayLike) -> Uncertainties:
+    """F-EDL's decomposition (its uq.py); OOD and confidence scores are -AU and -EU."""
+    m = moments(alpha_BxK, p_BxK, tau_B)
+    total = 1.0 - jnp.sum(m.mean_BxK ** 2, axis=-1)
+    epistemic = jnp.sum(m.variance_BxK, axis=-1)
+    return Uncertainties(total, epistemic, total - epistemic)
 
 LOGIT_CLIP = 30.0
 
 
 def _dense(features: int, fan_in: int, name: str) -> nn.Dense:
-    kernel_init, bias_init = models.layer_inits("torch", fan_in)   # PyTorch Linear default
+    kernel_init, bias_init = layer_inits("torch", fan_in)   # PyTorch Linear default
     return nn.Dense(features, kernel_init=kernel_init, bias_init=bias_init, name=name)
 
 
@@ -131,8 +189,8 @@ class FEDL(Method):
                                      ctx.key)
         alpha_BxK = jnp.exp(out["log_alpha_BxK"])
         p_BxK = jax.nn.softmax(out["p_logits_BxK"], axis=-1)
-        loss_B = fedl.loss(alpha_BxK, p_BxK, out["tau_B"], labels_B)
-        mean_BxK = fedl.moments(alpha_BxK, p_BxK, out["tau_B"]).mean_BxK
+        loss_B = loss(alpha_BxK, p_BxK, out["tau_B"], labels_B)
+        mean_BxK = moments(alpha_BxK, p_BxK, out["tau_B"]).mean_BxK
         return LossOutput(loss_B, new_state, method_state,
                           {"correct_B": correct_B(mean_BxK, labels_B), "mean_tau": out["tau_B"]})
 
@@ -147,8 +205,8 @@ class FEDL(Method):
         tau = np.asarray(raw["tau_B"], np.float64)
         with jax.enable_x64(True):
             alpha, p = jnp.exp(jnp.asarray(log_alpha)), jnp.exp(jnp.asarray(log_p))
-            m = fedl.moments(alpha, p, tau)
-            u = fedl.uncertainties(alpha, p, tau)
+            m = moments(alpha, p, tau)
+            u = uncertainties(alpha, p, tau)
             return (np.asarray(m.mean_BxK), np.asarray(u.epistemic), np.asarray(u.aleatoric),
                     log_alpha, tau)
 
@@ -170,3 +228,23 @@ class FEDL(Method):
                 else "reference backbone with spectral norm")
         return (f"F-EDL (Flexible Dirichlet heads; {arch}; UM = log(alpha_0 + tau); "
                 f"{self.recipe} reading)")
+
+
+def build(config, setup: MethodSetup) -> FEDL:
+    """`config.method="fedl"`: the protocol backbone with F-EDL's heads (`recipe="source"`: the
+    reference's spectrally normalised nets)."""
+    k, recipe = setup.num_classes, check_recipe(config.recipe)
+    hidden, dropout = int(config.fedl_head_hidden), float(config.fedl_head_dropout)
+
+    def model(axis):
+        if recipe == "protocol":
+            return FEDLModel(backbone(config, k, axis_name=axis), k, hidden, dropout)
+        if config.model == "convnet":   # the reference MNIST net: SN, MLP 576 -> 64 -> 64 -> K
+            return FEDLModel(backbone(config, k, axis_name=axis, spectral_norm=True,
+                                      hidden=(64, 64), dropout_rate=0.0), k, hidden, dropout)
+        return FEDLModel(   # the reference CIFAR net: SN VGG16 features + its head
+            backbone(config, 0, axis_name=axis, spectral_norm=True, hidden=(), dropout_rate=0.0),
+            k, hidden, dropout, alpha_head=SourceVGGAlphaHead(k, hidden, dropout, axis_name=axis))
+
+    return FEDL(model(AXIS), model(None), k, recipe=recipe)
+

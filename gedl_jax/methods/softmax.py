@@ -25,11 +25,13 @@ from gedl_jax.evaluation.scores import categorical_scores, sampled_scores
 from gedl_jax.methods.base import (
     LossOutput,
     Method,
+    MethodSetup,
     StepContext,
     Variables,
     correct_B,
     softmax_probs,
 )
+from gedl_jax.methods.common import build_models
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,3 +106,17 @@ def _renormalised(probs: np.ndarray) -> np.ndarray:
     """float32 softmax rows -> float64 rows that sum to 1 (exactly, up to float64 rounding)."""
     p = np.asarray(probs, dtype=np.float64)
     return p / p.sum(axis=-1, keepdims=True)
+
+
+def build_softmax(config, setup: MethodSetup) -> Softmax:
+    """`config.method="softmax"`: cross-entropy on the logits."""
+    return Softmax(*build_models(config), setup.num_classes)
+
+
+def build_mc_dropout(config, setup: MethodSetup) -> MCDropout:
+    """`config.method="mc_dropout"`: `config.mc_samples` test passes with dropout on; the
+    ConvNet's `config.dropout_rate`, VGG16's own 0.5."""
+    return MCDropout(*build_models(config), setup.num_classes,
+                     num_samples=int(config.mc_samples),
+                     dropout_rate=float(config.dropout_rate) if config.model == "convnet"
+                     else 0.5)

@@ -1,4 +1,4 @@
-"""gedl_jax.steps: the shard_map train step on 4 fake CPU devices equals the single-device step
+"""gedl_jax.run.steps: the shard_map train step on 4 fake CPU devices equals the single-device step
 on the same batch.
 
 SGD (not Adam) is used so that a gradient off by the device count (the shard_map pitfall of
@@ -10,14 +10,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from gedl_jax import configuration, losses, models, sharding, steps
+
+from gedl_jax import configuration
+from gedl_jax import networks as models
+from gedl_jax.methods.evidential import spec_from_config
 from gedl_jax.methods.evidential import Evidential
+from gedl_jax.run import sharding, steps
 
 
 def main() -> None:
     assert jax.device_count() == 4, jax.devices()
     config = configuration.build_config("mnist", "gedl")
-    spec = losses.LossSpec.from_config(config)
+    spec = spec_from_config(config)
     rng = np.random.default_rng(0)
     n, batch = 64, 16
     images = rng.integers(0, 256, size=(n, 28, 28, 1), dtype=np.uint8)

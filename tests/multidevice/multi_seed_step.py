@@ -16,15 +16,18 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
-from gedl_jax import configuration, losses, models, sharding  # noqa: E402
-from gedl_jax import steps as steps_lib  # noqa: E402  (train steps)
+from gedl_jax import configuration  # noqa: E402
+from gedl_jax.run import sharding  # noqa: E402
+from gedl_jax import networks as models  # noqa: E402
+from gedl_jax.run import steps as steps_lib  # noqa: E402  (train steps)
+from gedl_jax.methods.evidential import spec_from_config  # noqa: E402
 from gedl_jax.methods.evidential import Evidential  # noqa: E402
 
 
 def main() -> None:
     assert jax.device_count() == 4, jax.devices()
     config = configuration.build_config("cifar10", "gedl")
-    spec = losses.LossSpec.from_config(config)
+    spec = spec_from_config(config)
     rng = np.random.default_rng(0)
     n, batch, seeds = 48, 8, 2
     images = rng.integers(0, 256, size=(n, 32, 32, 3), dtype=np.uint8)

@@ -1,5 +1,5 @@
 """Batches taken, augmented and scaled on device are laid out over the "data" axis of a 4-device
-mesh (4 examples per device; placed with gedl_jax.sharding, laid out as steps.make_train_step
+mesh (4 examples per device; placed with gedl_jax.run.sharding, laid out as steps.make_train_step
 does), with the same values as on one device. Run by tests/test_data_device.py
 (tests/multidevice/__init__.py: run_script).
 """
@@ -7,7 +7,9 @@ does), with the same values as on one device. Run by tests/test_data_device.py
 import jax
 import jax.numpy as jnp
 import numpy as np
-from gedl_jax import data, sharding
+
+from gedl_jax import data
+from gedl_jax.run import sharding
 
 
 def main() -> None:

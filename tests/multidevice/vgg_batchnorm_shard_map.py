@@ -10,7 +10,7 @@ import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from gedl_jax.models import VGG16
+from gedl_jax.networks import VGG16
 
 
 def main() -> None:

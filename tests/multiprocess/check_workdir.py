@@ -10,7 +10,7 @@ import sys
 
 import jax
 
-from gedl_jax import rundir
+from gedl_jax.run import rundir
 
 
 def main() -> int:

@@ -15,11 +15,12 @@ from typing import Any
 
 import jax
 
-from gedl_jax import checkpointing, configuration, data, experiment, optimizer, sharding, steps
-from gedl_jax.evaluation import core, inference, report
+from gedl_jax import configuration, data
+from gedl_jax.evaluation import core, report
+from gedl_jax.run import checkpointing, experiment, inference, optimizer, sharding, steps
 
-__all__ = ["RestoredRun", "evaluate_and_write", "evaluate_run", "fitted", "predict", "predict_outputs",
-           "restore_run", "saved_config", "write_results"]
+__all__ = ["RestoredRun", "evaluate_and_write", "evaluate_run", "fitted", "predict",
+           "predict_outputs", "restore_run", "saved_config", "write_results"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,7 +110,7 @@ def write_results(results: dict[str, Any], workdir: pathlib.Path, id_pred: core.
 
 def _write_plots(results_dir: pathlib.Path, id_pred: core.Predictions,
                  ood_preds: dict[str, core.Predictions]) -> list[str]:
-    from gedl_jax import metrics  # noqa: PLC0415
+    from gedl_jax.evaluation import metrics  # noqa: PLC0415
     from gedl_jax.evaluation import plots  # noqa: PLC0415 (matplotlib only when plotting)
 
     written = [plots.reliability_diagram(

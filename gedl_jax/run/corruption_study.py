@@ -18,7 +18,8 @@ import numpy as np
 
 from gedl_jax import data
 from gedl_jax.data.registry import corruption_file_stem
-from gedl_jax.evaluation import core, ensemble, workdir
+from gedl_jax.evaluation import core
+from gedl_jax.run import ensemble, workdir
 
 __all__ = ["corruption_study", "study_table"]
 

@@ -22,8 +22,26 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from gedl_jax import evidential as ev
-from gedl_jax.configuration import resolved_prior_strength
+from gedl_jax.evidential.activations import evidence_from_logits
+from gedl_jax.evidential.dirichlet import dirichlet_kl, fisher_logdet
+from gedl_jax.evidential.objectives import (
+    expected_mse,
+    expected_nll,
+    fisher_weighted_mse,
+    fisher_weighted_variance,
+    log_nll,
+    masked_kl_target,
+    red_regularizer,
+)
+from gedl_jax.evidential.prior import (
+    adaptive_prior_strength,
+    dirichlet_alpha,
+    dirichlet_strength,
+    fixed_prior_strength,
+    uncertainty_mass,
+    uniform_base_rate,
+)
+from gedl_jax.evidential.schedules import TauState, edl_annealing, gedl_tau, tau_accumulate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,20 +67,6 @@ class LossSpec:
     red_regularizer_weight: float = 0.0
     warmup_epochs: int = 0
 
-    @classmethod
-    def from_config(cls, config, base_rate: tuple[float, ...] | None = None) -> LossSpec:
-        return cls(
-            num_classes=int(config.num_classes), evidence=config.evidence,
-            exp_clip=float(config.exp_clip), base_rate=base_rate,
-            prior_strength=config.prior_strength,
-            prior_strength_value=resolved_prior_strength(config), c_w=float(config.c_w),
-            likelihood=config.likelihood, kl_target=config.kl_target,
-            kl_schedule=config.kl_schedule, kl_weight=float(config.kl_weight),
-            annealing_epochs=float(config.annealing_epochs), c_tau=float(config.c_tau),
-            tau_reading=config.tau_reading, tau_form=config.get("tau_form", "c_over_sum"),
-            fisher_logdet_weight=float(config.fisher_logdet_weight),
-            red_regularizer_weight=float(config.red_regularizer_weight),
-            warmup_epochs=int(config.warmup_epochs))
 
 
 class EvidentialOutputs(NamedTuple):
@@ -85,34 +89,34 @@ class LossTerms(NamedTuple):
 
 def base_rate_K(spec: LossSpec) -> jax.Array:
     if spec.base_rate is None:
-        return ev.uniform_base_rate(spec.num_classes)
+        return uniform_base_rate(spec.num_classes)
     return jnp.asarray(spec.base_rate, jnp.float32)
 
 
 def evidential_outputs(spec: LossSpec, logits_BxK: jax.Array) -> EvidentialOutputs:
     """logits -> evidence -> W -> alpha (Eq. e2alpha, weight_update)."""
     logits_BxK = logits_BxK.astype(jnp.float32)
-    evidence_BxK = ev.evidence_from_logits(logits_BxK, spec.evidence, exp_clip=spec.exp_clip)
+    evidence_BxK = evidence_from_logits(logits_BxK, spec.evidence, exp_clip=spec.exp_clip)
     if spec.prior_strength == "adaptive":
-        w_B = ev.adaptive_prior_strength(evidence_BxK, spec.c_w)
+        w_B = adaptive_prior_strength(evidence_BxK, spec.c_w)
     else:
-        w_B = ev.fixed_prior_strength(evidence_BxK, spec.prior_strength_value)
-    alpha_BxK = ev.dirichlet_alpha(evidence_BxK, w_B, base_rate_K(spec))
+        w_B = fixed_prior_strength(evidence_BxK, spec.prior_strength_value)
+    alpha_BxK = dirichlet_alpha(evidence_BxK, w_B, base_rate_K(spec))
     return EvidentialOutputs(evidence_BxK, w_B, alpha_BxK)
 
 
 def _likelihood_B(spec: LossSpec, alpha_BxK: jax.Array, labels_B: jax.Array) -> jax.Array:
     if spec.likelihood == "digamma":
-        return ev.expected_nll(alpha_BxK, labels_B)
+        return expected_nll(alpha_BxK, labels_B)
     if spec.likelihood == "log":
-        return ev.log_nll(alpha_BxK, labels_B)
+        return log_nll(alpha_BxK, labels_B)
     if spec.likelihood == "mse":
-        return ev.expected_mse(alpha_BxK, labels_B, include_variance=True)
+        return expected_mse(alpha_BxK, labels_B, include_variance=True)
     if spec.likelihood == "mse_novar":
-        return ev.expected_mse(alpha_BxK, labels_B, include_variance=False)
+        return expected_mse(alpha_BxK, labels_B, include_variance=False)
     if spec.likelihood == "fisher_mse":
-        return (ev.fisher_weighted_mse(alpha_BxK, labels_B)
-                + ev.fisher_weighted_variance(alpha_BxK))
+        return (fisher_weighted_mse(alpha_BxK, labels_B)
+                + fisher_weighted_variance(alpha_BxK))
     raise ValueError(f"unknown likelihood {spec.likelihood!r}")
 
 
@@ -126,25 +130,25 @@ def _kl_B(spec: LossSpec, out: EvidentialOutputs, labels_B: jax.Array) -> jax.Ar
     alpha_BxK = out.alpha_BxK
     if spec.kl_target == "masked":
         # EDL's "KL only on misleading evidence": the true class is reset to the prior value.
-        alpha_BxK = ev.masked_kl_target(alpha_BxK, labels_B, prior_alpha_BxK)
-    return ev.dirichlet_kl(alpha_BxK, prior_alpha_BxK)
+        alpha_BxK = masked_kl_target(alpha_BxK, labels_B, prior_alpha_BxK)
+    return dirichlet_kl(alpha_BxK, prior_alpha_BxK)
 
 
-def kl_weight_and_tau_state(spec: LossSpec, tau_state: ev.TauState, mean_strength: jax.Array,
-                            evidential_epoch: jax.Array) -> tuple[jax.Array, ev.TauState]:
+def kl_weight_and_tau_state(spec: LossSpec, tau_state: TauState, mean_strength: jax.Array,
+                            evidential_epoch: jax.Array) -> tuple[jax.Array, TauState]:
     """The KL weight 1/tau_t of this step (stop-gradient) and the updated tau accumulator."""
     mean_strength = jax.lax.stop_gradient(mean_strength)
     in_warmup = evidential_epoch < 0
     epoch = jnp.maximum(evidential_epoch, 0)
-    new_state, cumulative = ev.tau_accumulate(tau_state, mean_strength, epoch,
+    new_state, cumulative = tau_accumulate(tau_state, mean_strength, epoch,
                                               reading=spec.tau_reading)
     # During a non-evidential warm-up the accumulator does not move.
     new_state = jax.tree.map(lambda new, old: jnp.where(in_warmup, old, new), new_state,
                              tau_state)
     if spec.kl_schedule == "gedl_tau":
-        weight = 1.0 / ev.gedl_tau(cumulative, spec.c_tau, spec.tau_form)
+        weight = 1.0 / gedl_tau(cumulative, spec.c_tau, spec.tau_form)
     elif spec.kl_schedule == "edl_anneal":
-        weight = ev.edl_annealing(epoch.astype(jnp.float32), spec.annealing_epochs)
+        weight = edl_annealing(epoch.astype(jnp.float32), spec.annealing_epochs)
     elif spec.kl_schedule == "constant":
         weight = jnp.float32(1.0)
     else:
@@ -157,17 +161,17 @@ def per_example_loss(
     spec: LossSpec,
     logits_BxK: jax.Array,
     labels_B: jax.Array,
-    tau_state: ev.TauState,
+    tau_state: TauState,
     epoch: jax.Array,
     global_mean: Callable[[jax.Array], jax.Array] = lambda x: x,
-) -> tuple[jax.Array, ev.TauState, LossTerms]:
+) -> tuple[jax.Array, TauState, LossTerms]:
     """The variant's loss for each example, the new tau state and the terms for logging.
 
     `global_mean` averages a per-device scalar over the data-parallel devices (lax.pmean inside
     shard_map), so the tau statistic E[S] is the mean over the *global* batch.
     """
     out = evidential_outputs(spec, logits_BxK)
-    strength_B = ev.dirichlet_strength(out.alpha_BxK)
+    strength_B = dirichlet_strength(out.alpha_BxK)
     mean_strength = global_mean(jnp.mean(jax.lax.stop_gradient(strength_B)))
     mean_w = global_mean(jnp.mean(out.prior_strength_B))
     evidential_epoch = epoch - spec.warmup_epochs
@@ -177,10 +181,10 @@ def per_example_loss(
     kl_B = _kl_B(spec, out, labels_B)
     loss_B = likelihood_B + kl_weight * kl_B
     if spec.fisher_logdet_weight:
-        loss_B = loss_B + spec.fisher_logdet_weight * ev.fisher_logdet(out.alpha_BxK)
+        loss_B = loss_B + spec.fisher_logdet_weight * fisher_logdet(out.alpha_BxK)
     if spec.red_regularizer_weight:
-        u_B = ev.uncertainty_mass(out.alpha_BxK, out.prior_strength_B)
-        loss_B = loss_B + spec.red_regularizer_weight * ev.red_regularizer(
+        u_B = uncertainty_mass(out.alpha_BxK, out.prior_strength_B)
+        loss_B = loss_B + spec.red_regularizer_weight * red_regularizer(
             logits_BxK.astype(jnp.float32), labels_B, u_B)
     if spec.warmup_epochs:
         # Non-evidential warm-up (paper, CIFAR-100): softmax cross-entropy on the logits.

@@ -27,7 +27,7 @@ from jax.sharding import PartitionSpec as P
 
 from gedl_jax import data
 from gedl_jax.methods import Method, StepContext
-from gedl_jax.sharding import AXIS, batch_sharding, replicated
+from gedl_jax.run.sharding import AXIS, batch_sharding, replicated
 
 
 @flax.struct.dataclass

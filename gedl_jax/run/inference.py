@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gedl_jax import data
-from gedl_jax.sharding import put_batched
+from gedl_jax.run.sharding import put_batched
 
 
 def predict_split(predict_step: Callable, variables: Any, method_state: Any, mesh,

@@ -4,7 +4,7 @@ From a config: the inputs obtained (downloaded and verified, or named in one err
 official splits loaded and checked, the seeded train/validation split (`data.split_indices`),
 the OOD sets, the normalisation statistics, and the method (its models and loss, with the base
 rate a computed from the training split's label counts where configured). Training
-(`gedl_jax.train`) and evaluation (`gedl_jax.evaluation.workdir`) both build a run with
+(`gedl_jax.train`) and evaluation (`gedl_jax.run.workdir`) both build a run with
 `Experiment.from_config`, so what is evaluated is what was trained. Nothing here trains or
 evaluates.
 """

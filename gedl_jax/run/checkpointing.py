@@ -20,7 +20,7 @@ from typing import Any
 import jax
 import orbax.checkpoint as ocp
 
-from gedl_jax.rundir import ConfigMismatchError
+from gedl_jax.run.rundir import ConfigMismatchError
 
 
 def _options(folder: pathlib.Path, max_to_keep: int) -> ocp.CheckpointManagerOptions:

@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from gedl_jax import data, experiment
-from gedl_jax.evaluation import core, scores, workdir
+from gedl_jax import data
+from gedl_jax.evaluation import core, scores
+from gedl_jax.run import experiment, workdir
 
 __all__ = ["combine", "evaluate_ensemble_and_write", "member_dirs", "restore_members"]
 

@@ -19,9 +19,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from gedl_jax import data, experiment, steps
+from gedl_jax import data
 from gedl_jax.methods import Method
-from gedl_jax.sharding import put_replicated, replicated
+from gedl_jax.run import experiment, steps
+from gedl_jax.run.sharding import put_replicated, replicated
 
 
 @dataclasses.dataclass

@@ -1,0 +1,419 @@
+"""The training loop: one seed, several seeds (one after another or vmapped), deep ensembles.
+
+`train_and_evaluate(config, workdir)` trains one seed into `workdir` (resuming from its last
+checkpoint), keeps the best-validation and last checkpoints, and evaluates the best one
+(`run.workdir`). The loop is flat: one loop over steps, where epoch ends (validation,
+checkpoint), mid-epoch checkpoints and preemption are events at step boundaries;
+`programs.SeedProgram` hides single versus vmapped seeds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from typing import Any
+
+import jax
+import numpy as np
+
+from gedl_jax import configuration, data
+from gedl_jax.evaluation.core import evaluate_predictions
+from gedl_jax.run import (
+    checkpointing,
+    experiment,
+    inference,
+    optimizer,
+    preemption,
+    programs,
+    rundir,
+    sharding,
+    steps,
+)
+from gedl_jax.run import ensemble as ensemble_eval
+from gedl_jax.run import workdir as workdir_eval
+from gedl_jax.run.progress import MetricsBuffer, NonFiniteLossError
+from gedl_jax.run.rundir import ConfigMismatchError
+
+__all__ = ["ConfigMismatchError", "NonFiniteLossError", "SeedRun", "epoch_eval_summary", "run",
+           "train_and_evaluate", "train_and_evaluate_vmapped", "train_ensemble"]
+
+
+def _log(msg: str) -> None:
+    if jax.process_index() == 0:
+        print(msg, flush=True)
+
+
+@dataclasses.dataclass
+class SeedRun:
+    """One seed's experiment, its workdir and its loop bookkeeping."""
+
+    experiment: experiment.Experiment
+    workdir: pathlib.Path
+    ckpt: checkpointing.RunCheckpoints | None = None
+    writer: rundir.MetricsWriter | None = None
+    best_accuracy: float = -1.0
+    best_step: int = -1
+
+    @property
+    def config(self):
+        return self.experiment.config
+
+    @property
+    def seed(self) -> int:
+        return self.experiment.seed
+
+    def meta(self, step: int, steps_per_epoch: int) -> dict[str, Any]:
+        return {"best_val_accuracy": self.best_accuracy, "best_step": self.best_step,
+                "epoch": step // steps_per_epoch, "variant": self.config.variant,
+                "seed": self.seed}
+
+
+def train_and_evaluate(config, workdir: str | pathlib.Path, *,
+                       stop_after_steps: int | None = None) -> dict[str, Any]:
+    """Train one seed into `workdir` (resuming if it holds a checkpoint), then evaluate.
+
+    `stop_after_steps` ends the loop early as if the process had been killed after that many
+    steps (tests of resumption); checkpoints written before that point stay.
+    """
+    configuration.validate_config(config, jax.device_count())
+    run_ = SeedRun(experiment.Experiment.from_config(config), pathlib.Path(workdir))
+    return _train_seeds([run_], stop_after_steps=stop_after_steps)[0]
+
+
+def train_and_evaluate_vmapped(config, workdir: str | pathlib.Path, seeds: list[int], *,
+                               stop_after_steps: int | None = None) -> list[dict[str, Any]]:
+    """Train `seeds` together in one program (`vmap` over a seed axis), into workdir/seed_<s>.
+
+    Each seed directory ends up with what `train_and_evaluate` writes for that seed alone
+    (config, checkpoints, logs, evaluation), and seed s follows the same data order,
+    augmentation and dropout draws as its sequential run: the parameters agree to float32
+    rounding (the batched convolutions may sum in another order), not bit for bit, which is why
+    `vmap_seeds` is part of the recorded config. Killed and restarted, it resumes from the
+    newest checkpoint step that every seed saved.
+    """
+    configuration.validate_config(config, jax.device_count())
+    official = experiment.OfficialData.load(config)
+    runs = []
+    for seed in seeds:
+        seeded = configuration.with_seed(config, seed)
+        runs.append(SeedRun(experiment.Experiment.from_config(
+            seeded, official.for_seed(seeded, seed)), pathlib.Path(workdir) / f"seed_{seed}"))
+    return _train_seeds(runs, stop_after_steps=stop_after_steps, pool=official.train)
+
+
+def _build_program(runs: list[SeedRun], tx, mesh, settings: steps.StepSettings,
+                   pool: data.Split | None) -> programs.SeedProgram:
+    method = runs[0].experiment.method  # the fields that shape the program are shared
+    if pool is None:
+        return programs.single(method, tx, mesh, settings, runs[0].seed,
+                               runs[0].experiment.data.train)
+    return programs.vmapped(method, tx, mesh, settings, [r.seed for r in runs],
+                            np.stack([r.experiment.data.train_index for r in runs]), pool,
+                            [r.experiment.normalization for r in runs])
+
+
+def _restore(runs: list[SeedRun], program: programs.SeedProgram, mesh,
+             steps_per_epoch: int) -> None:
+    """Continue from the newest `last` checkpoint that every seed saved, if any."""
+    seed_abstract = checkpointing.abstract_like(
+        jax.eval_shape(lambda s: program.member(s, 0), program.state), sharding.replicated(mesh))
+    common_steps = set.intersection(*(r.ckpt.last_steps() for r in runs))
+    if not common_steps:
+        return
+    resume_step = max(common_steps)
+    restored = []
+    for run_ in runs:
+        state, meta = checkpointing.restore_for_resume(run_.ckpt, seed_abstract, resume_step,
+                                                       run_.workdir)
+        run_.best_accuracy, run_.best_step = meta["best_val_accuracy"], meta["best_step"]
+        restored.append(state)
+    program.state = program.stack(restored)
+    _log(f"resumed from {_where(runs)}/checkpoints/last at step {resume_step} "
+         f"(epoch {resume_step // steps_per_epoch})")
+
+
+def _where(runs: list[SeedRun]) -> pathlib.Path:
+    return runs[0].workdir if len(runs) == 1 else runs[0].workdir.parent / "seed_*"
+
+
+class _Validation:
+    """Validation accuracy of every seed at an epoch end; saves each seed's best."""
+
+    def __init__(self, runs: list[SeedRun], mesh):
+        self.runs, self.mesh, self.predict_steps = runs, mesh, {}
+
+    def __call__(self, program: programs.SeedProgram, step: int, epoch: int,
+                 steps_per_epoch: int) -> None:
+        report = []
+        for i, run_ in enumerate(self.runs):
+            member = program.member(program.state, i)
+            accuracy = self._accuracy(run_, member)
+            run_.writer.write(step, "validation", {"accuracy": accuracy})
+            if run_.config.epoch_eval:
+                self._epoch_eval(run_, member, step, epoch)
+            improved = accuracy > run_.best_accuracy
+            if improved:
+                run_.best_accuracy, run_.best_step = accuracy, step
+                run_.ckpt.save_best(step, member, run_.meta(step, steps_per_epoch))
+            report.append((run_, accuracy, improved))
+        if len(report) == 1:
+            run_, accuracy, improved = report[0]
+            best = "" if improved else f" (best {run_.best_accuracy:.4f})"
+            _log(f"epoch {epoch + 1}: validation accuracy {accuracy:.4f}"
+                 f"{' (best)' if improved else best}")
+        else:
+            listed = " ".join(f"{r.seed}:{a:.4f}{'*' if imp else ''}" for r, a, imp in report)
+            _log(f"epoch {epoch + 1}: validation accuracy per seed {listed} (* = best so far)")
+
+    def _epoch_eval(self, run_: SeedRun, state: steps.TrainState, step: int, epoch: int) -> None:
+        """config.epoch_eval: the test and OOD sets scored with the current parameters (as the
+        final evaluation scores the best ones), so a run shows when detection turns down."""
+        exp = run_.experiment
+        restored = workdir_eval.RestoredRun(exp, workdir_eval.fitted(exp, state), self.mesh)
+        id_pred = workdir_eval.predict(restored, exp.data.test)
+        ood_preds = {name: workdir_eval.predict(restored, split, with_labels=False)
+                     for name, split in exp.data.ood.items()}
+        summary = epoch_eval_summary(evaluate_predictions(id_pred, ood_preds))
+        run_.writer.write(step, "epoch_eval", summary)
+        _log(f"epoch {epoch + 1}: " + " ".join(f"{k} {v:.4g}" for k, v in summary.items()))
+
+    def _accuracy(self, run_: SeedRun, state: steps.TrainState) -> float:
+        exp = run_.experiment
+        if exp.normalization not in self.predict_steps:
+            self.predict_steps[exp.normalization] = steps.make_predict_step(
+                exp.method, self.mesh, *exp.normalization)
+        split = exp.data.validation
+        raw = inference.predict_split(self.predict_steps[exp.normalization], state.variables,
+                                      state.method_state, self.mesh, split,
+                                      exp.config.eval_batch_size, experiment.predict_key(exp.seed))
+        return float(np.mean(exp.method.predicted_class(raw) == split.labels))
+
+
+def epoch_eval_summary(results: dict[str, Any]) -> dict[str, float]:
+    """The per-epoch curve's numbers from an `evaluate_predictions` dict: test accuracy, AUPR of
+    misclassification ("conf_<score>") and of each OOD set ("<set>_<score>", ID positive) for
+    MP and UM, and the mean Dirichlet strength S of the test and each OOD set where defined."""
+    summary = {"accuracy": results["id"]["accuracy"]}
+    for score in ("mp", "um"):
+        if score in results["scores"]:
+            summary[f"conf_{score}"] = results["id"]["misclassification"][score]["aupr"]
+            for name, entry in results["ood"].items():
+                summary[f"{name}_{score}"] = entry["detection"][score]["aupr_in"]
+    if "uncertainty" in results["id"]:
+        summary["test_strength"] = results["id"]["uncertainty"]["strength"]
+        for name, entry in results["ood"].items():
+            summary[f"{name}_strength"] = entry["uncertainty"]["strength"]
+    return summary
+
+
+def _progress_line(config, method, averaged: dict[str, float], step: int, total: int,
+                   steps_per_epoch: int, rate: float, eta: str) -> str:
+    extras = "".join(f" {label} {averaged[name]:{fmt}}" for name, label, fmt in
+                     method.progress_logs if name in averaged)
+    return (f"epoch {(step - 1) // steps_per_epoch + 1}/{config.num_epochs} step {step}/{total} "
+            f"loss {averaged['loss']:.4f} acc {averaged['accuracy']:.4f}{extras} | "
+            f"{rate:,.0f} img/s | ETA {eta}")
+
+
+@dataclasses.dataclass
+class _Loop:
+    """Everything the step loop touches, built once by `_prepare_loop`."""
+
+    runs: list[SeedRun]
+    program: programs.SeedProgram
+    buffer: MetricsBuffer
+    validate: _Validation
+    config: Any
+    method: Any
+    steps_per_epoch: int
+    total_steps: int
+
+    def save_last(self, step: int) -> None:
+        self.buffer.flush()
+        for i, run_ in enumerate(self.runs):
+            run_.ckpt.save_last(step, self.program.member(self.program.state, i),
+                                run_.meta(step, self.steps_per_epoch))
+
+    def log_progress(self, step: int, epoch_end: bool) -> None:
+        averaged = self.buffer.flush(keep_last=not epoch_end)
+        if averaged is not None:
+            fetched = self.buffer.last_fetched   # one step behind `step` mid-epoch
+            rate, eta = self.buffer.rate_and_eta(self.config.batch_size * len(self.runs),
+                                                 self.total_steps - fetched)
+            _log(_progress_line(self.config, self.method, averaged, fetched, self.total_steps,
+                                self.steps_per_epoch, rate, eta))
+
+
+def _prepare_loop(runs: list[SeedRun], pool: data.Split | None, mesh) -> _Loop:
+    """Workdirs checked, the program built (or restored from the newest common checkpoint),
+    metrics writers open."""
+    config, method = runs[0].config, runs[0].experiment.method
+    for run_ in runs:
+        rundir.prepare(run_.workdir, run_.config)
+    num_train = len(runs[0].experiment.data.train.labels)
+    steps_per_epoch = num_train // config.batch_size
+    if steps_per_epoch == 0:
+        raise ValueError(f"config.batch_size={config.batch_size} exceeds the {num_train} "
+                         f"training examples")
+    total_steps = steps_per_epoch * config.num_epochs
+    norm = runs[0].experiment.normalization
+    settings = steps.StepSettings(steps_per_epoch=steps_per_epoch,
+                                  batch_size=config.batch_size, augment=config.augment,
+                                  normalize_mean=norm[0], normalize_std=norm[1])
+    program = _build_program(runs, optimizer.make_optimizer(config, total_steps), mesh,
+                             settings, pool)
+    for run_ in runs:
+        run_.ckpt = checkpointing.RunCheckpoints(run_.workdir)
+    _restore(runs, program, mesh, steps_per_epoch)
+    for run_ in runs:
+        run_.writer = rundir.MetricsWriter(run_.workdir)
+    buffer = MetricsBuffer(
+        [r.seed for r in runs], lambda i, step, m: runs[i].writer.write(step, "train", m),
+        on_nonfinite=lambda: [r.ckpt.wait() for r in runs],
+        where=f"{_where(runs)}/checkpoints", steps_per_epoch=steps_per_epoch)
+    together = (f"seeds {','.join(str(r.seed) for r in runs)} trained together (vmap), "
+                if pool is not None else "")
+    _log(f"{config.variant} on {config.dataset} ({method.describe()}): {together}{num_train} "
+         f"train / {len(runs[0].experiment.data.validation.labels)} val, {steps_per_epoch} "
+         f"steps/epoch x {config.num_epochs} epochs, global batch {config.batch_size} on "
+         f"{mesh.size} {jax.devices()[0].platform} device(s)")
+    return _Loop(runs, program, buffer, _Validation(runs, mesh), config, method,
+                 steps_per_epoch, total_steps)
+
+
+def _run_loop(loop: _Loop, stop_after_steps: int | None) -> tuple[int, bool]:
+    """One loop over steps; epoch ends (validate, checkpoint), mid-epoch checkpoints and
+    preemption are events at step boundaries. Returns (steps done, stopped early)."""
+    config, spe, program = loop.config, loop.steps_per_epoch, loop.program
+    step = start = program.current_step()
+    order = None
+    for step in range(start + 1, loop.total_steps + 1):   # `step` counts the steps done
+        if stop_after_steps is not None and step > stop_after_steps:
+            return step - 1, True
+        epoch, epoch_end = (step - 1) // spe, step % spe == 0
+        if order is None or (step - 1) % spe == 0:
+            order = program.epoch_order(epoch)
+        program.state, metrics = program.step(program.state, order)
+        loop.buffer.add(step, metrics)
+        if step % config.log_every_steps == 0 or epoch_end:
+            loop.log_progress(step, epoch_end)
+        if config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0 \
+                and not epoch_end:
+            loop.save_last(step)
+        # Called after every step on every process (JAX's multi-host sync point needs it). At
+        # an epoch end the stop waits for validation and the epoch's checkpoint, so a resumed
+        # run never skips a validation.
+        preempted = preemption.should_stop(step)
+        stop_now = stop_after_steps is not None and step >= stop_after_steps
+        if epoch_end and not stop_now:
+            loop.buffer.flush()
+            if (epoch + 1) % config.eval_every_epochs == 0 or step == loop.total_steps:
+                loop.validate(program, step, epoch, spe)
+            loop.save_last(step)
+        if preempted:
+            loop.save_last(step)
+            _stop_for_preemption(loop.runs, step)
+        if stop_now:
+            return step, True
+    loop.buffer.flush()
+    return step, False
+
+
+def _train_seeds(runs: list[SeedRun], *, stop_after_steps: int | None,
+                 pool: data.Split | None = None) -> list[dict[str, Any]]:
+    """Train one seed, or several together (then `pool` is the official training split the
+    seeds' `train_index` point into), then evaluate each seed's best checkpoint."""
+    mesh = sharding.make_mesh()
+    loop = _prepare_loop(runs, pool, mesh)
+    try:
+        step, stopped_early = _run_loop(loop, stop_after_steps)
+    finally:
+        for run_ in runs:
+            if run_.ckpt is not None:
+                run_.ckpt.wait()
+            if run_.writer is not None:
+                run_.writer.close()
+    return [_finish(run_, loop.program, i, step, stopped_early, mesh)
+            for i, run_ in enumerate(runs)]
+
+
+def _finish(run_: SeedRun, program: programs.SeedProgram, index: int, step: int,
+            stopped_early: bool, mesh) -> dict[str, Any]:
+    """The seed's summary; its best checkpoint evaluated (config.evaluate_at_end)."""
+    summary = {"workdir": str(run_.workdir), "steps": step, "seed": run_.seed,
+               "best_val_accuracy": run_.best_accuracy, "best_step": run_.best_step,
+               "state": program.member(program.state, index)}
+    if not stopped_early and run_.config.evaluate_at_end:
+        abstract = checkpointing.abstract_like(summary["state"], sharding.replicated(mesh))
+        best_state, _ = run_.ckpt.restore_best(abstract)
+        summary["evaluation"] = workdir_eval.evaluate_and_write(
+            run_.experiment, best_state, run_.workdir, mesh=mesh)
+    run_.ckpt.close()
+    return summary
+
+
+def _stop_for_preemption(runs: list[SeedRun], step: int) -> None:
+    """After the `last` checkpoint of every seed is on disk, raise `preemption.Preempted` (the
+    CLI exits with `EXIT_PREEMPTED`)."""
+    for run_ in runs:
+        run_.ckpt.wait()
+    raise preemption.Preempted(step, str(_where(runs)))
+
+
+def _train_seed_list(config, workdir: pathlib.Path, seeds: list[int]) -> list[dict[str, Any]]:
+    """`seeds` into workdir/seed_<s>: together in one program (config.vmap_seeds) or one after
+    another."""
+    if config.vmap_seeds and len(seeds) > 1:
+        _log(f"=== seeds {','.join(map(str, seeds))} (vmap) ===")
+        return train_and_evaluate_vmapped(config, workdir, seeds)
+    results = []
+    for seed in seeds:
+        _log(f"=== seed {seed} ===")
+        results.append(train_and_evaluate(configuration.with_seed(config, seed),
+                                          workdir / f"seed_{seed}"))
+    return results
+
+
+def train_ensemble(config, workdir: str | pathlib.Path) -> dict[str, Any]:
+    """A deep ensemble: `config.ensemble_size` members of the method, trained as seeds
+    seed*N + m into workdir/member_<m>, then scored as one model into workdir (mean
+    probabilities; the mutual information between prediction and member as the epistemic
+    score "neg_mi")."""
+    workdir = pathlib.Path(workdir)
+    size, seed = int(config.ensemble_size), int(config.seed)
+    members = configuration.ensemble_member_config(config)
+    _log(f"=== ensemble of {size} ({config.variant}, seed {seed}): members seeds "
+         f"{seed * size}..{seed * size + size - 1} ===")
+    rundir.prepare(workdir, config)
+    seeds = [seed * size + m for m in range(size)]
+    trained = _train_seed_list(members, workdir / "members", seeds)
+    summary = {"workdir": str(workdir), "seed": seed, "members": trained}
+    if config.evaluate_at_end:
+        member_dirs = [workdir / "members" / f"seed_{s}" for s in seeds]
+        summary["evaluation"] = ensemble_eval.evaluate_ensemble_and_write(
+            config, member_dirs, workdir)
+    return summary
+
+
+def run(config, workdir: str | pathlib.Path) -> list[dict[str, Any]]:
+    """One run per seed of `config.seeds` (workdir/seed_<s>), or a single run in `workdir`;
+    a deep ensemble per seed when `config.ensemble_size` is set."""
+    seeds = configuration.parse_seeds(config)
+    workdir = pathlib.Path(workdir)
+    single_dir = not str(config.seeds).strip()
+    if config.ensemble_size:
+        results = [train_ensemble(configuration.with_seed(config, s),
+                                  workdir if single_dir else workdir / f"seed_{s}")
+                   for s in seeds]
+    elif single_dir:
+        return [train_and_evaluate(config, workdir)]
+    else:
+        results = _train_seed_list(config, workdir, seeds)
+    evaluations = [r["evaluation"] for r in results if "evaluation" in r]
+    if len(evaluations) > 1 and jax.process_index() == 0:
+        from gedl_jax import evaluation  # noqa: PLC0415
+
+        table = evaluation.results_table(evaluations, fmt="markdown")
+        (workdir / "eval_table.md").write_text(table + "\n")
+        _log(f"\n=== {len(evaluations)} seeds, mean ± std ===\n{table}")
+    return results
