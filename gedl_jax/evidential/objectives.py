@@ -6,10 +6,10 @@ Labels are integer class indices in [0, K) of shape (...) (never one-hot). An ou
 (e.g. -1 used as padding) yields NaN, so it cannot silently train on a wrong class: mask padded
 examples with `jnp.where`, not by multiplying.
 
-Numerics: the complement S - alpha_k is formed without cancellation (`_complement_sum`), so
+Numerics: the complement S - alpha_k is formed without cancellation (`complement_sum`), so
 1 - p_y, log(S / alpha_y) and psi(S) - psi(alpha_y) keep float32 relative precision for confident
 predictions (alpha_y = S (1 - 1e-7)) where the textbook expressions round to 0; p and 1 - p are
-written so that their derivatives keep it too (`_probabilities`).
+written so that their derivatives keep it too (`stable_probabilities`).
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from gedl_jax.evidential.dirichlet import (
-    _complement_sum,
-    _digamma_minus_log_diff,
-    _probabilities,
-    _trigamma,
+from gedl_jax.evidential.special import (
+    complement_sum,
+    digamma_minus_log_diff,
+    stable_probabilities,
+    trigamma,
 )
 
 
@@ -61,9 +61,9 @@ def expected_nll(alpha_BxK: ArrayLike, labels_B: ArrayLike) -> jax.Array:
     alpha_BxK = jnp.asarray(alpha_BxK)
     strength_B = jnp.sum(alpha_BxK, axis=-1)
     alpha_y_B = _take_label(alpha_BxK, labels_B)
-    rest_y_B = _take_label(_complement_sum(alpha_BxK), labels_B)
+    rest_y_B = _take_label(complement_sum(alpha_BxK), labels_B)
     return (jnp.log1p(rest_y_B / alpha_y_B)
-            + _digamma_minus_log_diff(alpha_y_B, rest_y_B, strength_B))
+            + digamma_minus_log_diff(alpha_y_B, rest_y_B, strength_B))
 
 
 def log_nll(alpha_BxK: ArrayLike, labels_B: ArrayLike) -> jax.Array:
@@ -85,13 +85,13 @@ def log_nll(alpha_BxK: ArrayLike, labels_B: ArrayLike) -> jax.Array:
     """
     alpha_BxK = jnp.asarray(alpha_BxK)
     alpha_y_B = _take_label(alpha_BxK, labels_B)
-    rest_y_B = _take_label(_complement_sum(alpha_BxK), labels_B)
+    rest_y_B = _take_label(complement_sum(alpha_BxK), labels_B)
     return jnp.log1p(rest_y_B / alpha_y_B)
 
 
 def _squared_error_and_variance(alpha_BxK: jax.Array, labels_B: ArrayLike):
     """Per-class (y_k - p_k)**2 and Var[pi_k] = p_k (1 - p_k) / (S + 1), both (..., K)."""
-    strength_B, p_BxK, one_minus_p_BxK, _ = _probabilities(alpha_BxK)
+    strength_B, p_BxK, one_minus_p_BxK, _ = stable_probabilities(alpha_BxK)
     is_label_BxK = _label_mask(labels_B, alpha_BxK.shape[-1])
     # 1 - p_y comes from the complement sum; NaN for an out-of-range label.
     labels_B = jnp.asarray(labels_B)
@@ -151,7 +151,7 @@ def fisher_weighted_mse(alpha_BxK: ArrayLike, labels_B: ArrayLike) -> jax.Array:
     """
     alpha_BxK = jnp.asarray(alpha_BxK)
     squared_BxK, _ = _squared_error_and_variance(alpha_BxK, labels_B)
-    return jnp.sum(squared_BxK * _trigamma(alpha_BxK), axis=-1)
+    return jnp.sum(squared_BxK * trigamma(alpha_BxK), axis=-1)
 
 
 def fisher_weighted_variance(alpha_BxK: ArrayLike) -> jax.Array:
@@ -169,9 +169,9 @@ def fisher_weighted_variance(alpha_BxK: ArrayLike) -> jax.Array:
       [0.0392]
     """
     alpha_BxK = jnp.asarray(alpha_BxK)
-    strength_B, p_BxK, one_minus_p_BxK, _ = _probabilities(alpha_BxK)
+    strength_B, p_BxK, one_minus_p_BxK, _ = stable_probabilities(alpha_BxK)
     variance_BxK = p_BxK * one_minus_p_BxK / (strength_B + 1.0)[..., None]
-    return jnp.sum(variance_BxK * _trigamma(alpha_BxK), axis=-1)
+    return jnp.sum(variance_BxK * trigamma(alpha_BxK), axis=-1)
 
 
 def masked_kl_target(alpha_BxK: ArrayLike, labels_B: ArrayLike,

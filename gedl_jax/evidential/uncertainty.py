@@ -16,20 +16,21 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from gedl_jax.evidential.dirichlet import (
-    _digamma1p_minus_log_diff,
-    _digamma_diff,
-    _digamma_minus_log_diff,
-    _lgamma_remainder,
-    _probabilities,
+from gedl_jax.evidential.special import (
+    digamma1p_minus_log_diff,
+    digamma_diff,
+    digamma_minus_log_diff,
+    lgamma_remainder,
+    stable_probabilities,
 )
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
 def _probability_and_complement(alpha_BxK: jax.Array):
-    """(S, p_k = alpha_k / S, S - alpha_k), accurate in value and derivative (`_probabilities`)."""
-    probabilities = _probabilities(alpha_BxK)
+    """(S, p_k = alpha_k / S, S - alpha_k), accurate in value and derivative
+    (`special.stable_probabilities`)."""
+    probabilities = stable_probabilities(alpha_BxK)
     return probabilities.strength_B, probabilities.p_BxK, probabilities.rest_BxK
 
 
@@ -74,7 +75,7 @@ def expected_entropy(alpha_BxK: ArrayLike) -> jax.Array:
     """
     alpha_BxK = jnp.asarray(alpha_BxK)
     strength_B, p_BxK, rest_BxK = _probability_and_complement(alpha_BxK)
-    gap_BxK = _digamma_diff(alpha_BxK + 1.0, rest_BxK, (strength_B + 1.0)[..., None])
+    gap_BxK = digamma_diff(alpha_BxK + 1.0, rest_BxK, (strength_B + 1.0)[..., None])
     return jnp.sum(p_BxK * gap_BxK, axis=-1)
 
 
@@ -103,7 +104,7 @@ def mutual_information(alpha_BxK: ArrayLike) -> jax.Array:
     """
     alpha_BxK = jnp.asarray(alpha_BxK)
     strength_B, p_BxK, rest_BxK = _probability_and_complement(alpha_BxK)
-    gap_BxK = _digamma1p_minus_log_diff(alpha_BxK, rest_BxK, strength_B[..., None])
+    gap_BxK = digamma1p_minus_log_diff(alpha_BxK, rest_BxK, strength_B[..., None])
     return jnp.sum(p_BxK * gap_BxK, axis=-1)
 
 
@@ -157,10 +158,10 @@ def differential_entropy(alpha_BxK: ArrayLike) -> jax.Array:
     num_classes = alpha_BxK.shape[-1]
     strength_B, _, rest_BxK = _probability_and_complement(alpha_BxK)
     half_log_p_B = -0.5 * jnp.sum(jnp.log1p(rest_BxK / alpha_BxK), axis=-1)
-    d_gap_BxK = _digamma_minus_log_diff(alpha_BxK, rest_BxK, strength_B[..., None])
+    d_gap_BxK = digamma_minus_log_diff(alpha_BxK, rest_BxK, strength_B[..., None])
     return (half_log_p_B
             - 0.5 * (num_classes - 1) * (jnp.log(strength_B) - 2.0 * _HALF_LOG_2PI)
-            + jnp.sum(_lgamma_remainder(alpha_BxK), axis=-1) - _lgamma_remainder(strength_B)
+            + jnp.sum(lgamma_remainder(alpha_BxK), axis=-1) - lgamma_remainder(strength_B)
             + jnp.sum((alpha_BxK - 1.0) * d_gap_BxK, axis=-1))
 
 
@@ -178,7 +179,7 @@ def variance_sum(alpha_BxK: ArrayLike) -> jax.Array:
       [0.1667 0.059 ]
     """
     alpha_BxK = jnp.asarray(alpha_BxK)
-    strength_B, p_BxK, one_minus_p_BxK, _ = _probabilities(alpha_BxK)
+    strength_B, p_BxK, one_minus_p_BxK, _ = stable_probabilities(alpha_BxK)
     return jnp.sum(p_BxK * one_minus_p_BxK, axis=-1) / (strength_B + 1.0)
 
 
