@@ -39,6 +39,7 @@ from gedl_jax.evidential.special import (
     digamma_minus_log,
     digamma_minus_log_diff,
     gauss_legendre,
+    near_split,
     phi_times,
     scaled_trigamma_minus_one,
     trigamma_parts,
