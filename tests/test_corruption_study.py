@@ -11,7 +11,7 @@ import pytest
 from data_fixtures import specs_for, write_npz
 
 from gedl_jax import configuration, data, evaluate, evaluation
-from gedl_jax.data import corruptions, registry
+from gedl_jax.data import regenerate, registry
 from gedl_jax.run import ensemble, experiment, workdir
 
 
@@ -36,7 +36,7 @@ def test_corruption_study_scores_the_trained_alpha_and_names_its_source(tmp_path
     write_npz(root / "cifar10" / "test.npz", test_images, test_labels)
     with registry.override_file_specs("cifar10", "arrays",
                                       specs_for(root / "cifar10", ["test.npz"])):
-        corruptions.regenerate_cifar10c(root, corruptions=["snow", "pixelate"], seed=4)
+        regenerate.regenerate_cifar10c(root, corruptions=["snow", "pixelate"], seed=4)
 
     config = configuration.build_config("cifar10", "gedl")
     config.base_rate = "label_frequency"

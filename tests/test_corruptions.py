@@ -17,6 +17,7 @@ from scipy import stats
 
 from gedl_jax import data
 from gedl_jax.data import corruptions as C
+from gedl_jax.data import regenerate
 from gedl_jax.data import readers, registry
 
 SEVERITIES = (1, 2, 3, 4, 5)
@@ -272,10 +273,10 @@ def cifar10_root(tmp_path):
 @pytest.mark.usefixtures("no_network", "isolated_env")
 def test_regenerated_layout_is_read_back_by_the_release_reader(cifar10_root, tmp_path):
     root, images, labels = cifar10_root
-    with pytest.raises(data.MissingDataError, match="python -m gedl_jax.data.corruptions"):
+    with pytest.raises(data.MissingDataError, match="python -m gedl_jax.data.regenerate"):
         data.load_corrupted("snow", 1, data_dir=root, tfds_data_dir=tmp_path / "t")
-    folder = C.regenerate_cifar10c(root, corruptions=["snow", "pixelate", "frosted_glass_blur"],
-                                   seed=3, num_examples=5)
+    folder = regenerate.regenerate_cifar10c(
+        root, corruptions=["snow", "pixelate", "frosted_glass_blur"], seed=3, num_examples=5)
     assert folder == root / "cifar10_corrupted_regenerated" / "CIFAR-10-C"
     assert sorted(p.name for p in folder.iterdir()) == [
         "glass_blur.npy", "labels.npy", "pixelate.npy", "provenance.json", "snow.npy"]
@@ -308,7 +309,7 @@ def test_regenerated_layout_is_read_back_by_the_release_reader(cifar10_root, tmp
     assert not list(folder.glob("*.tmp")) and not list(folder.glob(".*"))
     # Another subset would make labels.npy disagree with the files already there.
     with pytest.raises(data.DataError, match="num_examples"):
-        C.regenerate_cifar10c(root, corruptions=["brightness"], num_examples=4)
+        regenerate.regenerate_cifar10c(root, corruptions=["brightness"], num_examples=4)
     # The official files win where they are present.
     arrays = cifar10c_arrays(n=4, stems=("snow",))
     write_cifar10c_folder(root / "cifar10_corrupted" / "CIFAR-10-C", arrays)

@@ -3,6 +3,7 @@ docs/architecture.md (a temperature-scaled softmax) trained by the real step, pr
 predictor, scored by `evaluate_predictions`; and what every registered method must satisfy."""
 
 import dataclasses
+import json
 import re
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import optax
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from gedl_jax import configuration, data, evaluation, methods
+from gedl_jax import configuration, data, evaluation, methods, train
 from gedl_jax.run import inference, sharding, steps
 
 ARCHITECTURE = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
@@ -24,6 +25,7 @@ def _documented_example() -> dict:
     """Execute the method class of docs/architecture.md's worked example as written."""
     text = ARCHITECTURE.read_text()
     code = re.search(r"```python\n# gedl_jax/methods/tempered.py\n(.*?)```", text, re.S).group(1)
+    assert "def build(config, setup" in code   # the file carries its builder
     namespace: dict = {}
     exec(compile(code, "docs/architecture.md", "exec"), namespace)  # noqa: S102
     return namespace
@@ -45,6 +47,30 @@ class _TinyNet(__import__("flax").linen.Module):
     def __call__(self, x, train=False, dropout=None):
         import flax.linen as nn  # noqa: PLC0415
         return nn.Dense(self.num_classes)(x.reshape(x.shape[0], -1))
+
+
+def test_worked_example_from_its_preset_through_training(generated_data_files, tmp_path,
+                                                          monkeypatch):
+    """Adding the method is its file, one line of the method table and its preset (the doc's
+    words); then the trainer runs it from the preset like any built-in method."""
+    example = _documented_example()
+    monkeypatch.setitem(methods.METHODS, "tempered", example["build"])
+    monkeypatch.setitem(configuration.VARIANTS, "tempered",
+                        configuration._variant(method="tempered"))
+    with generated_data_files.registered() as root:
+        c = configuration.build_config("mnist", "tempered")
+        for key, value in {"data_dir": str(root), "train_examples": 256, "val_examples": 64,
+                           "batch_size": 32, "num_epochs": 2, "eval_batch_size": 64,
+                           "eval_examples": 64, "ood_datasets": "kmnist", "plots": False,
+                           "learning_rate": 3e-3}.items():
+            c[key] = value
+        configuration.validate_config(c)
+        summary = train.train_and_evaluate(c, tmp_path)
+    assert summary["steps"] == 16
+    results = json.loads((tmp_path / "eval_results.json").read_text())
+    assert results["scores"] == ["mp", "neg_entropy"] and results["id"]["accuracy"] > 0.25
+    assert "Tempered" in type(methods.from_config(
+        c, methods.MethodSetup(10, (5,) * 10, (28, 28, 1)))).__name__
 
 
 def test_documented_worked_example_trains_and_evaluates():

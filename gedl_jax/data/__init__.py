@@ -5,7 +5,7 @@
     oods = [data.load_ood(n, data_dir) for n in data.default_ood_sets("mnist")]  # kmnist, fmnist
     extra = data.load_ood("/path/to/idx_folder")   # any folder of MNIST-format t10k IDX files
     fog3 = data.load_corrupted("fog", 3, data_dir)  # CIFAR-10-C (official, else regenerated)
-    # python -m gedl_jax.data.corruptions --data_dir=D  regenerates CIFAR-10-C (corruptions.py)
+    # python -m gedl_jax.data.regenerate --data_dir=D   regenerates CIFAR-10-C (regenerate.py)
 
 Host side (numpy): registry.py (names, shapes, registered checksums), locations.py (the data
 folder), download.py (verified download, mirror, offline switch), fetch.py (its command line,

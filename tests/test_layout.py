@@ -1,0 +1,119 @@
+"""The package layout keeps its rules (docs/architecture.md, "Layers"): no import cycle, the
+evaluation layer imports nothing run-level, the math layer nothing above it, and no function is
+longer than 80 lines. The import graph counts function-level imports too."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "gedl_jax"
+
+# layer -> package prefixes it must not import (each layer may import only what is below it).
+FORBIDDEN = {
+    "gedl_jax.evidential": ("gedl_jax.evaluation", "gedl_jax.networks", "gedl_jax.methods",
+                            "gedl_jax.data", "gedl_jax.run", "gedl_jax.configuration",
+                            "gedl_jax.train", "gedl_jax.evaluate"),
+    "gedl_jax.evaluation": ("gedl_jax.networks", "gedl_jax.methods", "gedl_jax.run",
+                            "gedl_jax.train", "gedl_jax.evaluate"),
+    "gedl_jax.networks": ("gedl_jax.methods", "gedl_jax.run", "gedl_jax.train",
+                          "gedl_jax.evaluate", "gedl_jax.data"),
+    "gedl_jax.methods": ("gedl_jax.run", "gedl_jax.train", "gedl_jax.evaluate"),
+    "gedl_jax.data": ("gedl_jax.methods", "gedl_jax.run", "gedl_jax.train",
+                      "gedl_jax.evaluate", "gedl_jax.networks"),
+    "gedl_jax.configuration": ("gedl_jax.methods", "gedl_jax.run", "gedl_jax.train",
+                               "gedl_jax.evaluate", "gedl_jax.networks", "gedl_jax.data"),
+    "gedl_jax.run": ("gedl_jax.train", "gedl_jax.evaluate"),
+}
+MAX_FUNCTION_LINES = 80
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, ast.Module]:
+    return {_module_name(p): ast.parse(p.read_text(), str(p))
+            for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _imports(name: str, tree: ast.Module, known: set[str]) -> set[str]:
+    """Every gedl_jax module `name` imports, at any depth of the file."""
+    found = set()
+    package = name if any(k.startswith(name + ".") for k in known) else name.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("gedl_jax")}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]
+                                + ([node.module] if node.module else []))
+            if not base.startswith("gedl_jax"):
+                continue
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                found.add(sub if sub in known else base)
+    return {m for m in found if m in known and m != name}
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(name, tree, set(modules)) for name, tree in modules.items()}
+
+
+def test_no_import_cycle(graph):
+    # The package __init__ maps old module names to their new places (one release), lazily:
+    # its edges are not real dependencies.
+    edges = {m: {d for d in deps if d != "gedl_jax"} for m, deps in graph.items()
+             if m != "gedl_jax"}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m):
+        state[m] = 1
+        stack.append(m)
+        for d in sorted(edges.get(m, ())):
+            if state.get(d) == 1:
+                cycle = stack[stack.index(d):] + [d]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if d not in state:
+                visit(d)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(edges):
+        if m not in state:
+            visit(m)
+
+
+def test_layers_import_only_what_is_below_them(graph):
+    bad = []
+    for module, deps in graph.items():
+        for layer, forbidden in FORBIDDEN.items():
+            if module == layer or module.startswith(layer + "."):
+                bad += [f"{module} imports {d}" for d in sorted(deps)
+                        if any(d == f or d.startswith(f + ".") for f in forbidden)]
+    assert not bad, "\n".join(bad)
+
+
+def test_no_function_longer_than_80_lines():
+    long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} "
+                                f"{node.name} ({length} lines)")
+    assert not long, "\n".join(long)
+
+
+def test_the_graph_sees_function_level_imports(graph):
+    """A mutation check of the checker itself: run/workdir.py imports metrics inside a
+    function."""
+    assert "gedl_jax.evaluation.metrics" in graph["gedl_jax.run.workdir"]
