@@ -12,7 +12,7 @@ every round's median (spread = machine noise; the project's CPUs are shared).
 
 The PyTorch reference (`--torch`, needs a python with torch, not the project's venv) runs the
 same architectures, loss, Adam and batch with `--threads` intra-op threads.
-Results on the 2-core CPU are in the module docstring of gedl_jax/models.py.
+Results on the 2-core CPU are in the module docstring of gedl_jax/networks/layers.py.
 """
 
 from __future__ import annotations
