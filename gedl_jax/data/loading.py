@@ -30,18 +30,20 @@ import numpy as np
 
 from gedl_jax.data import cache as cache_lib
 from gedl_jax.data import download as download_lib
-from gedl_jax.data import readers, regenerated, tfds_source
+from gedl_jax.data import derived, readers, regenerated, tfds_source
 from gedl_jax.data.arrays import Split, check_arrays
 from gedl_jax.data.errors import CorruptDataError, DataError, MissingDataError
 from gedl_jax.data.locations import ENV_DATA_DIR, data_dir_origin, resolve_data_dir
 from gedl_jax.data.registry import (
     CORRUPTION_FILES,
     DATASETS,
+    DERIVED_OOD,
     DatasetInfo,
     SourceSpec,
     corruption_file_stem,
     get_info,
     registered_files,
+    source_split,
 )
 
 log = logging.getLogger(__name__)
@@ -292,6 +294,8 @@ def ensure_available(wanted: list[tuple[str, str]], data_dir: PathLike | None = 
     official files (fetched first when allowed) with the data folder as TFDS's manual_dir, which
     needs TensorFlow (extra `tfds-prepare`)."""
     _check_source(source)
+    # A derived OOD set needs its source's split (e.g. cifar10_gray28 -> cifar10 test).
+    wanted = list(dict.fromkeys(source_split(name, split) for name, split in wanted))
     for name, split in wanted:
         _check_split(get_info(name), split)
     mode = download_lib.download_mode(download)
@@ -376,18 +380,24 @@ def load_ood(name_or_path: PathLike, data_dir: PathLike | None = None,
              tfds_data_dir: PathLike | None = None, *, download: str | None = "auto",
              mirror: str | None = None) -> Split:
     """An OOD set: the official *test* split of a registered dataset (only its test files need be
-    present or fetched, e.g. kmnist's two t10k files), or a folder of MNIST-format IDX test
-    files."""
+    present or fetched, e.g. kmnist's two t10k files), a derived OOD set (registry.DERIVED_OOD:
+    e.g. "cifar10_gray28", the CIFAR-10 test split converted by gedl_jax.data.derived, from the
+    same verified files), or a folder of MNIST-format IDX test files."""
     if isinstance(name_or_path, str) and name_or_path in DATASETS:
         return load_split(name_or_path, "test", data_dir, cache_dir, source, tfds_data_dir,
                           download=download, mirror=mirror)
+    if isinstance(name_or_path, str) and name_or_path in DERIVED_OOD:
+        spec = DERIVED_OOD[name_or_path]
+        src = load_split(spec.source, spec.split, data_dir, cache_dir, source, tfds_data_dir,
+                         download=download, mirror=mirror)
+        return derived.derive(spec.name, spec.transform, src)
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         return read_idx_folder(path)
     raise MissingDataError(
-        f"OOD set {str(name_or_path)!r} is neither a registered dataset ({sorted(DATASETS)}) nor "
-        "an existing folder of MNIST-format IDX files (t10k-images-idx3-ubyte.gz + "
-        "t10k-labels-idx1-ubyte.gz)")
+        f"OOD set {str(name_or_path)!r} is neither a registered dataset ({sorted(DATASETS)}), "
+        f"nor a derived OOD set ({sorted(DERIVED_OOD)}), nor an existing folder of MNIST-format "
+        "IDX files (t10k-images-idx3-ubyte.gz + t10k-labels-idx1-ubyte.gz)")
 
 
 def _tfds_corruption_name(corruption: str) -> str:

@@ -219,7 +219,10 @@ def get_info(name: str) -> DatasetInfo:
     try:
         return DATASETS[name]
     except KeyError:
-        raise DataError(f"unknown dataset {name!r}; known datasets: {sorted(DATASETS)} "
+        derived = (f", derived OOD sets (load_ood only): {sorted(DERIVED_OOD)}"
+                   if name not in DERIVED_OOD else
+                   f"; {name!r} is a derived OOD set: load it with load_ood")
+        raise DataError(f"unknown dataset {name!r}; known datasets: {sorted(DATASETS)}{derived} "
                         "(an extra OOD set can also be a folder of MNIST-format IDX files, "
                         "see load_ood)") from None
 
@@ -296,6 +299,82 @@ def default_ood_sets(name: str) -> tuple[str, ...]:
     """The OOD test sets of the protocol for in-distribution dataset `name` (variants.md 8.2):
     mnist -> (kmnist, fashion_mnist); cifar10 -> (svhn_cropped, cifar100)."""
     return get_info(name).default_ood
+
+
+# ------------------------------------------------------------- derived OOD sets, near / far
+@dataclasses.dataclass(frozen=True)
+class DerivedSpec:
+    """An OOD set derived deterministically from the test split of a registered dataset
+    (gedl_jax.data.derived): no files of its own, only its source's verified files."""
+
+    name: str
+    source: str                       # the registered dataset whose test split is converted
+    transform: str                    # "gray28" or "rgb32" (derived.TRANSFORMS)
+    image_shape: tuple[int, int, int]
+    description: str = ""
+    split: str = "test"
+
+
+DERIVED_OOD: dict[str, DerivedSpec] = {
+    "cifar10_gray28": DerivedSpec(
+        "cifar10_gray28", "cifar10", "gray28", (28, 28, 1),
+        "CIFAR-10 test as 28x28 grayscale (BT.601 luma, exact area averaging): far OOD for the "
+        "MNIST family"),
+    "mnist_rgb32": DerivedSpec(
+        "mnist_rgb32", "mnist", "rgb32", (32, 32, 3),
+        "MNIST test zero-padded to 32x32, gray copied to RGB: far OOD for CIFAR-10"),
+    "fashion_mnist_rgb32": DerivedSpec(
+        "fashion_mnist_rgb32", "fashion_mnist", "rgb32", (32, 32, 3),
+        "Fashion-MNIST test zero-padded to 32x32, gray copied to RGB: far OOD for CIFAR-10"),
+}
+
+# Near / far OOD sets per in-distribution dataset. The split follows OpenOOD v1.5 (Zhang et al.,
+# 2023; configs/datasets/*/..._ood.yml) restricted to what we load: for MNIST it lists NotMNIST and
+# Fashion-MNIST as near (grayscale 28x28 glyph / object images; KMNIST, cursive characters in the
+# same format, plays NotMNIST's role here) and Textures, CIFAR-10, TinyImageNet, Places365 as far
+# (natural colour images); for CIFAR-10 it lists CIFAR-100 and TinyImageNet as near (natural
+# images of similar objects) and MNIST, SVHN, Textures, Places365 as far. Fashion-MNIST is far for
+# CIFAR-10 for the same reason as MNIST (grayscale, centred single items on a black background).
+OOD_GROUPS: dict[str, dict[str, tuple[str, ...]]] = {
+    "mnist": {"near": ("kmnist", "fashion_mnist"), "far": ("cifar10_gray28",)},
+    "cifar10": {"near": ("cifar100",),
+                "far": ("svhn_cropped", "mnist_rgb32", "fashion_mnist_rgb32")},
+}
+
+
+def is_ood_name(name: str) -> bool:
+    """Whether `name` is an OOD set `load_ood` knows by name (registered or derived)."""
+    return name in DATASETS or name in DERIVED_OOD
+
+
+def source_split(name: str, split: str = "test") -> tuple[str, str]:
+    """The registered (dataset, split) whose files `name`'s `split` is read from: itself for a
+    registered dataset, its source's test split for a derived OOD set."""
+    if name in DERIVED_OOD:
+        if split != "test":
+            raise DataError(f"{name} is a derived OOD set with only a test split, not {split!r}")
+        spec = DERIVED_OOD[name]
+        return spec.source, spec.split
+    get_info(name)
+    return name, split
+
+
+def ood_group(id_dataset: str, ood_name: str) -> str | None:
+    """"near" or "far" for OOD set `ood_name` with `id_dataset` in distribution (OOD_GROUPS), or
+    None where none is declared (an undeclared pair, or an extra OOD folder).
+
+    >>> ood_group("mnist", "fashion_mnist"), ood_group("cifar10", "mnist_rgb32")
+    ('near', 'far')
+    """
+    for group, names in OOD_GROUPS.get(id_dataset, {}).items():
+        if ood_name in names:
+            return group
+    return None
+
+
+def ood_sets_by_group(id_dataset: str) -> dict[str, tuple[str, ...]]:
+    """{"near": (...), "far": (...)} of `id_dataset`; empty where none is declared."""
+    return dict(OOD_GROUPS.get(id_dataset, {}))
 
 
 def corruption_file_stem(corruption: str) -> str:
