@@ -9,10 +9,7 @@ import pytest
 
 from gedl_jax.evaluation import ood_aupr
 
-try:   # the metrics module is moving to gedl_jax/evaluation/metrics.py
-    from gedl_jax.evaluation import metrics as metrics_lib
-except ImportError:
-    from gedl_jax import metrics as metrics_lib
+from gedl_jax.evaluation import metrics as metrics_lib
 
 
 def test_hand_example_differs_from_average_precision_by_one_24th():

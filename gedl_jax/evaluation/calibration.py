@@ -50,7 +50,7 @@ considered:
    grid over log s followed by a bounded Brent refinement around the best grid point.
 
 The small ``calibration_summary`` (NLL, Brier, 15-bin ECE, accuracy) follows the conventions of
-``gedl_jax.metrics`` (top-label ECE on (lower, upper] bins; NLL with p clipped at float64 eps;
+``evaluation.metrics`` (top-label ECE on (lower, upper] bins; NLL with p clipped at float64 eps;
 squared multi-class Brier) without importing it; the tests check they agree.
 
 >>> import numpy as np
@@ -76,7 +76,7 @@ __all__ = ["EvidenceScaleFit", "TemperatureFit", "apply_evidence_scale", "apply_
            "probs_as_logits"]
 
 _TINY = float(np.finfo(np.float64).tiny)   # log(_TINY) = -708.4, finite
-_EPS = float(np.finfo(np.float64).eps)     # NLL clipping, as gedl_jax.metrics.nll
+_EPS = float(np.finfo(np.float64).eps)     # NLL clipping, as gedl_jax.evaluation.metrics.nll
 
 
 @dataclasses.dataclass(frozen=True)
@@ -325,7 +325,7 @@ def fit_evidence_scale(evidence_NxK: Any, prior_strength_N: Any, labels_N: Any,
 # ------------------------------------------------------------------------------------ summary
 def calibration_summary(probs_NxK: Any, labels_N: Any, num_bins: int = 15) -> dict[str, float]:
     """{"accuracy", "nll", "brier", "ece"} of probabilities, with the conventions of
-    ``gedl_jax.metrics``: NLL with p_y clipped to [eps, 1 - eps]; Brier = mean_i sum_k
+    ``gedl_jax.evaluation.metrics``: NLL with p_y clipped to [eps, 1 - eps]; Brier = mean_i sum_k
     (p_ik - y_ik)^2; ECE = top-label, ``num_bins`` equal-width bins (lower, upper].
 
     >>> calibration_summary(np.array([[0.75, 0.25], [0.75, 0.25]]), np.array([0, 1]))["ece"]

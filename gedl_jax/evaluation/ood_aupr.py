@@ -1,6 +1,6 @@
 """OpenOOD-style AUPR: the trapezoidal area under the precision-recall curve, as an option.
 
-The project's AUPR (``gedl_jax.metrics.average_precision``, the paper's and the I-EDL / R-EDL
+The project's AUPR (``evaluation.metrics.average_precision``, the paper's and the I-EDL / R-EDL
 code's) is *average precision*, the step-wise sum sum_n (R_n - R_{n-1}) P_n over the distinct
 thresholds. OpenOOD (v1.5, ``openood/evaluators/metrics.py``) reports instead
 
@@ -104,6 +104,6 @@ def aupr_trapezoidal(id_scores_N: Any, ood_scores_M: Any, positive: str = "in") 
 
 def ood_aupr_trapezoidal(id_scores_N: Any, ood_scores_M: Any) -> dict[str, float]:
     """{"aupr_in_trapezoidal", "aupr_out_trapezoidal"}: both of OpenOOD's AUPRs, beside the
-    default average-precision "aupr_in" / "aupr_out" of ``gedl_jax.metrics.ood_detection``."""
+    default average-precision "aupr_in" / "aupr_out" of ``evaluation.metrics.ood_detection``."""
     return {"aupr_in_trapezoidal": aupr_trapezoidal(id_scores_N, ood_scores_M, "in"),
             "aupr_out_trapezoidal": aupr_trapezoidal(id_scores_N, ood_scores_M, "out")}
