@@ -118,7 +118,7 @@ def compiled_train_step(model_name: str, batch: int, dtype: str, num_devices: in
         jax.block_until_ready(m)
         current["state"] = state
 
-    run.compiled = compiled   # for bin/profile_step.py: the optimized HLO behind the timings
+    run.compiled = compiled   # for benchmarks/profile_step.py: the optimized HLO behind the timings
     return run, compile_s
 
 

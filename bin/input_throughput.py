@@ -7,28 +7,29 @@ images/s as the median over repeats after a warm-up (compile) call, the per-epoc
 cost, and, where a model is available, the model's train step time at the same batch size, so
 anyone can see the input never limits training.
 
-    python bin/input_throughput.py                              # synthetic uint8, real split sizes
-    python bin/input_throughput.py --data_dir ../shared/data    # the real splits (+ decode times)
+    python bin/input_throughput.py --synthetic                  # synthetic uint8, real split sizes
+    python bin/input_throughput.py --data_dir DATA_DIR          # the real splits (+ decode times)
     python bin/input_throughput.py --batch 128,1024 --repeats 7 --steps 50
+
+Without --data_dir it reads the real splits from $GEDL_DATA_DIR where that is set, else it times
+synthetic arrays. The model step time comes from bin/benchmark.py beside it.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import jax
+import numpy as np
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-
-from gedl_jax import data  # noqa: E402
+from gedl_jax import data
 
 SHAPES = {"mnist": ((48000, 28, 28, 1), False), "cifar10": ((47500, 32, 32, 3), True)}
 
@@ -52,13 +53,13 @@ def model_step_time(dataset: str, batch_size: int) -> float | None:
     """HOOK (for the integrator): seconds per jitted train step of the dataset's model (ConvNet
     for mnist, VGG16-bn for cifar10) at `batch_size`, measured like `measure` below; None when the
     model/train modules are not available. The input numbers above do not depend on it."""
-    import os  # noqa: PLC0415
-    import sys  # noqa: PLC0415
-
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    # bin/benchmark.py (the real GEDL train step), loaded from its file: bin/ is not a package.
+    spec = importlib.util.spec_from_file_location("gedl_jax_bin_benchmark",
+                                                  Path(__file__).with_name("benchmark.py"))
     try:
-        import benchmark  # noqa: PLC0415  (bin/benchmark.py: the real GEDL train step)
-    except ImportError:
+        benchmark = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(benchmark)
+    except (ImportError, OSError):
         return None
     model = "convnet" if dataset in ("mnist", "fashion_mnist", "kmnist") else "vgg16"
     row = benchmark.bench_one(model, batch_size, "float32", 1, steps=3, repeats=3)
@@ -92,7 +93,7 @@ def measure(images, labels, batch_size: int, augment: bool, repeats: int, steps:
         times.append(time.perf_counter() - t)
     perm_time = statistics.median(times)
     step = make_input_step(batch_size, augment)
-    per_epoch = data.steps_per_epoch(n, batch_size)
+    per_epoch = n // batch_size   # full batches per epoch, as training (remainder dropped)
     jax.block_until_ready(step(images, labels, perm, 0))  # compile
     times = []
     for r in range(repeats):
@@ -142,7 +143,9 @@ def main(argv=None) -> None:
     for dataset in args.datasets.split(","):
         _, augment = SHAPES[dataset]
         images_np, labels_np, kind = load_arrays(dataset, data_dir, args.cache_dir)
-        images, labels = data.put_on_device((images_np, labels_np))
+        # on the default device, once, as training keeps its split
+        images = jax.device_put(images_np)
+        labels = jax.device_put(np.asarray(labels_np, np.int32))
         for b in (int(x) for x in args.batch.split(",")):
             t_in, t_perm = measure(images, labels, b, augment, args.repeats, args.steps)
             t_model = model_step_time(dataset, b)

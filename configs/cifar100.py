@@ -3,7 +3,7 @@
 Usage:
   python -m gedl_jax.train --config=configs/cifar100.py --workdir=runs/cifar100_gedl
   python -m gedl_jax.train --config=configs/cifar100.py:edl --workdir=runs/cifar100_edl
-  python -m gedl_jax.train --config=configs/cifar100.py:gedl,quick --workdir=/tmp/cifar100_quick
+  python -m gedl_jax.train --config=configs/cifar100.py:gedl,quick --workdir=runs/cifar100_quick
   python -m gedl_jax.train --config=configs/cifar100.py --config.c_w=0.7 --config.seeds=0,1,2 ...
 
 Variants: gedl, edl, iedl, redl, red, ablation_base, ablation_kl_all, ablation_kl_all_tau,

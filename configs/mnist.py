@@ -3,7 +3,7 @@
 Usage:
   python -m gedl_jax.train --config=configs/mnist.py --workdir=runs/mnist_gedl
   python -m gedl_jax.train --config=configs/mnist.py:edl --workdir=runs/mnist_edl
-  python -m gedl_jax.train --config=configs/mnist.py:gedl,quick --workdir=/tmp/mnist_quick
+  python -m gedl_jax.train --config=configs/mnist.py:gedl,quick --workdir=runs/mnist_quick
   python -m gedl_jax.train --config=configs/mnist.py --config.c_w=0.7 --config.seeds=0,1,2 ...
 
 Variants: gedl, edl, iedl, redl, red, ablation_base, ablation_kl_all, ablation_kl_all_tau,

@@ -12,17 +12,25 @@
   cache, no data folder from the environment), `generated_data` (a data folder of small,
   learnable MNIST / KMNIST / Fashion-MNIST files in the official IDX gz format, their checksums
   registered for the test: the training-mechanics tests run on it, offline, on any machine).
+- The repository root is importable, so tests import the research scripts as the package
+  `benchmarks` (run as `python -m benchmarks.<name>` from the root). `python -m pytest` from the
+  root has it already; this covers a bare `pytest` and other working directories. It is
+  appended, so an installed gedl_jax still comes first.
 """
 
 from __future__ import annotations
 
 import socket
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import jax
 import pytest
 from data_fixtures import GeneratedData, write_generated_data
+
+if str(Path(__file__).resolve().parents[1]) not in sys.path:
+    sys.path.append(str(Path(__file__).resolve().parents[1]))
 
 
 def pytest_addoption(parser):

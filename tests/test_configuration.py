@@ -80,7 +80,9 @@ def test_prior_strength_parsing():
 
 
 def test_red_evidence_clip_follows_the_reference_per_dataset():
-    # variants.md 4: RED's MNIST code uses exp(o) unclamped, its CIFAR code exp(clamp(o, -10, 10)).
+    # RED's MNIST code uses exp(o) unclamped, its CIFAR code exp(clamp(o, -10, 10))
+    # (github.com/pandeydeep9/EvidentialResearch2023, MainMnistExperiment/losses.py and
+    # MainCifar10Experiments/utilFiles/losses.py).
     assert configuration.build_config("mnist", "red").exp_clip == 80.0
     assert configuration.build_config("cifar10", "red").exp_clip == 10.0
     assert configuration.build_config("mnist", "gedl").exp_clip == 10.0  # untouched elsewhere

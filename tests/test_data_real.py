@@ -1,7 +1,7 @@
-"""Real data from the shared data folder: MNIST, Fashion-MNIST, KMNIST (test only), CIFAR-10.
+"""Real data from the data folder: MNIST, Fashion-MNIST, KMNIST (test only), CIFAR-10.
 
-The folder is $GEDL_DATA_DIR, else ../shared/data beside the checkout. Every test here skips, with
-the reason, where it is absent; CI has it. The network is blocked throughout.
+The folder is $GEDL_DATA_DIR. Every test here skips, with the reason, where it is unset or lacks
+the files; CI sets it. The network is blocked throughout.
 """
 
 import hashlib
@@ -14,12 +14,12 @@ import pytest
 
 from gedl_jax import data
 
-DATA_DIR = Path(os.environ.get("GEDL_DATA_DIR") or Path(__file__).resolve().parents[2]
-                / "shared" / "data")
+DATA_DIR = Path(os.environ["GEDL_DATA_DIR"]) if os.environ.get("GEDL_DATA_DIR") else None
 
 pytestmark = [
-    pytest.mark.skipif(not (DATA_DIR / "mnist").is_dir(),
-                       reason=f"real data folder {DATA_DIR} is absent (set GEDL_DATA_DIR)"),
+    pytest.mark.skipif(DATA_DIR is None or not (DATA_DIR / "mnist").is_dir(),
+                       reason="GEDL_DATA_DIR is not set" if DATA_DIR is None
+                       else f"real data folder {DATA_DIR} is absent (set GEDL_DATA_DIR)"),
     pytest.mark.usefixtures("no_network"),
 ]
 

@@ -94,7 +94,8 @@ def test_confidence_scores_are_oriented_and_match_references():
 
 @pytest.mark.filterwarnings("ignore:AUROC is undefined:RuntimeWarning")  # all ID correct
 def test_gedl_um_ranks_by_minus_u_not_by_strength():
-    # variants.md section 9 item 3: K=10, C_w=0.5, total evidence E = 0, 1, 10.
+    # K=10, C_w=0.5, total evidence E = 0, 1, 10: S = 10, 2.36, 10.59 is not monotone in E,
+    # u = W/S = 1, 0.577, 0.056 is.
     evidence = np.zeros((3, K))
     evidence[:, 0] = [0.0, 1.0, 10.0]
     alpha, w = _gedl_alpha(evidence)

@@ -1,5 +1,5 @@
 """Prior strength, base rate, alpha = e + W a and the subjective opinion (paper Eqs. e2alpha,
-compute_opinion, opinion2prob, weight_update; spec/variants.md 1-3 and 9.3-9.4)."""
+compute_opinion, opinion2prob, weight_update; W = K for EDL and I-EDL, W = lambda K for R-EDL)."""
 
 import chex
 import evidential_reference as ref

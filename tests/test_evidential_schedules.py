@@ -1,5 +1,6 @@
 """KL-weight schedules: EDL's annealing and GEDL's accumulated-strength tau (Eq. tau_schedule),
-against a plain Python float64 simulation of the definitions (spec/variants.md 9.1-9.2)."""
+against a plain Python float64 simulation of the definitions (EDL's 0-based epoch counter; the
+readings of GEDL's sum: per epoch, per iteration, completed epochs only)."""
 
 import chex
 import jax
@@ -101,7 +102,7 @@ def test_step_reading_reaches_full_weight_within_the_first_epoch():
 def test_epoch_reading_with_strength_ten_gives_edl_like_ramp():
     """S = 10 every step, C_tau = 100: in epoch t the cumulative strength is 10 (t + 1), so the
     KL weight is min(1, (t + 1) / 10) throughout epoch t (EDL's min(1, t/10) shifted by one, since
-    the current epoch is included; spec/variants.md 9.2)."""
+    the current epoch is included)."""
     steps = 5
     epochs = np.repeat(np.arange(14), steps).astype(np.int32)
     strengths = np.full(epochs.size, 10.0, np.float32)

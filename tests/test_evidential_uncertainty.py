@@ -179,7 +179,7 @@ def test_finite_values_and_gradients_at_extremes(k):
 
 
 def test_total_evidence_and_u_ranking_under_adaptive_prior():
-    """The GEDL scores: u = W/S decreases with E while S does not (spec/variants.md 9.3)."""
+    """The GEDL scores: u = W/S decreases with E while S does not (K = 10, C_w = 0.5)."""
     e = np.zeros((3, 10), np.float32)
     e[:, 2] = [0.0, 1.0, 10.0]
     np.testing.assert_array_equal(np.asarray(ev.total_evidence(e)), [0.0, 1.0, 10.0])

@@ -40,7 +40,8 @@ def _fisher_neg_logdet(alpha):
 
 
 def reference_loss(config, logits, labels, epoch):
-    """The variant's per-example loss, written from the paper / variants.md, in float64."""
+    """The variant's per-example loss, written from the paper and the variants' reference code,
+    in float64."""
     logits = logits.astype(np.float64)
     y = np.eye(K)[labels]
     if config.evidence == "softplus":

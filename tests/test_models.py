@@ -523,7 +523,7 @@ def test_flops_per_example():
              (2, 512, 512), (2, 512, 512), (2, 512, 512)]
     macs = sum(h * h * 9 * ci * co for h, ci, co in convs) + 512 * 512 * 2 + 512 * 10
     assert vgg == 2 * macs == 627_451_904
-    # platform.md: 52.8 M and 627 M
+    # the per-image forward FLOPs counted independently: ConvNet 52.8 M, VGG16 (32x32) 627 M
     assert abs(convnet / 52.8e6 - 1) < 0.01 and abs(vgg / 627e6 - 1) < 0.01
     vgg100 = models.model_flops_per_example("vgg16", (32, 32, 3), num_classes=100)
     assert vgg100 == vgg + 2 * 512 * 90

@@ -1,19 +1,14 @@
-"""bin/profile_step.py: HLO labelling of XLA thunks, trace aggregation, the ConvNet's FLOPs."""
+"""benchmarks/profile_step.py: HLO labelling of XLA thunks, trace aggregation, the ConvNet's
+FLOPs."""
 
 import gzip
-import importlib.util
 import json
-import pathlib
 
 import jax
 import jax.numpy as jnp
 
+from benchmarks import profile_step
 from gedl_jax import networks as models
-
-_SPEC = importlib.util.spec_from_file_location(
-    "profile_step", pathlib.Path(__file__).parents[1] / "bin" / "profile_step.py")
-profile_step = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(profile_step)
 
 
 def test_convnet_flops_written_out_for_torch_match_the_models_count():

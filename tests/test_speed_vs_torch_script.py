@@ -1,14 +1,8 @@
-"""bin/speed_vs_torch.py's driver: worker specs and the reference the ratios are taken to."""
-
-import importlib.util
-import pathlib
+"""benchmarks/speed_vs_torch.py's driver: worker specs and the reference the ratios are taken to."""
 
 import pytest
 
-_SPEC = importlib.util.spec_from_file_location(
-    "speed_vs_torch", pathlib.Path(__file__).parents[1] / "bin" / "speed_vs_torch.py")
-speed_vs_torch = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(speed_vs_torch)
+from benchmarks import speed_vs_torch
 
 
 def test_parse_worker_options():

@@ -17,8 +17,8 @@ How close each one is to the release (see docs/cifar10c.md):
 - same computation, deterministic: pixelate and jpeg_compression (Pillow, byte-identical for the
   same Pillow/libjpeg), contrast, zoom_blur (scipy, as the release); brightness, saturate,
   gaussian_blur and defocus_blur (own HSV conversion, scipy filters and OpenCV's kernel rebuilt
-  in numpy; byte-identical to scikit-image 0.26 / OpenCV on the CIFAR-10 test images checked by
-  bin/cifar10c_library_parity.py).
+  in numpy; byte-identical to scikit-image 0.26 / OpenCV on the CIFAR-10 test images checked in
+  docs/results/cifar10c_library_parity.md).
 - same computation, own random draws: gaussian_noise, shot_noise, impulse_noise, speckle_noise,
   glass_blur, fog. The release drew from numpy's global generator, never seeded, so no
   regenerator can reproduce its bytes; here one `np.random.Generator` per (corruption, severity)

@@ -59,7 +59,7 @@ class DatasetInfo:
     num_classes: int
     image_shape: tuple[int, int, int]  # (H, W, C)
     num_examples: Mapping[str, int]  # official split sizes
-    val_fraction: float  # held-out fraction of the official train split (protocol, variants.md 8.2)
+    val_fraction: float  # held-out fraction of the official train split (I-EDL/R-EDL protocol)
     default_ood: tuple[str, ...]  # OOD test sets used with this dataset in-distribution
     sources: tuple[SourceSpec, ...]  # in order of preference
     description: str = ""
@@ -296,8 +296,9 @@ def override_file_specs(name: str, kind: str, specs: Mapping[str, FileSpec]) -> 
 
 
 def default_ood_sets(name: str) -> tuple[str, ...]:
-    """The OOD test sets of the protocol for in-distribution dataset `name` (variants.md 8.2):
-    mnist -> (kmnist, fashion_mnist); cifar10 -> (svhn_cropped, cifar100)."""
+    """The OOD test sets of the protocol for in-distribution dataset `name` (the R-EDL code's,
+    github.com/MengyuanChen21/ICLR2024-REDL, code_classical/configs/): mnist -> (kmnist,
+    fashion_mnist); cifar10 -> (svhn_cropped, cifar100); always their test splits."""
     return get_info(name).default_ood
 
 

@@ -1,4 +1,5 @@
-"""Train / validation / test protocol (variants.md 8.2).
+"""Train / validation / test protocol of the I-EDL/R-EDL code (github.com/danruod/IEDL,
+code_classical/dataset.py; the same file in github.com/MengyuanChen21/ICLR2024-REDL).
 
 The official training split is shuffled by a seeded permutation and cut: the first
 (1 - val_fraction) part trains, the rest validates (MNIST family 0.8/0.2 -> 48,000/12,000;

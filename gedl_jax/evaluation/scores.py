@@ -8,8 +8,9 @@ Score names (``SCORE_NAMES``):
   "mp"                        max_k alpha_k / S, the max projected probability (paper's MP).
   "um"                        -u = -W / S, the negative uncertainty mass (paper's UM). For GEDL the
                               prior strength W differs per example, so S = E + W is not monotone in
-                              the evidence E and ranking by S would be wrong (spec variants.md
-                              section 9 item 3); u = W / S = 1 / (1 + E / W) is. For EDL / I-EDL /
+                              the evidence E and ranking by S would be wrong (K = 10, C_w = 0.5:
+                              S = 10, 2.36, 10.59 at E = 0, 1, 10); u = W / S = 1 / (1 + E / W)
+                              is. For EDL / I-EDL /
                               R-EDL, W is a constant and -W/S ranks exactly like the reference
                               code's ``alpha0`` = S.
   "max_alpha"                 max_k alpha_k.

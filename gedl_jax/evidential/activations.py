@@ -2,7 +2,9 @@
 
 The paper's experiments use softplus (Appendix, Implementation Details). ReLU is the evidence of
 Sensoy et al.'s MSE demo and of RED's MNIST runs; the clamped exponential is the exp evidence of
-the EDL PyTorch port and of RED's CIFAR code (spec/variants.md, sections 1 and 4).
+the EDL PyTorch port (github.com/dougbrion/pytorch-classification-uncertainty, losses.py) and of
+RED's CIFAR code (github.com/pandeydeep9/EvidentialResearch2023,
+MainCifar10Experiments/utilFiles/losses.py).
 """
 
 from __future__ import annotations

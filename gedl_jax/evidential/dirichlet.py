@@ -1,8 +1,8 @@
 """Closed-form Dirichlet quantities: KL divergence and the Fisher information log-determinant.
 
 KL(Dir(alpha) || Dir(beta)) is the regulariser of every EDL variant (paper Eq. elbo, Appendix
-proposition closed-form; spec/variants.md, top). -log det I(alpha) is I-EDL's Fisher term
-(spec/variants.md section 2).
+proposition closed-form). -log det I(alpha) is I-EDL's Fisher term (Deng et al., ICML 2023;
+github.com/danruod/IEDL, code_classical/models/FisherEvidentialN.py).
 
 Both are written so that float32 keeps its precision for concentrations from 1e-4 to 1e6 and
 K up to 100. The textbook formulas add and subtract terms of size S log S (lgamma(1e8) ~ 1.7e9,
@@ -138,7 +138,7 @@ def _dirichlet_kl_jvp(primals, tangents):
 def dirichlet_kl(alpha_BxK: ArrayLike, beta_BxK: ArrayLike) -> jax.Array:
     """KL(Dir(alpha) || Dir(beta)) per example, for an arbitrary per-example beta.
 
-    The closed form (paper, Appendix proposition closed-form; spec/variants.md, top) is
+    The closed form (paper, Appendix proposition closed-form) is
 
         lgamma(A) - lgamma(B) + sum_k [lgamma(b_k) - lgamma(a_k)]
             + sum_k (a_k - b_k) (digamma(a_k) - digamma(A)),     A = sum a,  B = sum b.
@@ -258,7 +258,8 @@ def _fisher_logdet_jvp(primals, tangents):
 def fisher_logdet(alpha_BxK: ArrayLike) -> jax.Array:
     """-log det I(alpha) for the Dirichlet Fisher information I = diag(psi1(alpha)) - psi1(S) 1 1^T.
 
-    I-EDL's L_F (spec/variants.md section 2), via the matrix determinant lemma:
+    I-EDL's L_F (github.com/danruod/IEDL, code_classical/models/FisherEvidentialN.py), via the
+    matrix determinant lemma:
 
         -log det I = -[sum_k log psi1(alpha_k) + log(1 - x)],  x = psi1(S) sum_k 1/psi1(alpha_k).
 

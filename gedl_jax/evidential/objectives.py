@@ -1,5 +1,6 @@
 """Per-example likelihood terms and regularisers of the EDL family (paper Eq. elbo; Appendix
-propositions closed-form and MSE-loss; spec/variants.md sections 1-4).
+propositions closed-form and MSE-loss; for EDL, I-EDL, R-EDL and RED the public reference code,
+named where a function follows it).
 
 Every function returns one value per example (shape = the leading batch shape); callers reduce.
 Labels are integer class indices in [0, K) of shape (...) (never one-hot). An out-of-range label
@@ -41,7 +42,8 @@ def _label_mask(labels_B: ArrayLike, num_classes: int) -> jax.Array:
 def expected_nll(alpha_BxK: ArrayLike, labels_B: ArrayLike) -> jax.Array:
     """E_{pi ~ Dir(alpha)}[-log pi_y] = psi(S) - psi(alpha_y) (Appendix proposition closed-form).
 
-    The data term of GEDL's Eq. elbo; Sensoy's "Eq. 4" and PostNet's UCE (spec/variants.md 9.10).
+    The data term of GEDL's Eq. elbo (the paper's E[-log pi_y], not log S - log alpha_y);
+    Sensoy's "Eq. 4" and PostNet's UCE.
     Evaluated as log1p((S - alpha_y) / alpha_y) + [d(S) - d(alpha_y)], d(x) = psi(x) - log x, with
     the complement summed over the other classes and d(S) - d(alpha_y) integrated when
     alpha_y ~ S, so a confident prediction's tiny loss is not lost to cancellation.
@@ -109,7 +111,8 @@ def expected_mse(alpha_BxK: ArrayLike, labels_B: ArrayLike,
         sum_k (y_k - p_k)^2 + sum_k alpha_k (S - alpha_k) / (S^2 (S + 1)).
 
     EDL's MSE loss (Sensoy et al. "Eq. 5"; Appendix proposition MSE-loss). R-EDL drops the
-    variance term (`include_variance=False`, spec/variants.md section 3).
+    variance term (`include_variance=False`; github.com/MengyuanChen21/ICLR2024-REDL,
+    code_classical/models/ModifiedEvidentialN.py).
 
     Args:
       alpha_BxK: concentrations, shape (..., K).
@@ -135,7 +138,9 @@ def expected_mse(alpha_BxK: ArrayLike, labels_B: ArrayLike,
 
 
 def fisher_weighted_mse(alpha_BxK: ArrayLike, labels_B: ArrayLike) -> jax.Array:
-    """I-EDL's Fisher-weighted squared error sum_k (y_k - p_k)^2 psi1(alpha_k) (spec/variants.md 2).
+    """I-EDL's Fisher-weighted squared error sum_k (y_k - p_k)^2 psi1(alpha_k).
+
+    As in github.com/danruod/IEDL, code_classical/models/FisherEvidentialN.py.
 
     Args:
       alpha_BxK: concentrations, shape (..., K).
@@ -156,7 +161,7 @@ def fisher_weighted_mse(alpha_BxK: ArrayLike, labels_B: ArrayLike) -> jax.Array:
 
 def fisher_weighted_variance(alpha_BxK: ArrayLike) -> jax.Array:
     """I-EDL's Fisher-weighted variance sum_k alpha_k (S - alpha_k) / (S^2 (S + 1)) psi1(alpha_k)
-    (spec/variants.md section 2).
+    (github.com/danruod/IEDL, code_classical/models/FisherEvidentialN.py).
 
     Args:
       alpha_BxK: concentrations, shape (..., K).
@@ -178,9 +183,10 @@ def masked_kl_target(alpha_BxK: ArrayLike, labels_B: ArrayLike,
                      prior_alpha_BxK: ArrayLike) -> jax.Array:
     """alpha~ = y * prior_alpha + (1 - y) * alpha: the true class reset to its prior value.
 
-    EDL's "KL only on misleading evidence" (Sensoy et al.; spec/variants.md 1, 2 and 9.6): every
-    example gets a KL term, on alpha~. With prior_alpha = 1 this is Sensoy's (alpha - 1)(1 - y) + 1;
-    R-EDL resets to lambda (prior_alpha = lambda). The reset class gets no gradient. An
+    EDL's "KL only on misleading evidence" (Sensoy et al.; the same in the I-EDL and R-EDL
+    reference code): every example gets a KL term, on alpha~; no example is selected. With
+    prior_alpha = 1 this is Sensoy's (alpha - 1)(1 - y) + 1; R-EDL resets to lambda
+    (prior_alpha = lambda). The reset class gets no gradient. An
     out-of-range label resets nothing.
 
     Args:
@@ -207,7 +213,8 @@ def red_regularizer(logits_BxK: ArrayLike, labels_B: ArrayLike,
     """RED's correct-evidence regulariser -stop_gradient(u) * o_y (Pandey & Yu 2023).
 
     On the raw pre-activation logit o_y of the ground-truth class, for every example (not only
-    correctly classified ones), with u = W / S under stop-gradient (spec/variants.md 4 and 9.5).
+    correctly classified ones), with u = W / S under stop-gradient and coefficient 1, as RED's code
+    (github.com/pandeydeep9/EvidentialResearch2023, MainMnistExperiment/losses.py) applies it.
     Its gradient is -u on the true-class logit and 0 elsewhere, even where ReLU evidence is 0.
 
     Args:

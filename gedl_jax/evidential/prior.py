@@ -190,8 +190,9 @@ def projected_probability(alpha_BxK: ArrayLike) -> jax.Array:
 def uncertainty_mass(alpha_BxK: ArrayLike, prior_strength_B: ArrayLike) -> jax.Array:
     """Uncertainty mass u = W / S (Eq. compute_opinion).
 
-    For a fixed W this ranks like 1/S; for GEDL's adaptive W it is the correct score (S itself is
-    not monotone in the evidence, spec/variants.md section 9.3).
+    For a fixed W this ranks like 1/S; for GEDL's adaptive W it is the correct score: S = E + W is
+    not monotone in the evidence E (K = 10, C_w = 0.5: E = 0, 1, 10 give S = 10, 2.36, 10.59),
+    while u = 1 / (1 + E / W) decreases (1, 0.577, 0.056).
 
     Args:
       alpha_BxK: concentrations, shape (..., K).

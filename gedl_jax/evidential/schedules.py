@@ -1,10 +1,12 @@
 """KL-weight schedules: EDL's linear annealing and GEDL's accumulated-strength temperature.
 
-The KL weight of Eq. elbo is 1/tau. EDL anneals it as min(1, t/10) over 0-based epochs
-(spec/variants.md 1b, 1c, 9.1). GEDL sets tau_t = max(1, C_tau / sum_{i<=t} E[S(x_i)])
-(Eq. tau_schedule, with the Appendix's max(1, .)), E[S] approximated by the mini-batch mean of the
-Dirichlet strength. Whether the sum has one term per iteration or per epoch is ambiguous in the
-paper (spec/variants.md 9.2), so both readings are implemented; see `tau_accumulate`.
+The KL weight of Eq. elbo is 1/tau. EDL anneals it as min(1, t/10) over 0-based epochs, as the
+PyTorch reference code of EDL, I-EDL, R-EDL and RED counts them (0 throughout the first epoch;
+Sensoy et al.'s TensorFlow notebook counts iterations instead). GEDL sets
+tau_t = max(1, C_tau / sum_{i<=t} E[S(x_i)]) (Eq. tau_schedule, with the Appendix's max(1, .)),
+E[S] approximated by the mini-batch mean of the Dirichlet strength. Whether the sum has one term
+per iteration (the literal reading of that mini-batch mean) or per epoch is ambiguous in the
+paper, so both readings are implemented; see `tau_accumulate`.
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ def tau_accumulate(state: TauState, batch_mean_strength: ArrayLike, epoch: Array
     step count, if it had steps) moves into `completed_sum` and the running sums restart; an
     `epoch` that is not larger is treated as the current epoch. Then the batch mean is added.
 
-    Readings (spec/variants.md 9.2); in both the current term is included, so 1/tau > 0 at t = 0:
+    Readings of the paper's sum; in both the current term is included, so 1/tau > 0 at t = 0:
 
     * "epoch" (default): one term per epoch, the current epoch's term being the running mean of
       its batch strengths so far: completed_sum + epoch_sum / epoch_count. With S ~ K = 10 and

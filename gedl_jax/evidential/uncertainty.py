@@ -184,7 +184,8 @@ def variance_sum(alpha_BxK: ArrayLike) -> jax.Array:
 
 
 def max_probability(alpha_BxK: ArrayLike) -> jax.Array:
-    """max_k alpha_k / S (the "MP" confidence score, spec/variants.md 8.4).
+    """max_k alpha_k / S (the "MP" confidence score of the I-EDL/R-EDL evaluation,
+    github.com/danruod/IEDL, code_classical/utils/metrics.py).
 
     Args:
       alpha_BxK: concentrations, shape (..., K).
@@ -202,7 +203,8 @@ def max_probability(alpha_BxK: ArrayLike) -> jax.Array:
 
 
 def total_evidence(evidence_BxK: ArrayLike) -> jax.Array:
-    """E = sum_k e_k (ranks like -u = -W/S for GEDL's adaptive W, spec/variants.md 9.3).
+    """E = sum_k e_k (ranks like -u = -W/S for GEDL's adaptive W: u = 1 / (1 + E / W) falls as E
+    grows, while S = E + W does not rank with E).
 
     Args:
       evidence_BxK: non-negative evidence, shape (..., K).

@@ -1,6 +1,6 @@
 """Layers of the protocol networks: convolution and max-pool implementations, initialisers.
 
-CPU performance (platform.md, "XLA on this CPU"; measured with `bin/profile_models.py`): two
+CPU performance (measured with `benchmarks/profile_models.py`; docs/performance.md): two
 layers have CPU-specific implementations, chosen per model by the `conv_impl` / `pool_impl`
 attributes. `"auto"` (the default) uses them only when `jax.default_backend() == "cpu"`, so GPUs
 run the plain path; every choice gives the same parameter tree (checkpoints are interchangeable)

@@ -1,7 +1,7 @@
 """Flax models of the I-EDL / R-EDL protocol: the MNIST ConvNet and the CIFAR VGG16-bn.
 
 Both follow `danruod/IEDL:code_classical/architectures/` layer for layer, with the reference
-initialisation written out explicitly (spec: variants.md 8.1 and 10):
+initialisation written out explicitly (PyTorch's layer defaults, which the reference keeps):
 
 - `ConvNet` (MNIST): 3 x [Conv 5x5 SAME -> ReLU -> MaxPool 2x2/2], channels 64, 64, 64
   (28 -> 14 -> 7 -> 3, floor), flatten 576, MLP 576 -> 64 -> 64 -> 64 -> K. No dropout (MC Dropout

@@ -1,8 +1,9 @@
 #!/bin/bash
 # The runs of the initialisation ablation (issue 16), one after another, each resumable:
 # a killed run continues from its last epoch checkpoint when this script is started again.
-#   GEDL_DATA_DIR=/path/to/data bash docs/results/init_ablation/run_queue.sh /tmp/h16/runs
-# Then: python bin/init_ablation.py /tmp/h16/runs --out=docs/results/init_ablation/table.md
+#   GEDL_DATA_DIR=DATA_DIR bash docs/results/init_ablation/run_queue.sh RUNS_DIR
+# Then: python bin/init_ablation.py RUNS_DIR --out=docs/results/init_ablation/table.md
+# (bin/init_ablation.py: at commit c0b3e04, removed since; see README.md here)
 set -u
 RUNS=${1:?usage: run_queue.sh RUNS_DIR (outside the checkout)}
 PY=${PYTHON:-.venv/bin/python}

@@ -6,12 +6,16 @@ timed in interleaved rounds (each round waits for an idle CPU, then times `--rep
 every configuration). Printed per configuration: img/s of the best round's median step time, and
 every round's median (spread = machine noise; the project's CPUs are shared).
 
-    python bin/profile_models.py --model convnet --conv xla,auto --pool reduce_window,reshape,auto
-    python bin/profile_models.py --model vgg16 --mode eval --batch 256 --rounds 2 --repeats 3
-    /tmp/torchvenv/bin/python bin/profile_models.py --torch --model vgg16   # PyTorch reference
+From the repository root:
 
-The PyTorch reference (`--torch`, needs a python with torch, not the project's venv) runs the
-same architectures, loss, Adam and batch with `--threads` intra-op threads.
+    python -m benchmarks.profile_models --model convnet --conv xla,auto \\
+        --pool reduce_window,reshape,auto
+    python -m benchmarks.profile_models --model vgg16 --mode eval --batch 256 --rounds 2 --repeats 3
+    "$TORCH_PYTHON" -m benchmarks.profile_models --torch --model vgg16   # PyTorch reference
+
+The PyTorch reference (`--torch`, needs a Python with torch, `$TORCH_PYTHON`, e.g.
+PATH/TO/torch-venv/bin/python; not the project's venv) runs the same architectures, loss, Adam and
+batch with `--threads` intra-op threads.
 Results on the 2-core CPU are in the module docstring of gedl_jax/networks/layers.py.
 """
 

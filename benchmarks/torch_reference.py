@@ -1,10 +1,11 @@
 #!/usr/bin/env python
 """Independent PyTorch transcription of the reference EDL-family training on MNIST.
 
-Written from docs/../shared/spec/variants.md (sections 1c, 2, 3, 4, 8) and the reference PyTorch
-code it describes (danruod/IEDL code_classical/models/FisherEvidentialN.py, MengyuanChen21/
-ICLR2024-REDL code_classical/models/ModifiedEvidentialN.py, pandeydeep9/EvidentialResearch2023
-MainMnistExperiment/losses.py), NOT from gedl_jax. It imports nothing from gedl_jax.
+Written from the reference PyTorch code (github.com/danruod/IEDL code_classical/models/
+FisherEvidentialN.py and code_classical/dataset.py, github.com/MengyuanChen21/ICLR2024-REDL
+code_classical/models/ModifiedEvidentialN.py, github.com/pandeydeep9/EvidentialResearch2023
+MainMnistExperiment/losses.py) and the GEDL paper, NOT from gedl_jax. It imports nothing from
+gedl_jax (nor from the rest of benchmarks/), so it runs under any Python with torch and numpy.
 
 Reference conventions kept on purpose:
 - ConvNet: 3 x [Conv2d(k=5, pad=2) -> ReLU -> MaxPool2d(2)] (1->64->64->64), flatten NCHW
@@ -34,8 +35,10 @@ Variants (--variant):
         + (1/tau) KL(Dir(alpha)||Dir(W/K)), tau = max(1, C_tau / sum_{i<=t} E[S]) with the
         per-epoch reading (completed epochs' mean S + running mean of the current epoch).
 
-Example:
-  /tmp/torchvenv/bin/python bin/torch_reference.py --variant iedl --seeds 0,1,2 --epochs 3 \
+Example, from the repository root, with `$TORCH_PYTHON` a Python that has torch (e.g.
+PATH/TO/torch-venv/bin/python) and the MNIST files in `$GEDL_DATA_DIR/mnist/` (else
+`--data_dir=DIR`, the folder that holds `mnist/`):
+  "$TORCH_PYTHON" -m benchmarks.torch_reference --variant iedl --seeds 0,1,2 --epochs 3 \\
       --train_examples 12000 --batch_size 64 --lr 1e-3
 """
 
@@ -400,10 +403,14 @@ def main(argv=None) -> int:
     p.add_argument("--c_w", type=float, default=0.5)
     p.add_argument("--c_tau", type=float, default=100.0)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--data_dir", default="/work/shared/data")
+    p.add_argument("--data_dir", default=os.environ.get("GEDL_DATA_DIR"),
+                   help="folder holding mnist/ with the official IDX files (default: "
+                        "$GEDL_DATA_DIR)")
     p.add_argument("--init_from", default="", help=".npz of initial weights (state_dict keys)")
     p.add_argument("--json_out", default="", help="append one JSON line with all results")
     args = p.parse_args(argv)
+    if not args.data_dir:
+        p.error("give --data_dir (the folder holding mnist/) or set GEDL_DATA_DIR")
     torch.set_num_threads(args.threads)
 
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]

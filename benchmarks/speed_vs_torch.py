@@ -11,19 +11,28 @@ reference is the better thread count measured in the same minutes).
 
 Contestants (`--worker LABEL:KIND:PYTHON[:OPTIONS]`, repeatable):
 - KIND `jax`: the real GEDL train step that `gedl_jax.train` runs (`bin/benchmark.py`'s
-  `compiled_train_step`: on-device batch gather and scaling, the ConvNet, GEDL loss with the KL,
-  Adam, non-finite guard), synthetic uint8 data resident on the device;
-- KIND `torch`: the PyTorch reference step of `bin/profile_models.py --torch` (same architecture
-  and PyTorch-default init, batch, softplus-evidence MSE loss, Adam; `threads` intra-op threads).
+  `compiled_train_step`, loaded by `benchmarks/_common.py`: on-device batch gather and scaling,
+  the ConvNet, GEDL loss with the KL, Adam, non-finite guard), synthetic uint8 data resident on
+  the device;
+- KIND `torch`: the PyTorch reference step of `benchmarks/profile_models.py --torch` (same
+  architecture and PyTorch-default init, batch, softplus-evidence MSE loss, Adam; `threads`
+  intra-op threads).
 PYTHON is the interpreter that runs the worker (e.g. another venv: Python/jax versions side by
-side). OPTIONS, ';'-separated: `dtype=bfloat16`, `threads=N` (torch), `env:NAME=VALUE` (e.g.
+side); it runs `-m benchmarks.speed_vs_torch` with this checkout on its PYTHONPATH, so every jax
+worker runs this checkout's gedl_jax and a torch worker needs only torch and numpy. OPTIONS,
+';'-separated: `dtype=bfloat16`, `threads=N` (torch), `env:NAME=VALUE` (e.g.
 `env:XLA_FLAGS=--xla_cpu_use_onednn=true`).
 
-    python bin/speed_vs_torch.py                       # this venv's jax vs torch, 1 and 2 threads
-    python bin/speed_vs_torch.py --torch_python=/tmp/venv-torch/bin/python   # torch elsewhere
-    python bin/speed_vs_torch.py --rounds=8 --steps=10 \\
-        --worker=jax311:jax:.venv/bin/python --worker=jax313:jax:/tmp/venv313/bin/python \\
-        --worker=torch:torch:.venv/bin/python
+From the repository root:
+
+    python -m benchmarks.speed_vs_torch                  # this venv's jax vs torch, 1 and 2 threads
+    python -m benchmarks.speed_vs_torch --torch_python="$TORCH_PYTHON"   # torch in another Python
+    python -m benchmarks.speed_vs_torch --rounds=8 --steps=10 \\
+        --worker=jax311:jax:.venv-py311/bin/python --worker=jax313:jax:.venv/bin/python \\
+        --worker=torch:torch:"$TORCH_PYTHON"
+
+(`$TORCH_PYTHON`: the interpreter of a virtual environment with torch, e.g.
+PATH/TO/torch-venv/bin/python.)
 
 `--pool FILE.json:LABEL ...` times nothing: it pools the rounds of earlier `--out` files and
 prints the median ratio to torch-best with a 95 % bootstrap interval.
@@ -45,25 +54,26 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
+from benchmarks import _common
+
+REPO = str(_common.REPO)
 
 
 # --------------------------------------------------------------------------------------------
 # Worker side: one contestant, driven over stdin/stdout
 # --------------------------------------------------------------------------------------------
 def _worker(kind: str, model: str, batch: int, steps: int, dtype: str, threads: int) -> None:
-    sys.path.insert(0, HERE)
     if kind == "jax":
-        import benchmark  # noqa: PLC0415  (bin/benchmark.py)
         import jax  # noqa: PLC0415
 
+        benchmark = _common.bin_benchmark()
         run, compile_s = benchmark.compiled_train_step(model, batch, dtype, 1, steps)
         info = {"jax": jax.__version__, "backend": jax.default_backend(),
                 "xla_flags": os.environ.get("XLA_FLAGS", "")}
     else:
-        import profile_models  # noqa: PLC0415  (bin/profile_models.py)
         import torch  # noqa: PLC0415
+
+        from benchmarks import profile_models  # noqa: PLC0415
 
         step, compile_s = profile_models.torch_runner(model, "train", batch, threads)
 
@@ -202,9 +212,9 @@ def main(argv=None) -> int:
     for w in workers:   # start all first, so compilation does not overlap the timed rounds
         env = {**os.environ, **w["env"], "PYTHONPATH": REPO}
         w["proc"] = subprocess.Popen(
-            [w["python"], os.path.abspath(__file__), "--_worker", w["kind"], "--model", args.model,
-             "--batch", str(args.batch), "--steps", str(args.steps), "--_dtype", w["dtype"],
-             "--_threads", str(w["threads"])],
+            [w["python"], "-m", "benchmarks.speed_vs_torch", "--_worker", w["kind"],
+             "--model", args.model, "--batch", str(args.batch), "--steps", str(args.steps),
+             "--_dtype", w["dtype"], "--_threads", str(w["threads"])],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     for w in workers:
         line = w["proc"].stdout.readline()

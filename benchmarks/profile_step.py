@@ -2,19 +2,24 @@
 """Where the time of one training step goes: per-op times of our real GEDL step or of the PyTorch
 reference step, and the step's FLOP rate beside this machine's matmul rate.
 
-    python bin/profile_step.py                         # our step (jax), ConvNet, batch 128
-    /path/to/torch-python bin/profile_step.py --framework=torch   # the PyTorch reference step
+From the repository root:
 
-jax: the real train step of `bin/benchmark.py` (what `gedl_jax.train` runs) is traced with
-`jax.profiler` for `--steps` steps; every XLA thunk (a fusion, a library call) is summed over the
-steps and labelled with what it computes, read from the optimized HLO: a convolution is shown with
-its output shape and window (a window as large as the image, e.g. 14x14 for a 5x5 kernel, is a
-weight gradient; a 5x5 window is a forward or input-gradient convolution), then dots, reductions,
-transposes and elementwise loops. XLA runs independent thunks concurrently (a layer's input and
-weight gradients at the same time, each on the shared thread pool), so the per-op times add up to
-more than the step's wall time.
-torch: `torch.profiler` over the same number of steps of `bin/profile_models.py --torch`'s step
-(same architecture, batch, softplus-evidence MSE loss, Adam), by operator (self CPU time).
+    python -m benchmarks.profile_step                        # our step (jax), ConvNet, batch 128
+    "$TORCH_PYTHON" -m benchmarks.profile_step --framework=torch   # the PyTorch reference step
+
+(`$TORCH_PYTHON`: a Python with torch, e.g. PATH/TO/torch-venv/bin/python; it needs neither jax
+nor gedl_jax.)
+
+jax: the real train step of `bin/benchmark.py` (what `gedl_jax.train` runs; loaded by
+`benchmarks/_common.py`) is traced with `jax.profiler` for `--steps` steps; every XLA thunk (a
+fusion, a library call) is summed over the steps and labelled with what it computes, read from the
+optimized HLO: a convolution is shown with its output shape and window (a window as large as the
+image, e.g. 14x14 for a 5x5 kernel, is a weight gradient; a 5x5 window is a forward or
+input-gradient convolution), then dots, reductions, transposes and elementwise loops. XLA runs
+independent thunks concurrently (a layer's input and weight gradients at the same time, each on
+the shared thread pool), so the per-op times add up to more than the step's wall time.
+torch: `torch.profiler` over the same number of steps of `benchmarks/profile_models.py --torch`'s
+step (same architecture, batch, softplus-evidence MSE loss, Adam), by operator (self CPU time).
 
 Both print the wall time per step, the step's analytic FLOP rate (3x the forward FLOPs,
 `gedl_jax.networks.model_flops_per_example`, written out for torch) and the rate of one
@@ -36,8 +41,7 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+from benchmarks import _common
 
 # Forward multiply-adds x 2 of the ConvNet (28x28x1 input, three 5x5 'SAME' convs to 64 channels
 # each followed by a 2x2 pool, then 576-64-64-64-10), per image: the torch branch must not import
@@ -122,12 +126,12 @@ def gemm_gflops(matmul, make, n: int = 2048, repeats: int = 5) -> float:
 
 
 def profile_jax(args) -> None:
-    import benchmark  # noqa: PLC0415  (bin/benchmark.py)
     import jax  # noqa: PLC0415
     import jax.numpy as jnp  # noqa: PLC0415
 
     from gedl_jax import networks as models  # noqa: PLC0415
 
+    benchmark = _common.bin_benchmark()
     run, _ = benchmark.compiled_train_step(args.model, args.batch, "float32", 1, args.steps)
     run(args.steps)   # warm-up
     t0 = time.perf_counter()
@@ -154,9 +158,10 @@ def profile_jax(args) -> None:
 
 
 def profile_torch(args) -> None:
-    import profile_models  # noqa: PLC0415
     import torch  # noqa: PLC0415
     from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
+
+    from benchmarks import profile_models  # noqa: PLC0415
 
     if args.model != "convnet":
         raise SystemExit("--framework=torch profiles the ConvNet only (its FLOPs are written "
