@@ -232,8 +232,12 @@ def main(argv=None) -> int:
             c[k] = v
         for item in args.override:
             key, _, value = item.partition("=")
-            c[key] = type(c[key])(value) if not isinstance(c[key], bool) else \
-                value.lower() in ("1", "true", "yes")
+            if key in configuration.LIST_FIELDS:
+                c[key] = configuration.as_tuple(key, value)
+            elif isinstance(c[key], bool):
+                c[key] = value.lower() in ("1", "true", "yes")
+            else:
+                c[key] = type(c[key])(value)
         if args.data_dir:
             c.data_dir = args.data_dir
         run_dir = out / "runs" / name
@@ -244,7 +248,7 @@ def main(argv=None) -> int:
                 train.train_ensemble(configuration.with_seed(c, seed), run_dir / f"seed_{seed}")
         elif args.vmap_seeds and len(pending) > 1:
             print(f"=== {name} seeds {pending} (vmap) ===", flush=True)
-            c.seeds = ",".join(map(str, pending))
+            c.seeds = tuple(pending)
             c.vmap_seeds = True
             train.train_and_evaluate_vmapped(c, run_dir, pending)
         else:

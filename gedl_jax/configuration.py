@@ -183,6 +183,9 @@ SOURCE_RECIPES: dict[str, dict[str, dict[str, Any]]] = {
 MODIFIERS = ("quick", "ensemble", "source")
 ENSEMBLE_SIZE = 5
 
+# Fields holding lists, with their item type: tuples in the config (`normalize_lists`).
+LIST_FIELDS: dict[str, type] = {"seeds": int, "ood_datasets": str, "extra_ood": str}
+
 # Fields that do not change the trained parameters: a resumed run may change them.
 RESUME_SAFE_FIELDS = frozenset({
     "evaluate_at_end", "plots", "log_every_steps", "ood_datasets", "extra_ood",
@@ -232,9 +235,10 @@ def _data_fields(c: ml_collections.ConfigDict, d: dict[str, Any], dataset: str) 
     c.data_source = "auto"             # "raw" official files in data_dir, "tfds" a prepared TFDS
                                        # dataset, "auto": raw files if present, else TFDS
     c.tfds_data_dir = ""               # where TFDS keeps prepared datasets ("" = TFDS default)
-    c.ood_datasets = ",".join(d["ood_datasets"])  # OOD test sets, comma-separated TFDS names
+    c.ood_datasets = tuple(d["ood_datasets"])  # OOD test sets (names); the command line also
+                                       # takes "kmnist,fashion_mnist"
                                        # ("" for none, e.g. where SVHN/CIFAR-100 are absent)
-    c.extra_ood = ""                   # extra OOD sets: comma-separated folders of IDX files
+    c.extra_ood = ()                   # extra OOD sets: folders of IDX files
     c.val_fraction = d["val_fraction"]  # fraction of the official train split held out
     c.split_seed = -1                  # seed of the train/val permutation; -1 -> same as `seed`
     c.normalize = False                # standardise with ID channel stats (reference: no)
@@ -345,7 +349,8 @@ def _optimisation_fields(c: ml_collections.ConfigDict, d: dict[str, Any]) -> Non
 def _loop_fields(c: ml_collections.ConfigDict) -> None:
     """Fields: loop."""
     c.seed = 0                         # model init, data order, augmentation
-    c.seeds = ""                       # several seeds in one command: "0,1,2" -> workdir/seed_<s>
+    c.seeds = ()                       # several seeds in one command: (0, 1, 2) (or "0,1,2" on
+                                       # the command line) -> workdir/seed_<s>
     c.vmap_seeds = False               # train those seeds together in one program (vmap over a
                                        # seed axis): pays on an accelerator a small model can't fill
     c.eval_batch_size = 1024
@@ -442,15 +447,44 @@ def resolved_prior_strength(c: ml_collections.ConfigDict) -> float:
     return _parse_prior_strength(c.prior_strength_value, c.num_classes)
 
 
+def as_tuple(field: str, value: Any) -> tuple:
+    """A list field's value as the tuple the config holds: a tuple or list, or comma-separated
+    text (the command line's `--config.seeds=0,1,2`, which ml_collections passes on as the
+    tuple ("0,1,2",) for a tuple of strings); empty items are dropped, seeds become ints."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    parts = [p for item in items
+             for p in (item.split(",") if isinstance(item, str) else [item])]
+    parts = [p.strip() if isinstance(p, str) else p for p in parts]
+    parts = [p for p in parts if p != ""]
+    if LIST_FIELDS[field] is int:
+        try:
+            return tuple(int(p) for p in parts)
+        except (TypeError, ValueError):
+            raise ValueError(f"config.{field}={value!r} must be a list of integers, e.g. "
+                             f"--config.{field}=0,1,2") from None
+    return tuple(str(p) for p in parts)
+
+
+def normalize_lists(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """Every list field of `c` as a tuple of its items (`as_tuple`), in place; called once, where
+    a config comes in from the command line or a saved config.json."""
+    for field in LIST_FIELDS:
+        if field in c:
+            c[field] = as_tuple(field, c[field])
+    return c
+
+
+def set_fields(c: ml_collections.ConfigDict, **fields: Any) -> ml_collections.ConfigDict:
+    """Set `fields` on `c` in place (list fields also from comma-separated text) and return it:
+    `set_fields(config, ood_datasets="kmnist", num_epochs=3)`."""
+    for key, value in fields.items():
+        c[key] = as_tuple(key, value) if key in LIST_FIELDS else value
+    return c
+
+
 def parse_seeds(c: ml_collections.ConfigDict) -> list[int]:
-    text = str(c.seeds).strip()
-    if not text:
-        return [int(c.seed)]
-    try:
-        return [int(s) for s in text.replace(" ", "").split(",") if s]
-    except ValueError:
-        raise ValueError(f"config.seeds={c.seeds!r} must be a comma-separated list of integers, "
-                         f"e.g. '0,1,2,3,4'") from None
+    """The seeds of a run: `config.seeds`, else the one `config.seed`."""
+    return list(as_tuple("seeds", c.seeds)) or [int(c.seed)]
 
 
 def with_seed(c: ml_collections.ConfigDict, seed: int) -> ml_collections.ConfigDict:
@@ -458,7 +492,7 @@ def with_seed(c: ml_collections.ConfigDict, seed: int) -> ml_collections.ConfigD
     seeded = c.copy_and_resolve_references()
     with seeded.unlocked():
         seeded.seed = int(seed)
-        seeded.seeds = ""
+        seeded.seeds = ()
     return seeded
 
 
@@ -468,15 +502,15 @@ def ensemble_member_config(c: ml_collections.ConfigDict) -> ml_collections.Confi
     member = c.copy_and_resolve_references()
     with member.unlocked():
         member.ensemble_size = 0
-        member.seeds = ""
+        member.seeds = ()
         member.evaluate_at_end = False
         member.plots = False
     return member
 
 
-def parse_list(text: str) -> list[str]:
-    """'a, b,c' -> ['a', 'b', 'c']; '' -> []."""
-    return [t.strip() for t in str(text).split(",") if t.strip()]
+def parse_list(value: Any) -> list[str]:
+    """The items of a list field of names: ("a", "b") or "a, b,c" -> ["a", "b", "c"]; "" -> []."""
+    return list(as_tuple("ood_datasets", value))
 
 
 def method_names() -> tuple[str, ...]:
@@ -486,6 +520,11 @@ def method_names() -> tuple[str, ...]:
 
 def validate_config(c: ml_collections.ConfigDict, num_devices: int = 1) -> None:
     """Raise ValueError naming the field and its allowed values before any work starts."""
+    for field, item_type in LIST_FIELDS.items():
+        value = c.get(field, ())
+        if not isinstance(value, tuple) or not all(isinstance(v, item_type) for v in value):
+            raise ValueError(f"config.{field}={value!r} must be a tuple of {item_type.__name__}"
+                             f" (configuration.normalize_lists turns \"a,b\" into one)")
     for field, allowed in {**ALLOWED, "method": method_names()}.items():
         value = c.get(field)
         if value not in allowed:

@@ -51,7 +51,7 @@ def shrink(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     epoch still has several steps), no warm-up."""
     family = "mnist" if config.dataset in ("mnist", "fashion_mnist") else "cifar"
     for key, value in SMOKE_EXAMPLES[family].items():
-        config[key] = value
+        configuration.set_fields(config, **{key: value})
     config.num_epochs = 1
     config.warmup_epochs = 0
     config.batch_size = 64
@@ -112,7 +112,7 @@ def experiment_config(dataset: str, variant: str = "gedl", *, num_epochs: int, s
     for key, value in overrides.items():
         if key not in config:
             raise ValueError(f"config has no field {key!r}; see gedl_jax/configuration.py")
-        config[key] = value
+        configuration.set_fields(config, **{key: value})
     if smoke_mode() if smoke is None else smoke:
         shrink(config)
     configuration.validate_config(config)

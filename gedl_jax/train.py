@@ -67,7 +67,7 @@ def main(argv=None) -> int:
         absl_logging.set_verbosity(absl_logging.WARNING)  # Orbax logs every save at INFO
         if len(_argv) > 1:
             raise app.UsageError(f"unexpected arguments: {_argv[1:]}")
-        config = flags_.config
+        config = configuration.normalize_lists(flags_.config)
         try:
             if config.distributed:
                 configuration.validate_config(config)  # before waiting for the other hosts

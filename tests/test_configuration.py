@@ -51,7 +51,7 @@ def test_unknown_variant_lists_allowed():
     ("val_fraction", 1.5, r"config.val_fraction"),
     ("weight_decay", -1.0, r"config.weight_decay"),
     ("prior_strength_value", "abcK", r"config.prior_strength_value"),
-    ("seeds", "1,x", r"config.seeds"),
+    ("seeds", ("1", "x"), r"config.seeds"),
 ])
 def test_bad_field_names_field(field, value, match):
     config = configuration.build_config("mnist", None)

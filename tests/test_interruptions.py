@@ -108,7 +108,7 @@ def test_preemption_request_in_process_stops_with_a_checkpoint(tmp_path, fast_co
     c = configuration.build_config("mnist", "gedl")
     fields = {**TINY_FIELDS, "data_dir": str(data_dir), "cache_dir": str(tmp_path / "c")}
     for k, v in fields.items():
-        c[k] = v
+        configuration.set_fields(c, **{k: v})
     preemption.request()
     try:
         with pytest.raises(preemption.Preempted, match="step 1 in"):
@@ -170,7 +170,7 @@ def test_checkpoint_cut_off_while_written_is_never_used(tmp_path, fast_compile):
     c = configuration.build_config("mnist", "gedl")
     for k, v in {**TINY_FIELDS, "data_dir": str(data_dir), "cache_dir": str(tmp_path / "c"),
                  "checkpoint_every_steps": 3}.items():
-        c[k] = v
+        configuration.set_fields(c, **{k: v})
     full = train.train_and_evaluate(c, tmp_path / "full")
     workdir = tmp_path / "cut"
     train.train_and_evaluate(c, workdir, stop_after_steps=5)

@@ -63,7 +63,7 @@ def test_worked_example_from_its_preset_through_training(generated_data_files, t
                            "batch_size": 32, "num_epochs": 2, "eval_batch_size": 64,
                            "eval_examples": 64, "ood_datasets": "kmnist", "plots": False,
                            "learning_rate": 3e-3}.items():
-            c[key] = value
+            configuration.set_fields(c, **{key: value})
         configuration.validate_config(c)
         summary = train.train_and_evaluate(c, tmp_path)
     assert summary["steps"] == 16

@@ -38,7 +38,7 @@ needs_real_mnist = pytest.mark.skipif(
 STEPS_PER_EPOCH = 8   # 256 training examples / batch 32
 TINY = {"train_examples": 256, "val_examples": 64, "batch_size": 32, "num_epochs": 2,
         "log_every_steps": 4, "eval_batch_size": 64, "evaluate_at_end": False, "plots": False,
-        "ood_datasets": ""}
+        "ood_datasets": ()}
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,7 @@ def _fast(fast_compile):
 def tiny_config(data_dir, variant="gedl", **overrides):
     c = configuration.build_config("mnist", variant)
     for k, v in {**TINY, "data_dir": str(data_dir), **overrides}.items():
-        c[k] = v
+        configuration.set_fields(c, **{k: v})
     return c
 
 
@@ -191,7 +191,7 @@ def test_deep_ensemble_trains_members_and_is_scored_as_one_model(data_dir, tmp_p
     c = configuration.build_config("mnist", "ensemble")
     for k, v in {**TINY, "data_dir": str(data_dir), "ensemble_size": 2, "evaluate_at_end": True,
                  "ood_datasets": "kmnist", "eval_examples": 60, "seed": 1}.items():
-        c[k] = v
+        configuration.set_fields(c, **{k: v})
     summary = train.train_ensemble(c, tmp_path)
     members = sorted(p.name for p in (tmp_path / "members").iterdir())
     assert members == ["seed_2", "seed_3"]          # seed * N + m
@@ -390,7 +390,7 @@ def test_cifar10_vgg_end_to_end_on_tfds_mock_data(tmp_path):
     c.log_every_steps = 2
     c.eval_batch_size = 32
     c.plots = False
-    c.ood_datasets = "cifar100"
+    c.ood_datasets = ("cifar100",)
     with tfds.testing.mock_data(num_examples=64):
         summary = train.train_and_evaluate(c, tmp_path / "run")
     assert summary["steps"] == 2 * (60 // 16)  # 64 * 0.95 -> 60 train examples, 3 steps/epoch

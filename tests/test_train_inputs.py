@@ -29,7 +29,7 @@ def _processes(monkeypatch, count, index):
 
 def test_single_process_asks_for_the_id_splits_and_the_ood_test_splits(calls, monkeypatch):
     config = configuration.build_config("mnist", "quick")
-    config.extra_ood = "/some/idx_folder"  # a folder, checked when loaded: nothing to fetch
+    config.extra_ood = ("/some/idx_folder",)  # a folder, checked when loaded: nothing to fetch
     with config.unlocked():
         config.data_mirror = "http://127.0.0.1:9/m"
     experiment.obtain_inputs(config)

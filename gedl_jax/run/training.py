@@ -400,7 +400,7 @@ def run(config, workdir: str | pathlib.Path) -> list[dict[str, Any]]:
     a deep ensemble per seed when `config.ensemble_size` is set."""
     seeds = configuration.parse_seeds(config)
     workdir = pathlib.Path(workdir)
-    single_dir = not str(config.seeds).strip()
+    single_dir = not configuration.as_tuple("seeds", config.seeds)
     if config.ensemble_size:
         results = [train_ensemble(configuration.with_seed(config, s),
                                   workdir if single_dir else workdir / f"seed_{s}")

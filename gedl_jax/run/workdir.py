@@ -137,6 +137,8 @@ def saved_config(workdir, overrides: dict[str, Any] | None = None):
         raise FileNotFoundError(f"{workdir} has no config.json: is it a gedl_jax.train workdir?")
     saved = json.loads(config_path.read_text())
     config = configuration.default_config(saved.get("dataset", "mnist"))
+    saved = {k: configuration.as_tuple(k, v) if k in configuration.LIST_FIELDS else v
+             for k, v in saved.items()}   # runs saved before the list fields were tuples
     config.update({**configuration.LEGACY_DEFAULTS, **saved})
     for key, value in (overrides or {}).items():
         config[key] = value
