@@ -63,9 +63,10 @@ def _second_order_size(a, b):
 
 
 def test_special_function_remainders_match_scipy():
-    """The Stirling remainders behind every rewrite (`evidential.special`), on x in [1e-4, 1e3] (log-spaced,
-    float32 inputs), against float64 SciPy; rtol from their float32 error envelopes (measured:
-    r 6e-6 near x ~ 2 where it is a difference of O(1) logs, s 2e-6, the others <= 5e-7)."""
+    """The Stirling remainders behind every rewrite (`evidential.special`), on x in [1e-4, 1e3]
+    (log-spaced, float32 inputs), against float64 SciPy; rtol from their float32 error envelopes
+    (measured: r 6e-6 near x ~ 2 where it is a difference of O(1) logs, s 2e-6, the others
+    <= 5e-7)."""
     from gedl_jax.evidential import special as d
 
     x32 = np.logspace(-4, 3, 2000).astype(np.float32)
