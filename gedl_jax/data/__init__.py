@@ -4,13 +4,15 @@
     splits = data.load_train_val_test("mnist", seed=0)  # 48k/12k/10k; downloads what is missing
     oods = [data.load_ood(n, data_dir) for n in data.default_ood_sets("mnist")]  # kmnist, fmnist
     extra = data.load_ood("/path/to/idx_folder")   # any folder of MNIST-format t10k IDX files
+    mine = data.load_npz_train_val_test("my.npz", seed=0)  # your own arrays (npz.py)
     fog3 = data.load_corrupted("fog", 3, data_dir)  # CIFAR-10-C (official, else regenerated)
     # python -m gedl_jax.data.corruptions --data_dir=D  regenerates CIFAR-10-C (corruptions.py)
 
 Host side (numpy): registry.py (names, shapes, registered checksums), locations.py (the data
 folder), download.py (verified download, mirror, offline switch), fetch.py (its command line,
 `python -m gedl_jax.data.fetch`), readers.py (official formats), cache.py (verification, cache),
-loading.py (sources, the run's pre-flight), splits.py (protocol), tfds_source.py (TFDS). Device
+loading.py (sources, the run's pre-flight), splits.py (protocol), tfds_source.py (TFDS), npz.py
+(a user's dataset in one .npz file). Device
 side (pure JAX, jit-able): device.py. Nothing here imports TensorFlow; tensorflow_datasets is
 optional (registered checksums, the TFDS source).
 """
@@ -48,16 +50,20 @@ from gedl_jax.data.registry import (
     registered_files,
 )
 from gedl_jax.data.splits import load_train_val_test, split_indices, train_val_split
+from gedl_jax.data import npz
+from gedl_jax.data.npz import NpzDataset, load_npz_ood, load_npz_train_val_test, read_npz
 from gedl_jax.data.tfds_source import prepare_tfds
 
 __all__ = [
     "CORRUPTIONS", "DATASETS", "DOWNLOAD_MODES", "ENV_DATA_DIR",
     "EXTRA_CORRUPTIONS", "SEVERITIES", "SOURCES", "ChecksumError", "CorruptDataError",
-    "DataError", "DatasetInfo", "DownloadError", "FileSpec", "MissingDataError", "Split",
+    "DataError", "DatasetInfo", "DownloadError", "FileSpec", "MissingDataError", "NpzDataset",
+    "Split",
     "apply_geometry", "augment_cifar", "channel_stats", "default_data_dir",
     "default_ood_sets", "ensure_available", "epoch_permutation", "fetch_datasets", "get_info",
     "load_corrupted",
-    "load_ood", "load_split", "load_train_val_test", "pad_for_eval", "prepare_tfds",
+    "load_npz_ood", "load_npz_train_val_test", "load_ood", "load_split", "load_train_val_test",
+    "npz", "pad_for_eval", "prepare_tfds", "read_npz",
     "read_idx_folder", "registered_files", "resolve_cache_dir",
     "resolve_data_dir", "sha256_file", "split_indices",
     "take_batch", "to_float", "train_val_split", "verify_file",
