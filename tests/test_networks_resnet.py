@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from multidevice import run_script
 
 from gedl_jax.networks.resnet import ResNet18
 
@@ -192,3 +193,8 @@ def test_jitted_train_step_decreases_the_loss(small):
 def test_unknown_param_init_is_refused():
     with pytest.raises(ValueError, match="unknown param_init 'kaiming'; allowed: torch, flax"):
         _shapes(ResNet18(num_classes=K, param_init="kaiming"), (1, 8, 8, 3))
+
+
+def test_batch_statistics_are_global_under_shard_map():
+    """2 fake CPU devices (tests/multidevice/resnet_batchnorm_shard_map.py)."""
+    run_script("resnet_batchnorm_shard_map.py", devices=2)
