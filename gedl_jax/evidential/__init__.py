@@ -13,6 +13,10 @@ tests/test_doctests.py), written for this namespace:
     >>> alpha_BxK = ev.dirichlet_alpha(jnp.array([[4.0, 0.0, 1.0]]), 3.0, ev.uniform_base_rate(3))
     >>> print(ev.projected_probability(alpha_BxK), ev.uncertainty_mass(alpha_BxK, 3.0))
     [[0.625 0.125 0.25 ]] [0.375]
+
+For your own training loop, `EvidentialObjective` (training_objective.py) composes this math into
+a variant's loss with its state (`ObjectiveState`: step and GEDL's tau accumulator); it is
+imported on first use, so this package itself stays free of the configuration and loss layers.
 """
 
 from gedl_jax.evidential.activations import (ACTIVATIONS, evidence_from_logits, exp_evidence,
@@ -32,7 +36,23 @@ from gedl_jax.evidential.uncertainty import (differential_entropy, expected_entr
                                              mutual_information_asymptote, predictive_entropy,
                                              total_evidence, variance_sum)
 
+# Imported on first access (module __getattr__): training_objective builds on gedl_jax.losses,
+# which builds on this package.
+_LAZY = {"EvidentialObjective": "training_objective", "ObjectiveState": "training_objective"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib  # noqa: PLC0415
+
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
+    "EvidentialObjective", "ObjectiveState",
     "ACTIVATIONS", "evidence_from_logits", "exp_evidence", "relu_evidence", "softplus_evidence",
     "Opinion", "adaptive_prior_strength", "base_rate_from_counts", "dirichlet_alpha",
     "dirichlet_strength", "fixed_prior_strength", "projected_probability", "subjective_opinion",
