@@ -299,6 +299,40 @@ def test_one_jitted_train_step_for_both_kinds(name):
     assert np.mean(history[-5:]) < 0.8 * np.mean(history[:5]), history
 
 
+def test_mc_dropout_keeps_dropout_on_with_frozen_statistics():
+    nnx_net = user.load_network(f"{PKG}.nets:NNXCNN", K, SHAPE)
+    assert nnx_net.mc_dropout                       # the adapter provides it for NNX
+    variables = nnx_net.init(jax.random.PRNGKey(0))
+    x = _x(6)
+
+    def mc(key):
+        return nnx_net.apply(variables, x, train=False, dropout=True,
+                             rngs={"dropout": jax.random.PRNGKey(key)})
+
+    assert not np.allclose(mc(1), mc(2))            # fresh masks per key
+    np.testing.assert_array_equal(mc(1), mc(1))
+    np.testing.assert_allclose(nnx_net.apply(variables, x, train=False, dropout=False),
+                               nnx_net.apply(variables, x, train=False), rtol=1e-6)
+    # Frozen statistics: BatchNorm keeps the running averages (with dropout rate 0 the MC pass is
+    # the eval pass) and nothing is updated.
+    no_drop = user.load_network(f"{PKG}.nets:NNXCNN", K, SHAPE, dropout_rate=0.0)
+    out, updates = no_drop.apply(variables, x, train=False, dropout=True, mutable=["batch_stats"],
+                                 rngs={"dropout": jax.random.PRNGKey(1)})
+    np.testing.assert_allclose(out, no_drop.apply(variables, x, train=False), rtol=1e-6)
+    for got, want in zip(jax.tree.leaves(updates), jax.tree.leaves(variables["batch_stats"])):
+        np.testing.assert_array_equal(got, want)
+    mlp = user.load_network("mlp", K, SHAPE, dropout_rate=0.5)
+    assert mlp.mc_dropout
+    v = mlp.init(jax.random.PRNGKey(0))
+    a = mlp.apply(v, x, dropout=True, rngs={"dropout": jax.random.PRNGKey(1)})
+    assert not np.allclose(a, mlp.apply(v, x))
+    linen = user.load_network(f"{PKG}.nets:LinenCNN", K, SHAPE)
+    assert not linen.mc_dropout
+    with pytest.raises(ValueError, match=r"LinenCNN': MC Dropout needs `__call__\(x, "
+                                         r"train=..., dropout=...\)`"):
+        linen.apply(linen.init(jax.random.PRNGKey(0)), x, dropout=True)
+
+
 def test_builtin_names_and_constructor_keywords():
     resnet = user.build("resnet18", K)
     assert type(resnet.module).__name__ == "ResNet18" and resnet.has_features

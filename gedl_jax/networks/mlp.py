@@ -11,7 +11,8 @@ Interface (the user-network contract of `gedl_jax.networks.user`): called as
 last hidden activation (the input of the final Dense layer: after the ReLU and, in training, the
 dropout, as `gedl_jax.methods.networks.Backbone`'s "hidden"; the flattened input when `hidden`
 is empty). Dropout (inverted, rate `dropout_rate`, after every hidden ReLU, the ConvNet's MC
-Dropout placement) is on when `train` is True and draws from the "dropout" rng stream. No
+Dropout placement) is on when `train` is True (or `dropout=True`: MC Dropout) and draws from the
+"dropout" rng stream. No
 BatchNorm, so no `batch_stats` and no `axis_name`.
 
 Initialisation (`param_init`, as `gedl_jax.models`): "flax" (the default: lecun_normal kernels,
@@ -57,14 +58,16 @@ class MLP(nn.Module):
     param_init: str = "flax"
 
     @nn.compact
-    def __call__(self, x: jax.Array, train: bool = False, *, features: bool = False
-                 ) -> jax.Array:
+    def __call__(self, x: jax.Array, train: bool = False, *, features: bool = False,
+                 dropout: bool | None = None) -> jax.Array:
         """Logits (B, K), or with `features=True` the last hidden activation, float32.
 
         Args:
           x: (B, D) vectors or (B, ...) arrays, flattened to (B, D).
           train: dropout on (from the "dropout" rng stream).
           features: return the input of the final Dense layer instead of the logits.
+          dropout: dropout on or off regardless of `train` (MC Dropout: train=False,
+            dropout=True); None follows `train`.
 
         Returns:
           float32 `logits_BxK` or `features_BxF` (F = hidden[-1], or D without hidden layers).
@@ -74,7 +77,8 @@ class MLP(nn.Module):
             h_BxF = nn.relu(_dense(width, h_BxF.shape[-1], self.param_init, self.dtype,
                                    f"dense{i}")(h_BxF))
             if self.dropout_rate:
-                h_BxF = nn.Dropout(self.dropout_rate, deterministic=not train)(h_BxF)
+                h_BxF = nn.Dropout(self.dropout_rate, deterministic=not (
+                    train if dropout is None else dropout))(h_BxF)
         if features:
             return h_BxF.astype(jnp.float32)
         logits_BxK = _dense(self.num_classes, h_BxF.shape[-1], self.param_init, self.dtype,

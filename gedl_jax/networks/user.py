@@ -39,6 +39,12 @@ violation is a ValueError naming the network, what was expected and what was fou
   Under `jit` the throw-away initialisation is dead code; its RNG state is never stored (dropout
   keys come fresh from the `dropout` rng of each call, so a step is a pure function).
 
+**MC Dropout** (optional: only MC Dropout needs it) dropout on at test time with frozen
+BatchNorm statistics: Linen, a keyword `dropout: bool | None = None` of `__call__` overriding
+`train` for the dropout layers alone (as `gedl_jax.models.ConvNet` has); NNX networks get it from
+the adapter (`eval()`, then `deterministic=False` on every module that has the attribute).
+`Network.mc_dropout` says whether the network has it.
+
 **Features** (only for the methods that read features rather than logits: DUQ, PostNet, DAEDL,
 F-EDL; see INTEGRATION notes) a method `features(x, train=bool)` (Linen: reached as
 `module.apply(variables, x, train=..., method="features")`; NNX: `module.features(x)` in the
@@ -181,9 +187,10 @@ class NNXAdapter(nn.Module):
                     self.put_variable(collection, key, value)
 
     @nn.compact
-    def __call__(self, x: jax.Array, train: bool = False, *, features: bool = False
-                 ) -> jax.Array:
-        """`module(x)` (or `module.features(x)`) in `train()` or `eval()` mode."""
+    def __call__(self, x: jax.Array, train: bool = False, *, features: bool = False,
+                 dropout: bool | None = None) -> jax.Array:
+        """`module(x)` (or `module.features(x)`) in `train()` or `eval()` mode; `dropout`, if
+        given, then switches the dropout layers alone (MC Dropout: train=False, dropout=True)."""
         module = self._build()
         if not self.is_initializing():
             self._load(module)
@@ -191,6 +198,8 @@ class NNXAdapter(nn.Module):
             module.train()
         else:
             module.eval()
+        if dropout is not None:
+            module.set_attributes(deterministic=not dropout, raise_if_not_found=False)
         out = module.features(x) if features else module(x)
         self._store(module)
         return out
@@ -215,6 +224,8 @@ class Network:
       has_features: whether the class has a `features` method.
       syncs_batch_stats: whether `axis_name` was passed to the constructor (False where the
         class takes none: its BatchNorm, if any, then normalises per device).
+      mc_dropout: whether `apply(..., train=False, dropout=True)` keeps dropout on with frozen
+        statistics (MC Dropout; module docstring).
     """
 
     spec: str
@@ -224,6 +235,7 @@ class Network:
     input_shape: tuple[int, ...] | None = None
     has_features: bool = False
     syncs_batch_stats: bool = False
+    mc_dropout: bool = False
 
     def init(self, key: jax.Array, input_shape: Sequence[int] | None = None) -> Variables:
         """Fresh variables ({"params": ..., and "batch_stats" etc. where the network has them})
@@ -244,11 +256,19 @@ class Network:
 
     def apply(self, variables: Mapping[str, Any], x: jax.Array, *, train: bool = False,
               rngs: Mapping[str, jax.Array] | None = None,
-              mutable: bool | Sequence[str] = False):
+              mutable: bool | Sequence[str] = False, dropout: bool | None = None):
         """Logits (B, K); with `mutable` (e.g. ["batch_stats"] in training) also the updated
-        collections, as Linen's apply. `rngs={"dropout": key}` where `train` uses dropout."""
+        collections, as Linen's apply. `rngs={"dropout": key}` where dropout is on;
+        `dropout=True` with `train=False`: MC Dropout (needs `mc_dropout`)."""
+        kwargs = {}
+        if dropout is not None:
+            if not self.mc_dropout:
+                raise _fail(self.spec, "MC Dropout needs `__call__(x, train=..., dropout=...)` "
+                                       "(a keyword switching dropout alone), which this "
+                                       "Linen class lacks")
+            kwargs["dropout"] = dropout
         return self.module.apply(dict(variables), x, train=train, rngs=dict(rngs or {}),
-                                 mutable=mutable)
+                                 mutable=mutable, **kwargs)
 
     def features(self, variables: Mapping[str, Any], x: jax.Array, *, train: bool = False,
                  rngs: Mapping[str, jax.Array] | None = None,
@@ -307,9 +327,10 @@ def build(spec: str, num_classes: int, *, axis_name: str | None = None,
     except Exception as e:  # noqa: BLE001
         raise _fail(spec, f"cannot construct {cls.__name__}({shown}): {_error_text(e)}; "
                           f"{expected}") from e
+    mc_dropout = kind == "nnx" or "dropout" in inspect.signature(cls.__call__).parameters
     return Network(spec, module, kind, int(num_classes),
                    has_features=callable(getattr(cls, "features", None)),
-                   syncs_batch_stats=syncs)
+                   syncs_batch_stats=syncs, mc_dropout=mc_dropout)
 
 
 # ------------------------------------------------------------------------------- checking
