@@ -61,6 +61,13 @@ class NNXCNN(nnx.Module):
         return self.head(self.features(x))
 
 
+class NNXSyncCNN(NNXCNN):
+    """NNXCNN whose BatchNorm averages over `axis_name` (data-parallel training)."""
+    def __init__(self, num_classes, rngs, axis_name=None):
+        super().__init__(num_classes, rngs)
+        self.bn = nnx.BatchNorm(8, momentum=0.9, axis_name=axis_name, rngs=rngs)
+
+
 class MLP(nn.Module):
     num_classes: int
     hidden: int = 16
@@ -345,9 +352,22 @@ def test_axis_name_reaches_the_classes_that_take_it():
     synced = user.build(f"{PKG}.nets:LinenCNN", K, axis_name="data")
     assert synced.syncs_batch_stats and synced.module.axis_name == "data"
     assert not user.build(f"{PKG}.nets:LinenCNN", K).syncs_batch_stats
-    # NNXCNN takes no axis_name: built without one (its BatchNorm normalises per device).
+    # NNXCNN takes no axis_name: built without one; checked, it is refused for data-parallel
+    # training (its statistics would differ per device; shard_map refuses them even on one).
     plain = user.build(f"{PKG}.nets:NNXCNN", K, axis_name="data")
     assert not plain.syncs_batch_stats and "axis_name" not in plain.module.kwargs
+    with pytest.raises(ValueError, match=rf"network '{PKG}.nets:NNXCNN': updates "
+                                         r"\['batch_stats'\] in training but its constructor "
+                                         r"takes no `axis_name`.*add an `axis_name: str \| None = "
+                                         r"None` parameter and pass it to every BatchNorm"):
+        user.load_network(f"{PKG}.nets:NNXCNN", K, SHAPE, axis_name="data")
+    # Networks without training state need none; synchronised ones are checked under the axis.
+    assert not user.load_network(f"{PKG}.nets:NNXMLP", K, SHAPE, axis_name="data") \
+        .syncs_batch_stats
+    for name in ("LinenCNN", "NNXSyncCNN"):
+        checked = user.load_network(f"{PKG}.nets:{name}", K, SHAPE, axis_name="data",
+                                    need_features=True)
+        assert checked.syncs_batch_stats and checked.axis_name == "data"
     # Under a named axis (as inside shard_map) the synchronised BatchNorm uses the statistics of
     # the whole batch: each half's update equals the full batch's on one device.
     variables = synced.init(jax.random.PRNGKey(0), SHAPE)
@@ -423,3 +443,40 @@ def test_missing_or_malformed_features_when_a_method_needs_them():
         user.load_network(f"{PKG}.nets:BadFeatures", K, SHAPE, need_features=True)
     # Without need_features the malformed `features` is never called.
     assert user.load_network(f"{PKG}.nets:BadFeatures", K, SHAPE).has_features
+
+
+def test_runs_in_the_builtin_method_and_train_step():
+    """The loaded module (here the NNX adapter; a Linen class is used as it is) drops into the
+    EDL method and the trainer's shard_map step unchanged (train_model with the data axis,
+    eval_model without), and predicts."""
+    name = "NNXSyncCNN"
+    from gedl_jax import configuration, losses, sharding, steps  # noqa: PLC0415
+    from gedl_jax.methods.evidential import Evidential  # noqa: PLC0415
+
+    spec = losses.LossSpec.from_config(configuration.build_config("mnist", "gedl"))
+    train_net = user.load_network(f"{PKG}.nets:{name}", K, SHAPE, axis_name=sharding.AXIS)
+    eval_net = user.load_network(f"{PKG}.nets:{name}", K, SHAPE)
+    method = Evidential(train_net.module, eval_net.module, K, spec=spec)
+    mesh = sharding.make_mesh(jax.devices()[:1])
+    settings = steps.StepSettings(steps_per_epoch=2, batch_size=8, augment=False,
+                                  normalize_mean=None, normalize_std=None)
+    tx = optax.adam(1e-3)
+    state = jax.device_put(steps.init_train_state(method, tx, jax.random.PRNGKey(0), SHAPE),
+                           sharding.replicated(mesh))
+    assert list(state.model_state) == ["batch_stats"]
+    keys = {"augment": jax.random.PRNGKey(1), "dropout": jax.random.PRNGKey(2)}
+    step = steps.make_train_step(method, tx, mesh, settings, keys)
+    rng = np.random.default_rng(0)
+    images = sharding.put_replicated(mesh, rng.integers(0, 256, (16, *SHAPE), dtype=np.uint8))
+    labels = sharding.put_replicated(mesh, (np.arange(16) % K).astype(np.int32))
+    order = jax.device_put(jnp.arange(16, dtype=jnp.int32), sharding.replicated(mesh))
+    before = jax.device_get(state.model_state)
+    for _ in range(3):
+        state, metrics = step(state, images, labels, order)
+    assert int(metrics["nonfinite"]) == 0 and np.isfinite(float(metrics["loss"]))
+    moved = jax.tree.map(lambda a, b: not np.allclose(a, b), before,
+                         jax.device_get(state.model_state))
+    assert all(jax.tree.leaves(moved))                 # the batch statistics were updated
+    raw = steps.make_predict_step(method, mesh)(state.variables, state.method_state,
+                                                np.asarray(images)[:4], jax.random.PRNGKey(0))
+    assert raw["alpha_BxK"].shape == (4, K) and bool(jnp.all(raw["alpha_BxK"] > 0))

@@ -15,8 +15,10 @@ violation is a ValueError naming the network, what was expected and what was fou
 
 **Linen** (`flax.linen.Module` subclass)
   - constructed as `Name(num_classes=K)` (more keyword arguments may be passed through
-    `load_network(..., **kwargs)`; an `axis_name` field, if the class has one, receives the
-    data-parallel mesh axis so BatchNorm averages its statistics over the global batch);
+    `load_network(..., **kwargs)`); a network with BatchNorm (any collection updated in
+    training) that is to train data-parallel (`load_network(..., axis_name="data")`, what the
+    shard_map trainer needs even on one device) must take an `axis_name` field and pass it to
+    its BatchNorm layers, so their statistics are averaged over the global batch;
   - called as `module(x, train=bool)` (inputs (B, ...) float32: NHWC images in [0, 1], or
     vectors) and returning one floating array of logits (B, K), finite on a batch of zeros;
   - BatchNorm statistics (or any other state updated in training) in the `batch_stats`
@@ -25,7 +27,7 @@ violation is a ValueError naming the network, what was expected and what was fou
 
 **NNX** (`flax.nnx.Module` subclass)
   - constructed as `Name(num_classes=K, rngs=nnx.Rngs(seed))` (extra keyword arguments and
-    `axis_name` as for Linen, where `__init__` accepts them);
+    `axis_name` as for Linen: an `axis_name` parameter passed to `nnx.BatchNorm`);
   - called as `module(x)`, its mode set by `module.train()` / `module.eval()` (which switch
     `nnx.Dropout` and `nnx.BatchNorm`), returning logits (B, K) as above;
   - `nnx.Param` variables are the parameters, `nnx.BatchStat` variables the `batch_stats`
@@ -224,6 +226,7 @@ class Network:
       has_features: whether the class has a `features` method.
       syncs_batch_stats: whether `axis_name` was passed to the constructor (False where the
         class takes none: its BatchNorm, if any, then normalises per device).
+      axis_name: the data-parallel axis it was loaded for (None: one device, no shard_map).
       mc_dropout: whether `apply(..., train=False, dropout=True)` keeps dropout on with frozen
         statistics (MC Dropout; module docstring).
     """
@@ -236,6 +239,7 @@ class Network:
     has_features: bool = False
     syncs_batch_stats: bool = False
     mc_dropout: bool = False
+    axis_name: str | None = None
 
     def init(self, key: jax.Array, input_shape: Sequence[int] | None = None) -> Variables:
         """Fresh variables ({"params": ..., and "batch_stats" etc. where the network has them})
@@ -330,7 +334,8 @@ def build(spec: str, num_classes: int, *, axis_name: str | None = None,
     mc_dropout = kind == "nnx" or "dropout" in inspect.signature(cls.__call__).parameters
     return Network(spec, module, kind, int(num_classes),
                    has_features=callable(getattr(cls, "features", None)),
-                   syncs_batch_stats=syncs, mc_dropout=mc_dropout)
+                   syncs_batch_stats=syncs, mc_dropout=mc_dropout,
+                   axis_name=axis_name)
 
 
 # ------------------------------------------------------------------------------- checking
@@ -387,11 +392,25 @@ def check(network: Network, input_shape: Sequence[int], *, need_features: bool =
         raise _fail(spec, f"has no parameters (collections {sorted(abstract)}); expected a "
                           f"'params' collection")
     state_names = [c for c in abstract if c != "params"]
+    if network.axis_name and state_names and not network.syncs_batch_stats:
+        raise _fail(spec, f"updates {state_names} in training but its constructor takes no "
+                          f"`axis_name`, so data-parallel training (axis "
+                          f"{network.axis_name!r}) cannot average those statistics over the "
+                          f"devices; add an `axis_name: str | None = None` "
+                          f"{'field' if network.kind == 'linen' else 'parameter'} and pass it "
+                          f"to every BatchNorm")
 
     def forward(variables, train, method=None):
-        out = module.apply(variables, x, train=train, rngs={"dropout": key},
-                           mutable=state_names if train else False, method=method)
-        return out[0] if train else out
+        def run(x):
+            out = module.apply(variables, x, train=train, rngs={"dropout": key},
+                               mutable=state_names if train else False, method=method)
+            return out[0] if train else out
+
+        if not network.syncs_batch_stats:
+            return run(x)
+        # A network built with an axis_name averages over it in training: bind the name (a
+        # named vmap over one "device") as shard_map will.
+        return jax.vmap(run, axis_name=network.axis_name)(x[None])[0]
 
     outputs = {"logits (eval)": (lambda v: forward(v, False), network.num_classes),
                "logits (train)": (lambda v: forward(v, True), network.num_classes)}
