@@ -480,3 +480,29 @@ def test_runs_in_the_builtin_method_and_train_step():
     raw = steps.make_predict_step(method, mesh)(state.variables, state.method_state,
                                                 np.asarray(images)[:4], jax.random.PRNGKey(0))
     assert raw["alpha_BxK"].shape == (4, K) and bool(jnp.all(raw["alpha_BxK"] > 0))
+
+
+@pytest.mark.parametrize("name", ["LinenCNN", "NNXCNN"])
+def test_as_a_submodule_calling_features_and_logits(name):
+    """Composite methods (DUQ, PostNet, F-EDL) hold the network as a Linen submodule and call
+    both `features` and `__call__`: the variables nest under the submodule, and init's outputs
+    are those of the stored variables."""
+    class Parent(flax.linen.Module):
+        backbone: flax.linen.Module
+
+        @flax.linen.compact
+        def __call__(self, x, train=False):
+            f = self.backbone.features(x, train=train)
+            return f, self.backbone(x, train=train) + flax.linen.Dense(K)(f)
+
+    parent = Parent(user.build(f"{PKG}.nets:{name}", K).module)
+    x = _x()
+    rngs = {"params": jax.random.PRNGKey(0), "dropout": jax.random.PRNGKey(1)}
+    out, variables = parent.init_with_output(rngs, x)
+    assert sorted(variables["params"]) == ["Dense_0", "backbone"]
+    assert list(variables["batch_stats"]) == ["backbone"]
+    for got, want in zip(parent.apply(variables, x), out):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    (_, logits), updates = parent.apply(variables, x, train=True, mutable=["batch_stats"],
+                                        rngs={"dropout": jax.random.PRNGKey(2)})
+    assert logits.shape == (4, K) and list(updates["batch_stats"]) == ["backbone"]

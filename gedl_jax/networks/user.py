@@ -194,8 +194,8 @@ class NNXAdapter(nn.Module):
         """`module(x)` (or `module.features(x)`) in `train()` or `eval()` mode; `dropout`, if
         given, then switches the dropout layers alone (MC Dropout: train=False, dropout=True)."""
         module = self._build()
-        if not self.is_initializing():
-            self._load(module)
+        if self.variables:   # always in apply; in init once an earlier call stored them (a
+            self._load(module)   # parent calling both `features` and `__call__`)
         if train:
             module.train()
         else:
