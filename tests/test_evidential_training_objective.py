@@ -26,6 +26,16 @@ K = 5
 VARIANTS = ["gedl", "edl", "iedl", "redl", "red"]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _fast_compile_module():
+    """XLA's optimisations mostly off for this module (as the `fast_compile` fixture per test):
+    the steps below are jitted, so each test compiles a few small programs."""
+    previous = jax.config.read("jax_disable_most_optimizations")
+    jax.config.update("jax_disable_most_optimizations", True)
+    yield
+    jax.config.update("jax_disable_most_optimizations", previous)
+
+
 def _batch(b=8, seed=0, scale=3.0):
     rng = np.random.default_rng(seed)
     return (jnp.asarray(rng.normal(0, scale, (b, K)), jnp.float32),
@@ -97,24 +107,27 @@ def test_bad_settings_are_refused(call, error, message):
 @pytest.mark.parametrize("variant", VARIANTS + ["ablation_base"])
 def test_loss_is_the_batch_mean_of_losses_per_example_loss(variant):
     obj = EvidentialObjective.variant(variant, K, steps_per_epoch=2)
+    objective = jax.jit(obj)
+    reference = jax.jit(lambda logits, labels, tau, epoch: losses.per_example_loss(
+        obj.spec, logits, labels, tau, epoch))
     state = obj.init()
     tau = ev.tau_init()
     for step in range(5):   # across two epoch boundaries
         logits, labels = _batch(seed=step)
-        loss, state, metrics = obj(logits, labels, state)
-        loss_B, tau, terms = losses.per_example_loss(obj.spec, logits, labels, tau,
-                                                     jnp.int32(step // 2))
-        np.testing.assert_array_equal(loss, jnp.mean(loss_B))
+        loss, state, metrics = objective(logits, labels, state)
+        loss_B, tau, terms = reference(logits, labels, tau, jnp.int32(step // 2))
+        np.testing.assert_allclose(loss, jnp.mean(loss_B), rtol=1e-6)
         np.testing.assert_array_equal(metrics["loss"], loss)
-        np.testing.assert_array_equal(metrics["likelihood"], jnp.mean(terms.likelihood_B))
-        np.testing.assert_array_equal(metrics["kl"], jnp.mean(terms.kl_B))
+        np.testing.assert_allclose(metrics["likelihood"], jnp.mean(terms.likelihood_B),
+                                   rtol=1e-6)
+        np.testing.assert_allclose(metrics["kl"], jnp.mean(terms.kl_B), rtol=1e-6, atol=1e-7)
         for name in ("kl_weight", "mean_strength", "mean_prior_strength"):
-            np.testing.assert_array_equal(metrics[name], getattr(terms, name))
-        np.testing.assert_array_equal(metrics["accuracy"],
-                                      jnp.mean(jnp.argmax(logits, -1) == labels))
+            np.testing.assert_allclose(metrics[name], getattr(terms, name), rtol=1e-6)
+        np.testing.assert_allclose(metrics["accuracy"],
+                                   jnp.mean(jnp.argmax(logits, -1) == labels))
         assert int(metrics["epoch"]) == step // 2 and int(state.step) == step + 1
         for got, want in zip(state.tau, tau):
-            np.testing.assert_array_equal(got, want)
+            np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
 def test_state_follows_the_epochs_of_the_step_counter():
@@ -123,13 +136,13 @@ def test_state_follows_the_epochs_of_the_step_counter():
     edl = EvidentialObjective.edl(K, steps_per_epoch=3, annealing_epochs=2.0)
     state, weights = edl.init(), []
     for _ in range(9):
-        _, state, metrics = edl(*_batch(), state)
+        _, state, metrics = jax.jit(edl)(*_batch(), state)
         weights.append(float(metrics["kl_weight"]))
     assert weights == [0.0] * 3 + [0.5] * 3 + [1.0] * 3
     gedl = EvidentialObjective.gedl(K, steps_per_epoch=2)
     state, strengths = gedl.init(), []
     for step in range(5):
-        _, state, metrics = gedl(*_batch(seed=step), state)
+        _, state, metrics = jax.jit(gedl)(*_batch(seed=step), state)
         strengths.append(float(metrics["mean_strength"]))
     assert int(state.tau.epoch) == 2 and int(state.tau.epoch_count) == 1
     np.testing.assert_allclose(float(state.tau.completed_sum),
@@ -153,7 +166,7 @@ def test_jit_grad_and_static_pytree():
 
     state = obj.init()
     loss, new_state, grad = step(obj, logits, state)
-    eager_loss, eager_state, _ = obj(logits, labels, state)
+    eager_loss, eager_state, _ = jax.jit(obj)(logits, labels, state)
     np.testing.assert_allclose(loss, eager_loss, rtol=1e-6)
     assert isinstance(new_state, ObjectiveState) and int(new_state.step) == 1
     assert grad.shape == logits.shape and bool(jnp.all(jnp.isfinite(grad)))
@@ -165,12 +178,13 @@ def test_vmap_over_seeds_with_a_leading_state_axis():
     logits_SxBxK = jnp.stack([_batch(seed=s)[0] for s in range(3)])
     labels_SxB = jnp.stack([_batch(seed=s)[1] for s in range(3)])
     states = jax.tree.map(lambda x: jnp.stack([x] * 3), obj.init())
+    batched, single = jax.jit(jax.vmap(obj)), jax.jit(obj)
     for _ in range(3):
-        loss_S, states, _ = jax.vmap(obj)(logits_SxBxK, labels_SxB, states)
+        loss_S, states, _ = batched(logits_SxBxK, labels_SxB, states)
     for s in range(3):
         state = obj.init()
         for _ in range(3):
-            loss, state, _ = obj(logits_SxBxK[s], labels_SxB[s], state)
+            loss, state, _ = single(logits_SxBxK[s], labels_SxB[s], state)
         np.testing.assert_allclose(loss_S[s], loss, rtol=1e-6)
         np.testing.assert_allclose(states.tau.completed_sum[s], state.tau.completed_sum,
                                    rtol=1e-6)
@@ -184,11 +198,11 @@ def test_axis_name_averages_over_the_devices_batches(variant):
     sharded = dataclasses.replace(whole, axis_name="data")
     logits, labels = _batch(b=16)
     state_whole = state_sharded = whole.init()
+    on_shards = jax.jit(jax.vmap(sharded, in_axes=(0, 0, None), axis_name="data"))
     for _ in range(3):
-        loss, state_whole, metrics = whole(logits, labels, state_whole)
-        loss_4, states_4, metrics_4 = jax.vmap(sharded, in_axes=(0, 0, None),
-                                               axis_name="data")(
-            logits.reshape(4, 4, K), labels.reshape(4, 4), state_sharded)
+        loss, state_whole, metrics = jax.jit(whole)(logits, labels, state_whole)
+        loss_4, states_4, metrics_4 = on_shards(logits.reshape(4, 4, K), labels.reshape(4, 4),
+                                                state_sharded)
         state_sharded = jax.tree.map(lambda x: x[0], states_4)   # identical on every shard
         for shard in range(4):
             np.testing.assert_allclose(loss_4[shard], loss, rtol=1e-6)
