@@ -59,7 +59,10 @@ if not any(isinstance(f, _MovedModules) for f in sys.meta_path):
 
 
 def __getattr__(name: str):
-    """`from gedl_jax import steps` (an old name) still works for one release."""
+    """`gedl_jax.EvidentialObjective` (imported on first use); `from gedl_jax import steps` (an
+    old name) still works for one release."""
     if f"gedl_jax.{name}" in _MOVED:
         return importlib.import_module(f"gedl_jax.{name}")
+    if name in ("EvidentialObjective", "ObjectiveState"):   # the own-loop API, on first use
+        return getattr(importlib.import_module("gedl_jax.methods.objective"), name)
     raise AttributeError(f"module 'gedl_jax' has no attribute {name!r}")

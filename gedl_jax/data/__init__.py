@@ -6,6 +6,7 @@
     extra = data.load_ood("/path/to/idx_folder")   # any folder of MNIST-format t10k IDX files
     far = data.load_ood("cifar10_gray28", data_dir)  # derived: CIFAR-10 test as 28x28 gray
     data.ood_group("mnist", "cifar10_gray28")        # "far" (data.OOD_GROUPS: near / far)
+    mine = data.load_npz_train_val_test("my.npz", seed=0)  # your own arrays (npz.py)
     fog3 = data.load_corrupted("fog", 3, data_dir)  # CIFAR-10-C (official, else regenerated)
     # python -m gedl_jax.data.regenerate --data_dir=D   regenerates CIFAR-10-C (regenerate.py)
 
@@ -13,7 +14,8 @@ Host side (numpy): registry.py (names, shapes, registered checksums), locations.
 folder), download.py (verified download, mirror, offline switch), fetch.py (its command line,
 `python -m gedl_jax.data.fetch`), readers.py (official formats), cache.py (verification, cache),
 loading.py (sources, the run's pre-flight), splits.py (protocol), tfds_source.py (TFDS),
-derived.py (OOD sets converted from another dataset's test split). Device
+derived.py (OOD sets converted from another dataset's test split), npz.py (a user's dataset in
+one .npz file). Device
 side (pure JAX, jit-able): device.py. Nothing here imports TensorFlow; tensorflow_datasets is
 optional (registered checksums, the TFDS source).
 """
@@ -58,17 +60,20 @@ from gedl_jax.data.registry import (
     source_split,
 )
 from gedl_jax.data.splits import load_train_val_test, split_indices, train_val_split
+from gedl_jax.data import npz
+from gedl_jax.data.npz import NpzDataset, load_npz_ood, load_npz_train_val_test, read_npz
 from gedl_jax.data.tfds_source import prepare_tfds
 
 __all__ = [
     "CORRUPTIONS", "DATASETS", "DERIVED_OOD", "DOWNLOAD_MODES", "ENV_DATA_DIR",
     "EXTRA_CORRUPTIONS", "OOD_GROUPS", "SEVERITIES", "SOURCES", "ChecksumError",
     "CorruptDataError", "DataError", "DatasetInfo", "DerivedSpec", "DownloadError", "FileSpec",
-    "MissingDataError", "Split",
+    "MissingDataError", "NpzDataset", "Split",
     "apply_geometry", "augment_cifar", "channel_stats", "default_data_dir",
     "default_ood_sets", "ensure_available", "epoch_permutation", "fetch_datasets", "get_info",
     "load_corrupted",
-    "load_ood", "load_split", "load_train_val_test", "pad_for_eval", "prepare_tfds",
+    "load_npz_ood", "load_npz_train_val_test", "load_ood", "load_split", "load_train_val_test",
+    "npz", "pad_for_eval", "prepare_tfds", "read_npz",
     "read_idx_folder", "registered_files", "resolve_cache_dir",
     "resolve_data_dir", "sha256_file", "source_split", "split_indices", "is_ood_name",
     "ood_group", "ood_sets_by_group",

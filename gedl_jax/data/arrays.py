@@ -11,7 +11,8 @@ from gedl_jax.data.errors import CorruptDataError
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Split:
-    """images: N x H x W x C uint8 (pixels 0..255); labels: N int32; name: e.g. "mnist/train".
+    """images: N x H x W x C uint8 (pixels 0..255), or float32 (N x H x W x C images in [0, 1],
+    or N x D vectors: `gedl_jax.data.npz`); labels: N int32; name: e.g. "mnist/train".
 
     source says where the arrays came from ("official", "arrays", "tfds", "idx_folder", ... with
     "+cache" when read from the decoded-array cache)."""
@@ -22,9 +23,12 @@ class Split:
     source: str = ""
 
     def __post_init__(self) -> None:
-        if self.images.ndim != 4 or self.images.dtype != np.uint8:
-            raise CorruptDataError(f"{self.name}: images must be N x H x W x C uint8, got "
-                                   f"{self.images.shape} {self.images.dtype}")
+        uint8_images = self.images.ndim == 4 and self.images.dtype == np.uint8
+        float_arrays = self.images.ndim in (2, 4) and self.images.dtype == np.float32
+        if not (uint8_images or float_arrays):
+            raise CorruptDataError(f"{self.name}: images must be N x H x W x C uint8, or float32 "
+                                   f"N x H x W x C / N x D, got {self.images.shape} "
+                                   f"{self.images.dtype}")
         if self.labels.shape != (len(self.images),) or self.labels.dtype != np.int32:
             raise CorruptDataError(f"{self.name}: labels must be ({len(self.images)},) int32, got "
                                    f"{self.labels.shape} {self.labels.dtype}")
@@ -33,8 +37,9 @@ class Split:
         return len(self.labels)
 
     @property
-    def image_shape(self) -> tuple[int, int, int]:
-        return tuple(self.images.shape[1:])  # type: ignore[return-value]
+    def image_shape(self) -> tuple[int, ...]:
+        """(H, W, C), or (D,) for vectors."""
+        return tuple(self.images.shape[1:])
 
     def take(self, indices: np.ndarray, name: str | None = None) -> Split:
         """The examples at `indices` (a copy), as a new Split."""
@@ -74,7 +79,9 @@ def check_arrays(images: np.ndarray, labels: np.ndarray, origin: str,
 
 def channel_stats(split: Split | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-channel mean and std of the pixels scaled to [0, 1] (float32, shape (C,)), computed in
-    float64 in chunks. Use the in-distribution *training* split's stats for every set."""
+    float64 in chunks (float arrays are taken as they are: images already in [0, 1], or vectors,
+    whose "channels" are their D features). Use the in-distribution *training* split's stats for
+    every set."""
     images = split.images if isinstance(split, Split) else np.asarray(split)
     c = images.shape[-1]
     flat = images.reshape(-1, c)
@@ -82,7 +89,9 @@ def channel_stats(split: Split | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     total_sq = np.zeros(c, np.float64)
     step = 1 << 20
     for i in range(0, len(flat), step):
-        chunk = flat[i:i + step].astype(np.float64) / 255.0
+        chunk = flat[i:i + step].astype(np.float64)
+        if images.dtype == np.uint8:
+            chunk /= 255.0
         total += chunk.sum(0)
         total_sq += np.square(chunk).sum(0)
     n = max(len(flat), 1)

@@ -23,9 +23,10 @@ from collections.abc import Callable
 from gedl_jax.methods import daedl, duq, evidential, fedl, postnet, prior_networks, softmax
 from gedl_jax.methods.base import LossOutput, Method, MethodSetup, StepContext
 from gedl_jax.methods.common import AXIS, build_models
+from gedl_jax.methods.objective import EvidentialObjective, ObjectiveState
 
-__all__ = ["AXIS", "METHODS", "LossOutput", "Method", "MethodSetup", "StepContext",
-           "build_models", "from_config", "register"]
+__all__ = ["AXIS", "METHODS", "EvidentialObjective", "LossOutput", "Method", "MethodSetup",
+           "ObjectiveState", "StepContext", "build_models", "from_config", "register"]
 
 # config.method -> builder(config, setup): adding a method is its file and one line here.
 METHODS: dict[str, Callable[..., Method]] = {
