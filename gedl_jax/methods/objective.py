@@ -114,8 +114,8 @@ class EvidentialObjective:
                     axis_name: str | None = None) -> EvidentialObjective:
         """The objective of a run config (`gedl_jax.configuration`), as the trainer builds its
         loss: `methods.evidential.spec_from_config(config, base_rate)`. `base_rate`: the label
-        frequencies when config.base_rate == "label_frequency" (the trainer's `MethodSetup.label_frequencies()`),
-        else None (uniform)."""
+        frequencies when config.base_rate == "label_frequency" (the trainer's
+        `MethodSetup.label_frequencies()`), else None (uniform)."""
         return cls(spec_from_config(
             config, base_rate=None if base_rate is None else tuple(map(float, base_rate))),
             steps_per_epoch, axis_name)
