@@ -5,7 +5,8 @@
 
 OLD_OUT / NEW_OUT are `bin/reproduce.py --out` folders (runs/<name>/seed_<s>/eval_results.json).
 Every run present in both is compared on its numbers (the text of "conventions", the recorded
-workdir and plot paths, and the "method" / "scores" labels added by later versions are ignored).
+workdir, plot and ensemble-member paths, and the "method" / "scores" labels added by later
+versions are ignored).
 Prints one line per run and exits 1 if any differs: a check that a code change kept every result.
 """
 
@@ -16,7 +17,7 @@ import json
 import pathlib
 import sys
 
-IGNORED = frozenset({"workdir", "plots", "conventions", "method", "scores"})
+IGNORED = frozenset({"workdir", "plots", "ensemble_members", "conventions", "method", "scores"})
 
 
 def numbers(tree):
