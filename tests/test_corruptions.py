@@ -321,11 +321,12 @@ def test_regenerated_layout_is_read_back_by_the_release_reader(cifar10_root, tmp
 @pytest.mark.usefixtures("no_network", "isolated_env")
 def test_cli_regenerates_and_reports_errors(cifar10_root, capsys):
     root, images, _ = cifar10_root
-    assert C.main([f"--data_dir={root}", "--corruptions=brightness", "--num_examples=2"]) == 0
+    assert regenerate.main([f"--data_dir={root}", "--corruptions=brightness",
+                            "--num_examples=2"]) == 0
     folder = C.regenerated_folder(root)
     np.testing.assert_array_equal(np.load(folder / "brightness.npy")[2:4],
                                   C.corrupt(images[[0, 3]], "brightness", 2))
-    assert C.main([f"--data_dir={root}", "--corruptions=frost"]) == 2
+    assert regenerate.main([f"--data_dir={root}", "--corruptions=frost"]) == 2
     assert "frost photographs" in capsys.readouterr().err
 
 

@@ -422,7 +422,11 @@ def test_workdir_from_before_the_init_field_reads_as_torch_init(tmp_path):
     config.init = "flax"
     with pytest.raises(train.ConfigMismatchError, match="init: 'torch' -> 'flax'"):
         rundir.check_or_write_config(config, tmp_path)
-    import ml_collections  # noqa: PLC0415
+    # Restored, it reads as torch-init (configuration.LEGACY_DEFAULTS, the one place of that
+    # default) and builds its models with that init.
+    from gedl_jax.run.workdir import saved_config  # noqa: PLC0415
 
-    _, eval_model = methods.build_models(ml_collections.ConfigDict(old))
+    restored = saved_config(tmp_path)
+    assert restored.init == "torch"
+    _, eval_model = methods.build_models(restored)
     assert eval_model.param_init == "torch"
