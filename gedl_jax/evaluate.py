@@ -15,7 +15,7 @@ import pathlib
 import sys
 from typing import Any
 
-from gedl_jax import data, evaluation
+from gedl_jax import cli, data, evaluation, files
 from gedl_jax.run.corruption_study import corruption_study, study_table
 from gedl_jax.run.ensemble import evaluate_ensemble_and_write, member_dirs
 from gedl_jax.run.workdir import (
@@ -59,45 +59,32 @@ def main(argv=None) -> int:
     flags.DEFINE_integer("corruption_examples", 0, "Corruption study on N evenly spaced "
                          "examples of the clean test set and of each severity (0 = all).")
     flags.mark_flag_as_required("workdir")
+    flags.DEFINE_bool("debug", False, "Show the traceback of an error (also GEDL_DEBUG=1).")
     FLAGS = flags.FLAGS
 
-    def _main(_argv):
-        from absl import logging as absl_logging  # noqa: PLC0415
-        absl_logging.set_verbosity(absl_logging.WARNING)  # Orbax logs every save at INFO
+    def body() -> int:
         overrides = {"data_dir": FLAGS.data_dir} if FLAGS.data_dir else {}
         if FLAGS.study_only and not FLAGS.corruptions:
-            print("error: --study_only needs --corruptions=...", file=sys.stderr, flush=True)
-            return 2
-        try:
-            all_results = [] if FLAGS.study_only else [
-                evaluate_workdir(w, tuple(FLAGS.ood), overrides) for w in FLAGS.workdir]
-        except (ValueError, FileNotFoundError, data.DataError) as e:
-            print(f"error: {e}", file=sys.stderr, flush=True)
-            return 2
+            raise ValueError("--study_only needs --corruptions=...")
+        all_results = [] if FLAGS.study_only else [
+            evaluate_workdir(w, tuple(FLAGS.ood), overrides) for w in FLAGS.workdir]
         if len(all_results) > 1:
             table = evaluation.results_table(all_results, fmt="markdown")
             print(f"\n{table}")
             if FLAGS.out:
-                pathlib.Path(FLAGS.out).write_text(table + "\n")
+                files.write_text(FLAGS.out, table + "\n")
         if FLAGS.latex and all_results:
             print(evaluation.results_table(all_results, fmt="latex"))
         if FLAGS.corruptions:
             out_dir = pathlib.Path(FLAGS.study_dir or (pathlib.Path(FLAGS.out).parent if FLAGS.out
                                                        else FLAGS.workdir[0]))
-            try:
-                study = corruption_study(FLAGS.workdir, FLAGS.corruptions, out_dir, overrides,
-                                         num_examples=FLAGS.corruption_examples)
-            except (ValueError, FileNotFoundError, data.DataError) as e:
-                print(f"error: {e}", file=sys.stderr, flush=True)
-                return 2
+            study = corruption_study(FLAGS.workdir, FLAGS.corruptions, out_dir, overrides,
+                                     num_examples=FLAGS.corruption_examples)
             print(study_table(study), flush=True)
         return 0
 
-    try:
-        app.run(_main, argv=argv)
-    except SystemExit as e:
-        return int(e.code or 0)
-    return 0
+    return cli.run(body, argv, doc=__doc__, codes=[
+        ((data.DataError,), cli.EXIT_BAD_INPUT)])
 
 
 if __name__ == "__main__":

@@ -248,13 +248,14 @@ def _prepare_loop(runs: list[SeedRun], pool: data.Split | None, mesh) -> _Loop:
     """Workdirs checked, the program built (or restored from the newest common checkpoint),
     metrics writers open."""
     config, method = runs[0].config, runs[0].experiment.method
+    num_train = len(runs[0].experiment.data.train.labels)
+    for run_ in runs:   # everything checked before anything is written
+        configuration.validate_data_sizes(run_.config, len(run_.experiment.data.train.labels),
+                                          len(run_.experiment.data.validation.labels),
+                                          config.dataset)
     for run_ in runs:
         rundir.prepare(run_.workdir, run_.config)
-    num_train = len(runs[0].experiment.data.train.labels)
     steps_per_epoch = num_train // config.batch_size
-    if steps_per_epoch == 0:
-        raise ValueError(f"config.batch_size={config.batch_size} exceeds the {num_train} "
-                         f"training examples")
     total_steps = steps_per_epoch * config.num_epochs
     norm = runs[0].experiment.normalization
     settings = steps.StepSettings(steps_per_epoch=steps_per_epoch,

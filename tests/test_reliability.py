@@ -1,0 +1,118 @@
+"""Nothing silent, nothing stuck: a rejected value leaves the workdir usable, bad input through
+any CLI is one `error:` line and exit 2, a damaged checkpoint is set aside and the previous one
+used, a run at chance or diverged says so (exit 3), a full disk loses nothing (exit 74).
+docs/robustness.md lists every case; generated data only (tests/training_fixtures.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from training_fixtures import REPO, TINY_FIELDS, checkpoint_steps, subprocess_env, write_tiny_mnist
+
+from gedl_jax import configuration, train
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    return write_tiny_mnist(tmp_path / "data", n_train=200, n_test=40)
+
+
+def config(data_dir, tmp_path, **fields):
+    c = configuration.build_config("mnist", "gedl")
+    for k, v in {**TINY_FIELDS, "train_examples": 64, "val_examples": 32, "num_epochs": 1,
+                 "data_dir": str(data_dir), "cache_dir": str(tmp_path / "cache"),
+                 **fields}.items():
+        c[k] = v
+    return c
+
+
+def cli(*args: str, tmp_path, module: str = "gedl_jax.train", timeout: float = 120,
+        **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO,
+                          env=subprocess_env(tmp_path / "cli_cache", **env),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def error_lines(proc: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+
+
+# --------------------------------------------------------------- 1. nothing written on a reject
+def test_rejected_batch_size_writes_nothing_and_the_corrected_command_trains(
+        data_dir, tmp_path, fast_compile):
+    workdir = tmp_path / "w"
+    with pytest.raises(ValueError, match=r"config.batch_size=128 exceeds the 64 training "
+                                         r"examples of mnist: use --config.batch_size=64"):
+        train.train_and_evaluate(config(data_dir, tmp_path, batch_size=128), workdir)
+    assert not workdir.exists()
+    assert train.train_and_evaluate(config(data_dir, tmp_path, batch_size=32),
+                                    workdir)["steps"] == 2
+
+
+def test_workdir_without_a_checkpoint_accepts_a_changed_config(data_dir, tmp_path,
+                                                               fast_compile, capsys):
+    workdir = tmp_path / "w"
+    workdir.mkdir()
+    old = json.loads(config(data_dir, tmp_path, learning_rate=0.5).to_json_best_effort())
+    (workdir / "config.json").write_text(json.dumps(old))
+    c = config(data_dir, tmp_path)
+    assert train.train_and_evaluate(c, workdir, stop_after_steps=1)["steps"] == 1
+    assert "holds no checkpoint yet: its config.json is replaced by this configuration " \
+           "(learning_rate: 0.5 -> 0.001)" in capsys.readouterr().out
+    assert json.loads((workdir / "config.json").read_text())["learning_rate"] == 0.001
+
+
+# --------------------------------------------------------------- 3. one line, exit 2, --help 0
+@pytest.mark.parametrize("args,message", [
+    (["--config=configs/mnist.py", "--config.batch_sise=64"],
+     "error: unknown config field 'batch_sise' (did you mean 'batch_size'?)"),
+    (["--config=configs/mnist.py", "--config.learning_rate=abc"],
+     "error: flag --config.learning_rate=abc: could not convert string to float: 'abc'"),
+    (["--config=configs/mnist.py:gedel"], "error: unknown config argument(s) ['gedel']"),
+    (["--config=configs/nope.py"],
+     "error: cannot load the config file configs/nope.py (No such file or directory)"),
+    (["--config=configs/mnist.py", "stray"], "error: unexpected arguments ['stray']"),
+])
+def test_train_cli_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
+    proc = cli(f"--workdir={tmp_path}/w", *args, tmp_path=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert [line[:len(message)] for line in error_lines(proc)] == [message], proc.stderr
+    assert not (tmp_path / "w").exists()
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    proc = cli("--config=configs/mnist.py:gedel", "--debug", tmp_path=tmp_path)
+    assert proc.returncode == 2 and "Traceback" in proc.stderr
+    proc = cli("--config=configs/mnist.py:gedel", tmp_path=tmp_path, GEDL_DEBUG="1")
+    assert proc.returncode == 2 and "Traceback" in proc.stderr
+
+
+def test_help_exits_0_and_lists_every_preset(tmp_path):
+    proc = cli("--help", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    for name in [*configuration.VARIANTS, *configuration.MODIFIERS]:
+        assert name in proc.stdout
+    assert "--workdir" in proc.stdout
+
+
+def test_evaluate_cli_bad_input_is_one_line_and_exit_2(tmp_path):
+    proc = cli(f"--workdir={tmp_path}/none", tmp_path=tmp_path, module="gedl_jax.evaluate")
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert len(error_lines(proc)) == 1 and "has no config.json" in proc.stderr
+    assert cli("--help", tmp_path=tmp_path, module="gedl_jax.evaluate").returncode == 0
+
+
+def test_tiny_cli_run_finishes_with_exit_0(tmp_path):
+    """The same tiny run the interruption tests use ends above chance: exit 0."""
+    data = write_tiny_mnist(tmp_path / "data")
+    fields = {**TINY_FIELDS}
+    proc = cli(f"--workdir={tmp_path}/w", "--config=configs/mnist.py:gedl",
+               f"--config.data_dir={data}", *(f"--config.{k}={v}" for k, v in fields.items()),
+               tmp_path=tmp_path, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert checkpoint_steps(tmp_path / "w") == [8, 16]
