@@ -116,3 +116,85 @@ def test_tiny_cli_run_finishes_with_exit_0(tmp_path):
                tmp_path=tmp_path, timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert checkpoint_steps(tmp_path / "w") == [8, 16]
+
+
+# --------------------------------------------------------------- 2. damaged checkpoints
+def _damage(step_folder) -> None:
+    """What the issue did: truncate the largest file under <step>/state/."""
+    largest = max((p for p in (step_folder / "state").rglob("*") if p.is_file()),
+                  key=lambda p: p.stat().st_size)
+    largest.write_bytes(largest.read_bytes()[: largest.stat().st_size // 3])
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A finished tiny run (2 epochs x 8 steps, `last` at 8 and 16), uninterrupted."""
+    import jax  # noqa: PLC0415
+
+    root = tmp_path_factory.mktemp("finished")
+    previous = jax.config.read("jax_disable_most_optimizations")
+    jax.config.update("jax_disable_most_optimizations", True)
+    try:
+        data = write_tiny_mnist(root / "data")
+        c = config(data, root, train_examples=256, val_examples=64, num_epochs=2)
+        return c, train.train_and_evaluate(c, root / "w"), root / "w"
+    finally:
+        jax.config.update("jax_disable_most_optimizations", previous)
+
+
+def test_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_to_the_same_result(
+        finished, tmp_path, fast_compile, capsys):
+    import shutil  # noqa: PLC0415
+
+    from training_fixtures import assert_same_tree  # noqa: PLC0415
+
+    c, full, reference = finished
+    workdir = tmp_path / "w"
+    shutil.copytree(reference, workdir)
+    _damage(workdir / "checkpoints" / "last" / "16")
+    capsys.readouterr()
+    again = train.train_and_evaluate(c, workdir)
+    out = capsys.readouterr().out
+    assert f"warning: checkpoint {workdir}/checkpoints/last/16 cannot be restored (" in out
+    assert "set aside as 16.damaged" in out and "resumed from" in out and "at step 8" in out
+    assert (workdir / "checkpoints" / "last" / "16.damaged").is_dir()   # kept, renamed
+    assert again["steps"] == 16
+    import jax  # noqa: PLC0415
+    assert_same_tree(jax.device_get(full["state"]), jax.device_get(again["state"]))
+    assert checkpoint_steps(workdir) == [8, 16]
+
+
+def test_evaluate_falls_back_when_the_best_checkpoint_is_damaged(finished, tmp_path, capsys):
+    import shutil  # noqa: PLC0415
+
+    from gedl_jax import evaluate  # noqa: PLC0415
+
+    _, _, reference = finished
+    workdir = tmp_path / "w"
+    shutil.copytree(reference, workdir)
+    best_step = checkpoint_steps(workdir, "best")[-1]
+    _damage(workdir / "checkpoints" / "best" / str(best_step))
+    results = evaluate.evaluate_workdir(workdir)
+    out = capsys.readouterr().out
+    assert f"checkpoints/best/{best_step} cannot be restored" in out
+    assert f"evaluating {workdir}/checkpoints/last/16 instead" in out
+    assert results["id"]["num_examples"] > 0
+    assert (workdir / "checkpoints" / "best" / f"{best_step}.damaged").is_dir()
+
+
+def test_no_checkpoint_restores_is_one_error_and_nothing_is_renamed(finished, tmp_path,
+                                                                     fast_compile):
+    import shutil  # noqa: PLC0415
+
+    c, _, reference = finished
+    workdir = tmp_path / "w"
+    shutil.copytree(reference, workdir)
+    for step in (8, 16):
+        _damage(workdir / "checkpoints" / "last" / str(step))
+    before = sorted(p.relative_to(workdir) for p in workdir.rglob("*"))
+    with pytest.raises(train.ConfigMismatchError,
+                       match=r"cannot resume from .*checkpoints/last/16: .* no older checkpoint "
+                             r"restores either \(2 tried\)") as raised:
+        train.train_and_evaluate(c, workdir)
+    assert "\n" not in str(raised.value)
+    assert sorted(p.relative_to(workdir) for p in workdir.rglob("*")) == before

@@ -114,22 +114,36 @@ def _build_program(runs: list[SeedRun], tx, mesh, settings: steps.StepSettings,
 
 def _restore(runs: list[SeedRun], program: programs.SeedProgram, mesh,
              steps_per_epoch: int) -> None:
-    """Continue from the newest `last` checkpoint that every seed saved, if any."""
+    """Continue from the newest `last` checkpoint that every seed saved and that restores, if
+    any. A newer one that does not restore (damaged) is named in one line and set aside as
+    `<step>.damaged`; when none restores, the run stops with nothing renamed."""
     seed_abstract = checkpointing.abstract_like(
         jax.eval_shape(lambda s: program.member(s, 0), program.state), sharding.replicated(mesh))
     common_steps = set.intersection(*(r.ckpt.last_steps() for r in runs))
-    if not common_steps:
+    failures: list[tuple[SeedRun, int, BaseException]] = []
+    for resume_step in sorted(common_steps, reverse=True):
+        restored = []
+        for run_ in runs:
+            try:
+                restored.append(run_.ckpt.restore_last(seed_abstract, resume_step))
+            except Exception as e:  # noqa: BLE001 (Orbax and TensorStore raise many kinds)
+                failures.append((run_, resume_step, e))
+                break
+        if len(restored) < len(runs):
+            continue
+        for run_, step, error in failures:
+            checkpointing.report_set_aside(run_.workdir / "checkpoints" / "last" / str(step),
+                                           error, _log)
+            checkpointing.set_aside(run_.ckpt.last, step)
+        for run_, (_, meta) in zip(runs, restored):
+            run_.best_accuracy, run_.best_step = meta["best_val_accuracy"], meta["best_step"]
+        program.state = program.stack([state for state, _ in restored])
+        _log(f"resumed from {_where(runs)}/checkpoints/last at step {resume_step} "
+             f"(epoch {resume_step // steps_per_epoch})")
         return
-    resume_step = max(common_steps)
-    restored = []
-    for run_ in runs:
-        state, meta = checkpointing.restore_for_resume(run_.ckpt, seed_abstract, resume_step,
-                                                       run_.workdir)
-        run_.best_accuracy, run_.best_step = meta["best_val_accuracy"], meta["best_step"]
-        restored.append(state)
-    program.state = program.stack(restored)
-    _log(f"resumed from {_where(runs)}/checkpoints/last at step {resume_step} "
-         f"(epoch {resume_step // steps_per_epoch})")
+    if failures:
+        raise checkpointing.no_checkpoint_restores(
+            failures[0][0].workdir, "last", [(step, e) for _, step, e in failures])
 
 
 def _where(runs: list[SeedRun]) -> pathlib.Path:
@@ -346,7 +360,8 @@ def _finish(run_: SeedRun, program: programs.SeedProgram, index: int, step: int,
                "state": program.member(program.state, index)}
     if not stopped_early and run_.config.evaluate_at_end:
         abstract = checkpointing.abstract_like(summary["state"], sharding.replicated(mesh))
-        best_state, _ = run_.ckpt.restore_best(abstract)
+        best_state, _ = checkpointing.restore_for_evaluation(run_.ckpt, abstract, run_.workdir,
+                                                             _log)
         summary["evaluation"] = workdir_eval.evaluate_and_write(
             run_.experiment, best_state, run_.workdir, mesh=mesh)
     run_.ckpt.close()

@@ -58,6 +58,11 @@ def predict(run: RestoredRun, split: data.Split, with_labels: bool = True,
     return exp.method.predictions(raw, split.labels if with_labels else None)
 
 
+def _log(msg: str) -> None:
+    if jax.process_index() == 0:
+        print(msg, flush=True)
+
+
 _PREDICT_STEPS: dict[Any, Any] = {}
 
 
@@ -159,8 +164,9 @@ def restore_run(workdir, overrides: dict[str, Any] | None = None, *,
                        out_shardings=sharding.replicated(mesh))(jax.random.PRNGKey(0))
     ckpt = checkpointing.RunCheckpoints(workdir)
     try:
-        state, _ = ckpt.restore_best(checkpointing.abstract_like(template,
-                                                                 sharding.replicated(mesh)))
+        state, _ = checkpointing.restore_for_evaluation(
+            ckpt, checkpointing.abstract_like(template, sharding.replicated(mesh)), workdir,
+            _log)
     finally:
         ckpt.close()
     return RestoredRun(exp, fitted(exp, state), mesh)
