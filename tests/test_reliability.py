@@ -198,3 +198,27 @@ def test_no_checkpoint_restores_is_one_error_and_nothing_is_renamed(finished, tm
         train.train_and_evaluate(c, workdir)
     assert "\n" not in str(raised.value)
     assert sorted(p.relative_to(workdir) for p in workdir.rglob("*")) == before
+
+
+# --------------------------------------------------------------- 5. divergence, chance level
+def test_a_run_at_chance_level_says_so_and_exits_3_unless_allowed(tmp_path):
+    data = write_tiny_mnist(tmp_path / "data")
+    args = [f"--workdir={tmp_path}/w", "--config=configs/mnist.py:gedl",
+            f"--config.data_dir={data}", *(f"--config.{k}={v}" for k, v in TINY_FIELDS.items()),
+            "--config.learning_rate=100"]
+    proc = cli(*args, tmp_path=tmp_path, timeout=240)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    lines = error_lines(proc)
+    assert len(lines) == 1 and ("ended at chance level" in lines[0] or "diverged" in lines[0])
+    assert "Traceback" not in proc.stderr
+    allowed = cli(*args, "--config.allow_chance=True", tmp_path=tmp_path, timeout=240)
+    if "ended at chance level" in lines[0]:
+        assert allowed.returncode == 0, allowed.stderr
+        assert "warning:" in allowed.stderr and "ended at chance level" in allowed.stderr
+
+
+def test_divergence_before_any_checkpoint_does_not_claim_one(data_dir, tmp_path, fast_compile):
+    with pytest.raises(train.NonFiniteLossError,
+                       match="the run diverged: .*No checkpoint had been saved yet"):
+        train.train_and_evaluate(config(data_dir, tmp_path, learning_rate=1e30), tmp_path / "w")
+    assert checkpoint_steps(tmp_path / "w") == []

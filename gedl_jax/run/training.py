@@ -284,7 +284,7 @@ def _prepare_loop(runs: list[SeedRun], pool: data.Split | None, mesh) -> _Loop:
         run_.writer = rundir.MetricsWriter(run_.workdir)
     buffer = MetricsBuffer(
         [r.seed for r in runs], lambda i, step, m: runs[i].writer.write(step, "train", m),
-        on_nonfinite=lambda: [r.ckpt.wait() for r in runs],
+        on_nonfinite=lambda: _saved_checkpoints(runs),
         where=f"{_where(runs)}/checkpoints", steps_per_epoch=steps_per_epoch)
     together = (f"seeds {','.join(str(r.seed) for r in runs)} trained together (vmap), "
                 if pool is not None else "")
@@ -294,6 +294,31 @@ def _prepare_loop(runs: list[SeedRun], pool: data.Split | None, mesh) -> _Loop:
          f"{mesh.size} {jax.devices()[0].platform} device(s)")
     return _Loop(runs, program, buffer, _Validation(runs, mesh), config, method,
                  steps_per_epoch, total_steps)
+
+
+def _saved_checkpoints(runs: list[SeedRun]) -> bool:
+    """Wait for pending saves; whether every seed has a `last` checkpoint on disk."""
+    for run_ in runs:
+        run_.ckpt.wait()
+    return all(run_.ckpt.last_steps() for run_ in runs)
+
+
+def chance_message(run_: SeedRun) -> str | None:
+    """A line when the seed's best validation accuracy is not above what always predicting the
+    most frequent validation class scores (3 standard errors of margin, at least 1.5/K): the
+    run learnt nothing (it diverged, or the learning rate is far off). None otherwise."""
+    labels = run_.experiment.data.validation.labels
+    if run_.best_accuracy < 0 or not len(labels):
+        return None
+    majority = float(np.bincount(labels).max() / len(labels))
+    limit = max(majority + 3 * np.sqrt(majority * (1 - majority) / len(labels)),
+                1.5 / run_.config.num_classes)
+    if run_.best_accuracy > limit:
+        return None
+    return (f"{run_.workdir} ended at chance level: best validation accuracy "
+            f"{run_.best_accuracy:.4f} (always predicting the most frequent class scores "
+            f"{majority:.4f}); the run did not learn. Try a lower config.learning_rate, or "
+            f"--config.allow_chance=True if this is intended")
 
 
 def _run_loop(loop: _Loop, stop_after_steps: int | None) -> tuple[int, bool]:
@@ -357,7 +382,8 @@ def _finish(run_: SeedRun, program: programs.SeedProgram, index: int, step: int,
     """The seed's summary; its best checkpoint evaluated (config.evaluate_at_end)."""
     summary = {"workdir": str(run_.workdir), "steps": step, "seed": run_.seed,
                "best_val_accuracy": run_.best_accuracy, "best_step": run_.best_step,
-               "state": program.member(program.state, index)}
+               "state": program.member(program.state, index),
+               "at_chance": None if stopped_early else chance_message(run_)}
     if not stopped_early and run_.config.evaluate_at_end:
         abstract = checkpointing.abstract_like(summary["state"], sharding.replicated(mesh))
         best_state, _ = checkpointing.restore_for_evaluation(run_.ckpt, abstract, run_.workdir,
