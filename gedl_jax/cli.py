@@ -146,7 +146,7 @@ def is_write_failure(error: BaseException) -> bool:
 
 
 def _write_prefix(error: BaseException) -> str:
-    return "no space left on device: "
+    return "" if "no space left" in str(error).lower() else "no space left on device: "
 
 
 def _report(error: BaseException | str, code: int, debug: bool, prefix: str = "") -> int:

@@ -88,7 +88,7 @@ def main(argv=None) -> int:
         return _exit_status(config, results)
 
     return cli.run(body, argv, doc=__doc__, help_extra=presets_help(), codes=[
-        ((preemption.Preempted,), cli.EXIT_INTERRUPTED),
+        ((preemption.Preempted, preemption.EvaluationInterrupted), cli.EXIT_INTERRUPTED),
         ((NonFiniteLossError,), cli.EXIT_DIVERGED),
         ((ConfigMismatchError, data.DataError), cli.EXIT_BAD_INPUT),
     ])

@@ -222,3 +222,125 @@ def test_divergence_before_any_checkpoint_does_not_claim_one(data_dir, tmp_path,
                        match="the run diverged: .*No checkpoint had been saved yet"):
         train.train_and_evaluate(config(data_dir, tmp_path, learning_rate=1e30), tmp_path / "w")
     assert checkpoint_steps(tmp_path / "w") == []
+
+
+# --------------------------------------------------------------- 4. evaluation
+def test_evaluate_out_dir_progress_and_interruption(finished, tmp_path, capsys):
+    from gedl_jax import evaluate  # noqa: PLC0415
+    from gedl_jax.run import preemption  # noqa: PLC0415
+
+    _, _, reference = finished
+    before = sorted(p.name for p in reference.iterdir())
+    results = evaluate.evaluate_workdir(reference, results_dir=tmp_path / "out")
+    assert (tmp_path / "out" / "eval_results.json").exists()
+    assert (tmp_path / "out" / "eval_table.md").exists()
+    assert sorted(p.name for p in reference.iterdir()) == before   # nothing written there
+    assert "evaluated test: 64 images in" in capsys.readouterr().out
+    assert results["id"]["num_examples"] == 64
+    preemption.request()
+    try:
+        with pytest.raises(preemption.EvaluationInterrupted,
+                           match=r"interrupted \(request\) during the evaluation: no result "
+                                 r"file was written"):
+            evaluate.evaluate_workdir(reference, results_dir=tmp_path / "stopped")
+    finally:
+        preemption.reset()
+    assert not (tmp_path / "stopped" / "eval_results.json").exists()
+
+
+def test_results_folder_that_cannot_be_written_is_reported_before_the_work(finished, tmp_path,
+                                                                         monkeypatch):
+    from gedl_jax import evaluate, files  # noqa: PLC0415
+    from gedl_jax.run import workdir  # noqa: PLC0415
+
+    _, _, reference = finished
+    restored = []
+    monkeypatch.setattr(workdir, "restore_run", lambda *a, **k: restored.append(1))
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    with pytest.raises(PermissionError, match="the results folder=.*cannot be written"):
+        evaluate.evaluate_workdir(reference, results_dir=blocker / "out")
+    assert restored == []
+    assert files.write_text(tmp_path / "x.json", "{}").read_text() == "{}"
+    assert [p.name for p in tmp_path.iterdir() if ".tmp" in p.name] == []
+
+
+# --------------------------------------------------------------- a full disk loses nothing
+def _no_space(*args, **kwargs):
+    import errno  # noqa: PLC0415
+
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize("site", ["checkpoint", "metrics", "results"])
+def test_full_disk_at_each_write_site_loses_nothing(finished, tmp_path, fast_compile,
+                                                    monkeypatch, site):
+    """ENOSPC injected while the second epoch's checkpoint, a metrics line of the second epoch,
+    or the final results are written: one clear error (exit 74 from the CLI); the previous
+    checkpoint restores, and the same command, once space is back, ends bit-identical to the
+    uninterrupted run."""
+    import jax  # noqa: PLC0415
+    from training_fixtures import assert_same_tree  # noqa: PLC0415
+
+    from gedl_jax import cli  # noqa: PLC0415
+    from gedl_jax.run import checkpointing, rundir, training  # noqa: PLC0415
+    from gedl_jax.run import workdir as workdir_eval  # noqa: PLC0415
+
+    c, full, _ = finished
+    c = c.copy_and_resolve_references()
+    c.evaluate_at_end = site == "results"
+    workdir = tmp_path / "w"
+    with monkeypatch.context() as patch:
+        if site == "checkpoint":
+            original = checkpointing.RunCheckpoints.save_last
+            patch.setattr(checkpointing.RunCheckpoints, "save_last",
+                          lambda self, step, *a: _no_space() if step == 16
+                          else original(self, step, *a))
+        elif site == "metrics":
+            original_write = rundir.MetricsWriter.write
+            patch.setattr(rundir.MetricsWriter, "write",
+                          lambda self, step, *a: _no_space() if step > 8
+                          else original_write(self, step, *a))
+        else:
+            original_text = workdir_eval.files.write_text
+            patch.setattr(workdir_eval.files, "write_text",
+                          lambda path, text: _no_space() if "eval_" in str(path)
+                          else original_text(path, text))
+        with pytest.raises(training.DiskFullError,
+                           match=r"no space left on device .*: the checkpoints already on disk "
+                                 r"are intact \(newest: step (8|16)\); free some space") as e:
+            train.train_and_evaluate(c, workdir)
+    assert cli.is_write_failure(e.value) and "\n" not in str(e.value)
+    steps = checkpoint_steps(workdir)
+    assert steps and steps[-1] in (8, 16)
+    again = train.train_and_evaluate(c, workdir)
+    assert again["steps"] == 16
+    assert_same_tree(jax.device_get(full["state"]), jax.device_get(again["state"]))
+    if site == "results":
+        assert (workdir / "eval_results.json").exists()
+
+
+# --------------------------------------------------------------- 6. and the table itself
+def test_report_names_a_corrupted_results_file(tmp_path, capsys):
+    from gedl_jax.evaluation import report  # noqa: PLC0415
+
+    bad = tmp_path / "runs" / "gedl_seed0" / "eval_results.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text('{"id": {"accuracy": 0.9')
+    assert report.main([str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {bad} cannot be read (JSONDecodeError") and err.count("\n") == 1
+
+
+def test_every_row_of_the_robustness_table_names_existing_tests():
+    """docs/robustness.md: each row's last column names test modules that exist, and every
+    module named test_reliability in it is this file."""
+    doc = (REPO / "docs" / "robustness.md").read_text()
+    rows = [line for line in doc.splitlines() if line.startswith("| ") and " test_" in line]
+    assert len(rows) > 40
+    for row in rows:
+        modules = {word.strip(" ,()") for word in row.rstrip(" |").rsplit("|", 1)[1].split()}
+        modules = {m for m in modules if m.startswith("test_")}
+        assert modules, row
+        for module in modules:
+            assert (REPO / "tests" / f"{module}.py").exists(), row

@@ -416,6 +416,7 @@ def test_workdir_from_before_the_init_field_reads_as_torch_init(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(old))
     rundir.check_or_write_config(config, tmp_path)             # same run: accepted
     (tmp_path / "config.json").write_text(json.dumps(old))
+    (tmp_path / "checkpoints" / "last" / "1").mkdir(parents=True)   # a run exists
     config.init = "flax"
     with pytest.raises(train.ConfigMismatchError, match="init: 'torch' -> 'flax'"):
         rundir.check_or_write_config(config, tmp_path)

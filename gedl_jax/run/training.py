@@ -10,13 +10,14 @@ checkpoint), mid-epoch checkpoints and preemption are events at step boundaries;
 from __future__ import annotations
 
 import dataclasses
+import errno
 import pathlib
 from typing import Any
 
 import jax
 import numpy as np
 
-from gedl_jax import configuration, data
+from gedl_jax import configuration, data, files
 from gedl_jax.evaluation.core import evaluate_predictions
 from gedl_jax.run import (
     checkpointing,
@@ -364,17 +365,46 @@ def _train_seeds(runs: list[SeedRun], *, stop_after_steps: int | None,
     """Train one seed, or several together (then `pool` is the official training split the
     seeds' `train_index` point into), then evaluate each seed's best checkpoint."""
     mesh = sharding.make_mesh()
-    loop = _prepare_loop(runs, pool, mesh)
     try:
-        step, stopped_early = _run_loop(loop, stop_after_steps)
-    finally:
-        for run_ in runs:
-            if run_.ckpt is not None:
-                run_.ckpt.wait()
-            if run_.writer is not None:
-                run_.writer.close()
-    return [_finish(run_, loop.program, i, step, stopped_early, mesh)
-            for i, run_ in enumerate(runs)]
+        loop = _prepare_loop(runs, pool, mesh)
+        try:
+            step, stopped_early = _run_loop(loop, stop_after_steps)
+        finally:
+            for run_ in runs:
+                if run_.ckpt is not None:
+                    run_.ckpt.wait()
+                if run_.writer is not None:
+                    run_.writer.close()
+        return [_finish(run_, loop.program, i, step, stopped_early, mesh)
+                for i, run_ in enumerate(runs)]
+    except Exception as e:  # noqa: BLE001 (Orbax's async save wraps the OSError)
+        if isinstance(e, DiskFullError) or not files.is_disk_full(e):
+            raise
+        raise DiskFullError(_disk_full_message(runs, e)) from e
+
+
+class DiskFullError(OSError):
+    """The disk filled while the run wrote a checkpoint, its metrics or its results; what was
+    already on disk is intact (the CLI exits with 74)."""
+
+    def __init__(self, message: str):
+        super().__init__(errno.ENOSPC, message)
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def _disk_full_message(runs: list[SeedRun], error: OSError) -> str:
+    kept = []
+    for run_ in runs:
+        steps_ = sorted(int(p.name) for p in (run_.workdir / "checkpoints" / "last").glob("*")
+                        if p.name.isdigit())
+        kept.append(f"step {steps_[-1]}" if steps_ else "none yet")
+    where = getattr(error, "filename", None)
+    return (f"no space left on device{f' writing {where}' if where else ''} "
+            f"({_where(runs)}): the checkpoints already on disk are intact (newest: "
+            f"{', '.join(sorted(set(kept)))}); free some space and rerun the same command to "
+            f"continue from there")
 
 
 def _finish(run_: SeedRun, program: programs.SeedProgram, index: int, step: int,
@@ -456,6 +486,6 @@ def run(config, workdir: str | pathlib.Path) -> list[dict[str, Any]]:
         from gedl_jax import evaluation  # noqa: PLC0415
 
         table = evaluation.results_table(evaluations, fmt="markdown")
-        (workdir / "eval_table.md").write_text(table + "\n")
+        files.write_text(workdir / "eval_table.md", table + "\n")
         _log(f"\n=== {len(evaluations)} seeds, mean ± std ===\n{table}")
     return results
