@@ -192,7 +192,7 @@ RESUME_SAFE_FIELDS = frozenset({
     "eval_batch_size", "seeds", "data_dir", "cache_dir", "data_source", "tfds_data_dir",
     "checkpoint_every_steps", "distributed", "download", "data_mirror", "run_name",
     "eval_examples", "coordinator_address", "num_processes", "process_id", "mc_samples",
-    "epoch_eval"})
+    "epoch_eval", "allow_chance"})
 
 # Fields added after runs had been published, with the value those earlier runs used. A workdir's
 # config.json that lacks such a field is read with this value (to resume or evaluate it).
@@ -362,6 +362,8 @@ def _loop_fields(c: ml_collections.ConfigDict) -> None:
                                        # parameters at each validation (accuracy, AUPR, mean S),
                                        # logged as split "epoch_eval": when detection turns down
     c.plots = True                     # write PNG plots at the end
+    c.allow_chance = False             # a run whose best validation accuracy is at chance level
+                                       # ends with exit status 3; True when that is intended
     c.distributed = False              # call jax.distributed.initialize() (multi-host; see
                                        # docs/multihost.md); the three fields below, where empty,
                                        # come from JAX_COORDINATOR_ADDRESS or SLURM/Open MPI/TPU
@@ -586,6 +588,25 @@ def validate_config(c: ml_collections.ConfigDict, num_devices: int = 1) -> None:
         if c.model == "vgg16" and c.dataset in ("mnist", "fashion_mnist"):
             raise ValueError("config.model='vgg16' needs 32x32 RGB input; MNIST-family data is "
                              "28x28x1: use config.model='convnet'")
+
+
+def validate_data_sizes(c: ml_collections.ConfigDict, num_train: int, num_validation: int,
+                        dataset: str = "") -> None:
+    """The checks that need the data: one whole batch of training examples, something to
+    validate on. Called before anything is written into the workdir."""
+    where = f" of {dataset}" if dataset else ""
+    if c.batch_size > num_train:
+        raise ValueError(f"config.batch_size={c.batch_size} exceeds the {num_train} training "
+                         f"examples{where}: use --config.batch_size={_fitting_batch(num_train)} "
+                         f"or less, or more config.train_examples")
+    if num_validation < 1:
+        raise ValueError(f"the validation split{where} is empty: raise config.val_fraction or "
+                         f"config.val_examples")
+
+
+def _fitting_batch(num_train: int) -> int:
+    """The largest power of two <= num_train (a batch size that fits)."""
+    return 1 << (max(num_train, 1).bit_length() - 1)
 
 
 def _validate_distributed(c: ml_collections.ConfigDict) -> None:

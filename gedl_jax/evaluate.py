@@ -15,7 +15,8 @@ import pathlib
 import sys
 from typing import Any
 
-from gedl_jax import data, evaluation
+from gedl_jax import cli, data, evaluation, files
+from gedl_jax.run import preemption
 from gedl_jax.run.corruption_study import corruption_study, study_table
 from gedl_jax.run.ensemble import evaluate_ensemble_and_write, member_dirs
 from gedl_jax.run.workdir import (
@@ -29,24 +30,48 @@ __all__ = ["corruption_study", "evaluate_workdir", "main", "predict_outputs", "r
 
 
 def evaluate_workdir(workdir, extra_ood: tuple[str, ...] = (),
-                     overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+                     overrides: dict[str, Any] | None = None,
+                     results_dir=None) -> dict[str, Any]:
     """Restore `workdir`'s best checkpoint (its saved config.json) and evaluate it; a deep
-    ensemble's workdir is evaluated as one model from its members."""
+    ensemble's workdir is evaluated as one model from its members. The result files go to
+    `results_dir` (created; default: the workdir)."""
     config = saved_config(workdir, overrides)
+    results_dir = pathlib.Path(results_dir or workdir)
+    files.check_writable(results_dir, "the results folder")   # before any work
+    results_dir.mkdir(parents=True, exist_ok=True)
     if config.ensemble_size:
-        return evaluate_ensemble_and_write(config, member_dirs(workdir, config), workdir,
+        return evaluate_ensemble_and_write(config, member_dirs(workdir, config), results_dir,
                                            overrides, extra_ood)
-    return evaluate_run(restore_run(workdir, overrides), workdir, extra_ood)
+    return evaluate_run(restore_run(workdir, overrides), results_dir, extra_ood)
+
+
+def _results_dirs(workdirs: list[str], out: str | None) -> tuple[list, pathlib.Path | None]:
+    """--out=DIR: each run's results in DIR (one workdir) or DIR/<workdir name> (several), the
+    combined table in DIR/eval_table.md. --out=FILE.md: the combined table only (as before)."""
+    if not out:
+        return [None] * len(workdirs), None
+    out_path = pathlib.Path(out)
+    if out_path.suffix in (".md", ".txt") and not out_path.is_dir():
+        return [None] * len(workdirs), out_path
+    if len(workdirs) == 1:
+        return [out_path], out_path / "eval_table.md"
+    names = [pathlib.Path(w).resolve().name for w in workdirs]
+    if len(set(names)) < len(names):
+        names = [f"{i}_{n}" for i, n in enumerate(names)]
+    return [out_path / n for n in names], out_path / "eval_table.md"
 
 
 def main(argv=None) -> int:
-    from absl import app, flags  # noqa: PLC0415
+    from absl import flags  # noqa: PLC0415
 
     flags.DEFINE_multi_string("workdir", None, "Workdir(s) of gedl_jax.train runs (seeds).")
     flags.DEFINE_multi_string("ood", [], "Extra OOD set: a dataset name or a folder of "
                               "MNIST-format IDX files (t10k-images-idx3-ubyte.gz, ...).")
     flags.DEFINE_string("data_dir", None, "Override the data folder saved in the run config.")
-    flags.DEFINE_string("out", None, "Write the combined table (markdown) to this file.")
+    flags.DEFINE_string("out", None, "Write the results here instead of into the workdirs: a "
+                        "folder (each run's eval_results.json, eval_table.md and plots, one "
+                        "subfolder per workdir when several, and the combined table), or a .md "
+                        "file for the combined table only.")
     flags.DEFINE_bool("latex", False, "Also print the table as LaTeX.")
     flags.DEFINE_list("corruptions", [], "CIFAR-10-C corruption study over the workdirs (an "
                       "ensemble when several), e.g. snow,brightness,pixelate,shot_noise. Uses "
@@ -59,45 +84,38 @@ def main(argv=None) -> int:
     flags.DEFINE_integer("corruption_examples", 0, "Corruption study on N evenly spaced "
                          "examples of the clean test set and of each severity (0 = all).")
     flags.mark_flag_as_required("workdir")
+    flags.DEFINE_bool("debug", False, "Show the traceback of an error (also GEDL_DEBUG=1).")
     FLAGS = flags.FLAGS
 
-    def _main(_argv):
-        from absl import logging as absl_logging  # noqa: PLC0415
-        absl_logging.set_verbosity(absl_logging.WARNING)  # Orbax logs every save at INFO
+    def body() -> int:
         overrides = {"data_dir": FLAGS.data_dir} if FLAGS.data_dir else {}
         if FLAGS.study_only and not FLAGS.corruptions:
-            print("error: --study_only needs --corruptions=...", file=sys.stderr, flush=True)
-            return 2
-        try:
-            all_results = [] if FLAGS.study_only else [
-                evaluate_workdir(w, tuple(FLAGS.ood), overrides) for w in FLAGS.workdir]
-        except (ValueError, FileNotFoundError, data.DataError) as e:
-            print(f"error: {e}", file=sys.stderr, flush=True)
-            return 2
+            raise ValueError("--study_only needs --corruptions=...")
+        results_dirs, table_path = _results_dirs(FLAGS.workdir, FLAGS.out)
+        if table_path is not None:
+            files.check_writable(table_path.parent, "--out")
+        preemption.install()
+        all_results = [] if FLAGS.study_only else [
+            evaluate_workdir(w, tuple(FLAGS.ood), overrides, d)
+            for w, d in zip(FLAGS.workdir, results_dirs)]
         if len(all_results) > 1:
             table = evaluation.results_table(all_results, fmt="markdown")
             print(f"\n{table}")
-            if FLAGS.out:
-                pathlib.Path(FLAGS.out).write_text(table + "\n")
+            if table_path is not None:
+                files.write_text(table_path, table + "\n")
         if FLAGS.latex and all_results:
             print(evaluation.results_table(all_results, fmt="latex"))
         if FLAGS.corruptions:
-            out_dir = pathlib.Path(FLAGS.study_dir or (pathlib.Path(FLAGS.out).parent if FLAGS.out
+            out_dir = pathlib.Path(FLAGS.study_dir or (table_path.parent if table_path
                                                        else FLAGS.workdir[0]))
-            try:
-                study = corruption_study(FLAGS.workdir, FLAGS.corruptions, out_dir, overrides,
-                                         num_examples=FLAGS.corruption_examples)
-            except (ValueError, FileNotFoundError, data.DataError) as e:
-                print(f"error: {e}", file=sys.stderr, flush=True)
-                return 2
+            study = corruption_study(FLAGS.workdir, FLAGS.corruptions, out_dir, overrides,
+                                     num_examples=FLAGS.corruption_examples)
             print(study_table(study), flush=True)
         return 0
 
-    try:
-        app.run(_main, argv=argv)
-    except SystemExit as e:
-        return int(e.code or 0)
-    return 0
+    return cli.run(body, argv, doc=__doc__, codes=[
+        ((preemption.EvaluationInterrupted,), cli.EXIT_INTERRUPTED),
+        ((data.DataError,), cli.EXIT_BAD_INPUT)])
 
 
 if __name__ == "__main__":

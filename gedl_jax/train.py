@@ -17,10 +17,12 @@ checkpoints/{last,best}, metrics.jsonl, tensorboard/, and at the end eval_result
 eval_table.md and plots. Started again with the same command, a killed run continues from its
 last checkpoint and ends with the same parameters as an uninterrupted run.
 
-Exit status: 0 finished; 2 bad input (config, data, workdir; the message says what to fix);
-75 preempted: SIGTERM or SIGINT arrived, the run saved a checkpoint at the next step boundary and
-stopped (rerun the same command to resume; `gedl_jax.run.preemption.EXIT_PREEMPTED`); 1 anything
-else.
+Exit status (gedl_jax/cli.py, docs/robustness.md): 0 finished; 2 bad input (config, data,
+workdir; one `error:` line says what to fix; --debug or GEDL_DEBUG=1 adds the traceback);
+3 the run diverged (non-finite loss) or ended at chance accuracy (--config.allow_chance=True when
+intended); 74 a file could not be written (disk full): the previous checkpoint is intact, free
+space and rerun the same command; 75 preempted: SIGTERM or SIGINT arrived, the run saved a
+checkpoint at the next step boundary and stopped (rerun the same command to resume); 1 a crash.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from __future__ import annotations
 import pathlib
 import sys
 
-from gedl_jax import configuration, data
+from gedl_jax import cli, configuration, data
 from gedl_jax.run import preemption
 from gedl_jax.run.distributed import initialize_distributed
 from gedl_jax.run.progress import NonFiniteLossError
@@ -51,8 +53,17 @@ def _log(msg: str) -> None:
         print(msg, flush=True)
 
 
+def presets_help() -> str:
+    """The presets --help lists: every variant and modifier of configs/<dataset>.py:<arg>."""
+    return (f"Presets (--config=configs/<dataset>.py:<variant>[,<modifier>...]; datasets: "
+            f"{', '.join(sorted(configuration.DATASET_DEFAULTS))}):\n"
+            f"  variants:  {', '.join(sorted(configuration.VARIANTS))}\n"
+            f"  modifiers: {', '.join(configuration.MODIFIERS)} (quick: 2 epochs on 6,400 "
+            f"training images)")
+
+
 def main(argv=None) -> int:
-    from absl import app, flags  # noqa: PLC0415
+    from absl import flags  # noqa: PLC0415
     from ml_collections import config_flags  # noqa: PLC0415
 
     flags_ = flags.FLAGS
@@ -60,37 +71,42 @@ def main(argv=None) -> int:
                                     lock_config=True)
     flags.DEFINE_string("workdir", None, "Output folder (checkpoints, logs, results); default "
                         "runs/<dataset>_<variant>[_quick].")
+    flags.DEFINE_bool("debug", False, "Show the traceback of an error (also GEDL_DEBUG=1).")
     flags.mark_flags_as_required(["config"])
 
-    def _main(_argv):
-        from absl import logging as absl_logging  # noqa: PLC0415
-        absl_logging.set_verbosity(absl_logging.WARNING)  # Orbax logs every save at INFO
-        if len(_argv) > 1:
-            raise app.UsageError(f"unexpected arguments: {_argv[1:]}")
+    def body() -> int:
         config = configuration.normalize_lists(flags_.config)
-        try:
-            if config.distributed:
-                configuration.validate_config(config)  # before waiting for the other hosts
-                initialize_distributed(config)
-            workdir = flags_.workdir
-            if not workdir:
-                workdir = str(pathlib.Path("runs") / config.run_name)
-                _log(f"workdir: {workdir} (the default for this config; --workdir=DIR to choose)")
-            preemption.install()
-            run(config, workdir)
-        except preemption.Preempted as e:
-            print(f"{e}", file=sys.stderr, flush=True)
-            return preemption.EXIT_PREEMPTED
-        except (ValueError, NonFiniteLossError, data.DataError) as e:
-            print(f"error: {e}", file=sys.stderr, flush=True)
-            return 2
-        return 0
+        if config.distributed:
+            configuration.validate_config(config)  # before waiting for the other hosts
+            initialize_distributed(config)
+        workdir = flags_.workdir
+        if not workdir:
+            workdir = str(pathlib.Path("runs") / config.run_name)
+            _log(f"workdir: {workdir} (the default for this config; --workdir=DIR to choose)")
+        preemption.install()
+        results = run(config, workdir)
+        return _exit_status(config, results)
 
-    try:
-        app.run(_main, argv=argv)
-    except SystemExit as e:
-        return int(e.code or 0)
-    return 0
+    return cli.run(body, argv, doc=__doc__, help_extra=presets_help(), codes=[
+        ((preemption.Preempted, preemption.EvaluationInterrupted), cli.EXIT_INTERRUPTED),
+        ((NonFiniteLossError,), cli.EXIT_DIVERGED),
+        ((ConfigMismatchError, data.DataError), cli.EXIT_BAD_INPUT),
+    ])
+
+
+def _exit_status(config, results) -> int:
+    """0, or 3 when a run ended at chance accuracy (and config.allow_chance is off)."""
+    at_chance = [m for m in _chance_messages(results) if m]
+    for message in at_chance:
+        print(f"{'warning' if config.allow_chance else 'error'}: {message}", file=sys.stderr,
+              flush=True)
+    return cli.EXIT_DIVERGED if at_chance and not config.allow_chance else cli.EXIT_OK
+
+
+def _chance_messages(results):
+    for r in results if isinstance(results, list) else [results]:
+        yield r.get("at_chance")
+        yield from _chance_messages(r.get("members", []))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ checks an accuracy on the real MNIST files and needs the data folder ($GEDL_DATA
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -345,18 +346,17 @@ def test_seeds_sequential_and_vmapped_agree_and_vmapped_resumes_exactly(data_dir
 def test_workdir_refuses_a_different_config(data_dir, tmp_path, reference):
     c, full = reference
     workdir = tmp_path / "w"
-    workdir.mkdir()
-    (workdir / "config.json").write_text((pathlib.Path(full["workdir"]) / "config.json")
-                                         .read_text())
+    shutil.copytree(full["workdir"], workdir)   # a run with checkpoints
+    before = sorted(p.relative_to(workdir) for p in workdir.rglob("*"))
     changed = c.copy_and_resolve_references()
     changed.learning_rate = 0.1
     with pytest.raises(train.ConfigMismatchError, match="learning_rate"):
         train.train_and_evaluate(changed, workdir)
-    assert not (workdir / "checkpoints").exists()
+    assert sorted(p.relative_to(workdir) for p in workdir.rglob("*")) == before
     # A field that does not change the parameters may change on resume.
     same = c.copy_and_resolve_references()
     same.log_every_steps = 1
-    assert train.train_and_evaluate(same, workdir, stop_after_steps=1)["steps"] == 1
+    assert train.train_and_evaluate(same, workdir)["steps"] == full["steps"]
 
 
 @pytest.mark.parametrize("args,message", [
@@ -419,6 +419,7 @@ def test_workdir_from_before_the_init_field_reads_as_torch_init(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(old))
     rundir.check_or_write_config(config, tmp_path)             # same run: accepted
     (tmp_path / "config.json").write_text(json.dumps(old))
+    (tmp_path / "checkpoints" / "last" / "1").mkdir(parents=True)   # a run exists
     config.init = "flax"
     with pytest.raises(train.ConfigMismatchError, match="init: 'torch' -> 'flax'"):
         rundir.check_or_write_config(config, tmp_path)

@@ -18,6 +18,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from scipy import stats
 
+from gedl_jax import files
 from gedl_jax.evaluation import report as report_lib
 from gedl_jax.evaluation import scores as scores_lib
 from gedl_jax.evaluation.core import ensemble_epistemic_uncertainty
@@ -43,7 +44,7 @@ def _new_figure(width: float, height: float, ncols: int = 1, nrows: int = 1, **k
 def _save(fig: Figure, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, format="png")
+    files.write_with(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
     return path
 
 

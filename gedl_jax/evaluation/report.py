@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from gedl_jax import files
+
 __all__ = ["aggregate", "main_table_values", "results_table", "load_runs", "main",
            "RESULTS_FILENAME"]
 
@@ -359,8 +361,13 @@ def load_runs(runs_dir: str | Path) -> dict[str | None, dict[str, list[dict[str,
         raise FileNotFoundError(f"{root} is not a directory.")
     grouped: dict[str | None, dict[str, list[dict[str, Any]]]] = {}
     for path in sorted(root.rglob(RESULTS_FILENAME)):
-        with open(path) as f:
-            result = json.load(f)
+        try:
+            with open(path) as f:
+                result = json.load(f)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{path} cannot be read ({type(e).__name__}: {e}): evaluate that "
+                             f"run again (python -m gedl_jax.evaluate --workdir=...) or move "
+                             f"the file away") from None
         if not isinstance(result, dict) or "id" not in result:
             raise ValueError(f"{path} is not an evaluate_outputs result (no 'id' entry).")
         method = str(result.get("variant") or result.get("name")
@@ -382,7 +389,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="only the main table (no calibration / detection-detail tables)")
     args = parser.parse_args(argv)
 
-    grouped = load_runs(args.runs_dir)
+    try:
+        grouped = load_runs(args.runs_dir)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
     if not grouped:
         print(f"No {RESULTS_FILENAME} found under {args.runs_dir}.", file=sys.stderr)
         return 1
@@ -402,7 +413,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = "\n".join(texts)
     print(text, end="")
     if args.out:
-        Path(args.out).write_text(text)
+        files.write_text(args.out, text)
     if args.json:
-        Path(args.json).write_text(json.dumps(aggregated, indent=2))
+        files.write_text(args.json, json.dumps(aggregated, indent=2))
     return 0

@@ -124,6 +124,47 @@ def _from_legacy(abstract_state, legacy: dict[str, Any]):
                                   method_state=legacy["tau_state"])
 
 
+def describe_failure(error: BaseException) -> str:
+    """An Orbax / TensorStore restore error on one line (they span dozens)."""
+    chain = []
+    while error is not None and error not in chain:
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+    # The innermost message says what is wrong (TensorStore: "OUT_OF_RANGE: Error reading ...");
+    # the outer ones wrap it with object reprs.
+    readable = [e for e in chain if str(e) and "<bound method" not in str(e)] or chain
+    cause = readable[-1]
+    text = " ".join(str(cause).split())
+    return f"{type(cause).__name__}: {text[:240]}{'...' if len(text) > 240 else ''}"
+
+
+def set_aside(manager, step: int) -> pathlib.Path:
+    """Rename checkpoint `step` of `manager` to `<step>.damaged` (never deleted: a user may want
+    it back), so the manager and later runs no longer see it."""
+    folder = pathlib.Path(manager.directory) / str(step)
+    target, n = folder.with_name(f"{step}.damaged"), 1
+    while target.exists():
+        target, n = folder.with_name(f"{step}.damaged{n}"), n + 1
+    if jax.process_index() == 0:
+        folder.rename(target)
+    manager.reload()
+    return target
+
+
+def report_set_aside(folder: pathlib.Path, error: BaseException, log) -> None:
+    log(f"warning: checkpoint {folder} cannot be restored ({describe_failure(error)}); "
+        f"set aside as {folder.name}.damaged")
+
+
+def no_checkpoint_restores(workdir, kind: str, failures) -> ConfigMismatchError:
+    step, error = failures[0]
+    return ConfigMismatchError(
+        f"cannot resume from {workdir}/checkpoints/{kind}/{step}: it does not match the "
+        f"train state of this version of gedl-jax, or it is damaged ({describe_failure(error)})"
+        f"; no older checkpoint restores either ({len(failures)} tried). The workdir was left "
+        f"as it is; use a new --workdir, or the version that wrote it.")
+
+
 def restore_for_resume(ckpt: RunCheckpoints, abstract_state, step: int,
                        workdir: pathlib.Path):
     """The `last` checkpoint at `step`, or a clear error if it does not fit this program (a
@@ -131,12 +172,33 @@ def restore_for_resume(ckpt: RunCheckpoints, abstract_state, step: int,
     Nothing is deleted."""
     try:
         return ckpt.restore_last(abstract_state, step)
-    except (ValueError, KeyError, TypeError, FileNotFoundError, OSError) as e:
-        raise ConfigMismatchError(
-            f"cannot resume from {workdir}/checkpoints/last/{step}: it does not match the "
-            f"train state of this version of gedl-jax, or it is damaged ({type(e).__name__}: "
-            f"{str(e)[:300]}). The workdir was left as it is; use a new --workdir, or the "
-            f"version that wrote it.") from None
+    except Exception as e:  # noqa: BLE001 (Orbax and TensorStore raise many kinds)
+        raise no_checkpoint_restores(workdir, "last", [(step, e)]) from None
+
+
+def restore_for_evaluation(ckpt: RunCheckpoints, abstract_state, workdir, log=print):
+    """The best checkpoint; if it does not restore, it is set aside (one line) and the newest
+    `last` checkpoint that restores is used instead (one line). None restores: a
+    `ConfigMismatchError`, with nothing renamed."""
+    candidates = [(ckpt.best, "best", s) for s in sorted(ckpt.best.all_steps(), reverse=True)]
+    candidates += [(ckpt.last, "last", s) for s in sorted(ckpt.last.all_steps(), reverse=True)]
+    if not candidates:
+        raise FileNotFoundError(f"no checkpoint in {pathlib.Path(workdir)}/checkpoints: was the "
+                                f"run trained (python -m gedl_jax.train ... --workdir=DIR)?")
+    failures = []
+    for manager, kind, step in candidates:
+        try:
+            state, meta = ckpt._restore(manager, step, abstract_state)
+        except Exception as e:  # noqa: BLE001 (Orbax and TensorStore raise many kinds)
+            failures.append((manager, kind, step, e))
+            continue
+        for bad_manager, _, bad_step, error in failures:
+            report_set_aside(pathlib.Path(bad_manager.directory) / str(bad_step), error, log)
+            set_aside(bad_manager, bad_step)
+        if failures:
+            log(f"evaluating {workdir}/checkpoints/{kind}/{step} instead")
+        return state, meta
+    raise no_checkpoint_restores(workdir, failures[0][1], [(s, e) for _, _, s, e in failures])
 
 
 def abstract_like(state, sharding=None):

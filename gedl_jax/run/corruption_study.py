@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from gedl_jax import data
+from gedl_jax import data, files
 from gedl_jax.data.registry import corruption_file_stem
 from gedl_jax.evaluation import core
 from gedl_jax.run import ensemble, workdir
@@ -168,6 +168,6 @@ def corruption_study(workdirs, corruptions, out_dir, overrides: dict[str, Any] |
                              "source": sorted(sources)[0] if len(sources) == 1 else
                              sorted(sources), "source_label": label,
                              "regenerated_provenance": provenance or None, "plot": str(plot)}
-    (out_dir / "corruption_study.json").write_text(json.dumps(study, indent=2))
-    (out_dir / "corruption_study.md").write_text(study_table(study) + "\n")
+    files.write_text(out_dir / "corruption_study.json", json.dumps(study, indent=2))
+    files.write_text(out_dir / "corruption_study.md", study_table(study) + "\n")
     return study

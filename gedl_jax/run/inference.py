@@ -15,7 +15,8 @@ from gedl_jax.run.sharding import put_batched
 
 def predict_split(predict_step: Callable, variables: Any, method_state: Any, mesh,
                   split: data.Split, batch_size: int,
-                  key: jax.Array | None = None) -> dict[str, np.ndarray]:
+                  key: jax.Array | None = None,
+                  on_batch: Callable[[int, int], None] | None = None) -> dict[str, np.ndarray]:
     """The raw outputs of `predict_step` (`steps.make_predict_step`) for every example of
     `split`, each exactly once, as NumPy arrays with N leading rows.
 
@@ -26,8 +27,13 @@ def predict_split(predict_step: Callable, variables: Any, method_state: Any, mes
     key = jax.random.PRNGKey(0) if key is None else key
     images, _, mask = data.pad_for_eval(split.images, split.labels, batch_size)
     images_dev = put_batched(mesh, images)
-    batches = [predict_step(variables, method_state, images_dev[m], jax.random.fold_in(key, m))
-               for m in range(images.shape[0])]
+    batches = []
+    for m in range(images.shape[0]):
+        batches.append(predict_step(variables, method_state, images_dev[m],
+                                    jax.random.fold_in(key, m)))
+        if on_batch is not None:   # progress / interruption: wait for the batch first
+            jax.block_until_ready(batches[-1])
+            on_batch(m + 1, images.shape[0])
     keep = mask.reshape(-1)
     return {name: np.asarray(jax.device_get(jnp.concatenate([b[name] for b in batches])))[keep]
             for name in batches[0]}

@@ -41,6 +41,23 @@ class Preempted(Exception):
         self.step = step
 
 
+class EvaluationInterrupted(Exception):
+    """SIGTERM/SIGINT during an evaluation: it stops at the next batch; no result file is half
+    written (they are written whole, at the end, or not at all)."""
+
+    def __init__(self, workdir: str, trained: bool):
+        saved = (f"training is complete and its checkpoints are in {workdir}/checkpoints; "
+                 if trained else "")
+        super().__init__(f"interrupted ({signal_name()}) during the evaluation: {saved}no "
+                         f"result file was written. Evaluate with `python -m gedl_jax.evaluate "
+                         f"--workdir={workdir}`")
+
+
+def requested() -> bool:
+    """Whether SIGTERM/SIGINT arrived (single process; see `install`)."""
+    return _requested.is_set()
+
+
 def signal_name() -> str:
     return _signal_name[0] if _signal_name else "request"
 

@@ -68,13 +68,15 @@ class MetricsBuffer:
             return
         bad_steps, bad_seeds = np.nonzero(nonfinite)
         first, last = steps[bad_steps.min()], steps[bad_steps.max()]
-        self.on_nonfinite()
+        saved = self.on_nonfinite()   # False: no checkpoint was written before this step
         seeds = sorted({self.seeds[i] for i in bad_seeds})
+        kept = ("No checkpoint had been saved yet, so there is nothing to resume from."
+                if saved is False else f"The last good checkpoint in {self.where} is intact.")
         raise NonFiniteLossError(
-            f"non-finite loss or gradient at step(s) {first}..{last} (epoch "
+            f"the run diverged: non-finite loss or gradient at step(s) {first}..{last} (epoch "
             f"{(first - 1) // self.steps_per_epoch}, seed(s) {seeds}); the update was skipped "
-            f"and training stopped. The last good checkpoint in {self.where} is intact. Try a "
-            f"lower learning rate, config.grad_clip_norm, or config.compute_dtype='float32'.")
+            f"and training stopped. {kept} Try a lower learning rate, config.grad_clip_norm, or "
+            f"config.compute_dtype='float32'.")
 
     def rate_and_eta(self, images_per_step: int, steps_left: int) -> tuple[float, str]:
         """img/s over the steps fetched since the last call, and the time left at that rate."""

@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from gedl_jax import configuration
+from gedl_jax import configuration, files
 
 
 class ConfigMismatchError(ValueError):
@@ -66,13 +66,34 @@ def check_or_write_config(config, workdir: pathlib.Path) -> None:
         if changed:
             details = ", ".join(f"{k}: {previous.get(k)!r} -> {current.get(k)!r}"
                                 for k in changed)
+            if not has_checkpoint(workdir):
+                if jax.process_index() == 0:
+                    print(f"{workdir} holds no checkpoint yet: its config.json is replaced by "
+                          f"this configuration ({details})", flush=True)
+                _write_config(path, current)
+                return
             raise ConfigMismatchError(
                 f"{workdir} holds a run with a different configuration ({details}). Resume it "
                 f"with the same config, or use a new --workdir.")
+    _write_config(path, current)
+
+
+def _write_config(path: pathlib.Path, current: dict[str, Any]) -> None:
     if jax.process_index() == 0:
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(current, indent=2, sort_keys=True))
-        tmp.replace(path)
+        files.write_text(path, json.dumps(current, indent=2, sort_keys=True))
+
+
+def has_checkpoint(workdir: pathlib.Path) -> bool:
+    """Whether any run under `workdir` (itself, its seeds, an ensemble's members) saved a
+    complete checkpoint, damaged ones set aside included: then its config is the run's."""
+    for folder in workdir.rglob("checkpoints"):
+        for kind in ("last", "best"):
+            sub = folder / kind
+            if sub.is_dir() and any(p.name.split(".")[0].isdigit() and
+                                    "orbax-checkpoint-tmp" not in p.name
+                                    for p in sub.iterdir()):
+                return True
+    return False
 
 
 def check_shared_workdir(workdir: pathlib.Path) -> None:

@@ -10,13 +10,14 @@ checkpoint), mid-epoch checkpoints and preemption are events at step boundaries;
 from __future__ import annotations
 
 import dataclasses
+import errno
 import pathlib
 from typing import Any
 
 import jax
 import numpy as np
 
-from gedl_jax import configuration, data
+from gedl_jax import configuration, data, files
 from gedl_jax.evaluation.core import evaluate_predictions
 from gedl_jax.run import (
     checkpointing,
@@ -114,22 +115,36 @@ def _build_program(runs: list[SeedRun], tx, mesh, settings: steps.StepSettings,
 
 def _restore(runs: list[SeedRun], program: programs.SeedProgram, mesh,
              steps_per_epoch: int) -> None:
-    """Continue from the newest `last` checkpoint that every seed saved, if any."""
+    """Continue from the newest `last` checkpoint that every seed saved and that restores, if
+    any. A newer one that does not restore (damaged) is named in one line and set aside as
+    `<step>.damaged`; when none restores, the run stops with nothing renamed."""
     seed_abstract = checkpointing.abstract_like(
         jax.eval_shape(lambda s: program.member(s, 0), program.state), sharding.replicated(mesh))
     common_steps = set.intersection(*(r.ckpt.last_steps() for r in runs))
-    if not common_steps:
+    failures: list[tuple[SeedRun, int, BaseException]] = []
+    for resume_step in sorted(common_steps, reverse=True):
+        restored = []
+        for run_ in runs:
+            try:
+                restored.append(run_.ckpt.restore_last(seed_abstract, resume_step))
+            except Exception as e:  # noqa: BLE001 (Orbax and TensorStore raise many kinds)
+                failures.append((run_, resume_step, e))
+                break
+        if len(restored) < len(runs):
+            continue
+        for run_, step, error in failures:
+            checkpointing.report_set_aside(run_.workdir / "checkpoints" / "last" / str(step),
+                                           error, _log)
+            checkpointing.set_aside(run_.ckpt.last, step)
+        for run_, (_, meta) in zip(runs, restored):
+            run_.best_accuracy, run_.best_step = meta["best_val_accuracy"], meta["best_step"]
+        program.state = program.stack([state for state, _ in restored])
+        _log(f"resumed from {_where(runs)}/checkpoints/last at step {resume_step} "
+             f"(epoch {resume_step // steps_per_epoch})")
         return
-    resume_step = max(common_steps)
-    restored = []
-    for run_ in runs:
-        state, meta = checkpointing.restore_for_resume(run_.ckpt, seed_abstract, resume_step,
-                                                       run_.workdir)
-        run_.best_accuracy, run_.best_step = meta["best_val_accuracy"], meta["best_step"]
-        restored.append(state)
-    program.state = program.stack(restored)
-    _log(f"resumed from {_where(runs)}/checkpoints/last at step {resume_step} "
-         f"(epoch {resume_step // steps_per_epoch})")
+    if failures:
+        raise checkpointing.no_checkpoint_restores(
+            failures[0][0].workdir, "last", [(step, e) for _, step, e in failures])
 
 
 def _where(runs: list[SeedRun]) -> pathlib.Path:
@@ -248,13 +263,14 @@ def _prepare_loop(runs: list[SeedRun], pool: data.Split | None, mesh) -> _Loop:
     """Workdirs checked, the program built (or restored from the newest common checkpoint),
     metrics writers open."""
     config, method = runs[0].config, runs[0].experiment.method
+    num_train = len(runs[0].experiment.data.train.labels)
+    for run_ in runs:   # everything checked before anything is written
+        configuration.validate_data_sizes(run_.config, len(run_.experiment.data.train.labels),
+                                          len(run_.experiment.data.validation.labels),
+                                          config.dataset)
     for run_ in runs:
         rundir.prepare(run_.workdir, run_.config)
-    num_train = len(runs[0].experiment.data.train.labels)
     steps_per_epoch = num_train // config.batch_size
-    if steps_per_epoch == 0:
-        raise ValueError(f"config.batch_size={config.batch_size} exceeds the {num_train} "
-                         f"training examples")
     total_steps = steps_per_epoch * config.num_epochs
     norm = runs[0].experiment.normalization
     settings = steps.StepSettings(steps_per_epoch=steps_per_epoch,
@@ -269,7 +285,7 @@ def _prepare_loop(runs: list[SeedRun], pool: data.Split | None, mesh) -> _Loop:
         run_.writer = rundir.MetricsWriter(run_.workdir)
     buffer = MetricsBuffer(
         [r.seed for r in runs], lambda i, step, m: runs[i].writer.write(step, "train", m),
-        on_nonfinite=lambda: [r.ckpt.wait() for r in runs],
+        on_nonfinite=lambda: _saved_checkpoints(runs),
         where=f"{_where(runs)}/checkpoints", steps_per_epoch=steps_per_epoch)
     together = (f"seeds {','.join(str(r.seed) for r in runs)} trained together (vmap), "
                 if pool is not None else "")
@@ -279,6 +295,31 @@ def _prepare_loop(runs: list[SeedRun], pool: data.Split | None, mesh) -> _Loop:
          f"{mesh.size} {jax.devices()[0].platform} device(s)")
     return _Loop(runs, program, buffer, _Validation(runs, mesh), config, method,
                  steps_per_epoch, total_steps)
+
+
+def _saved_checkpoints(runs: list[SeedRun]) -> bool:
+    """Wait for pending saves; whether every seed has a `last` checkpoint on disk."""
+    for run_ in runs:
+        run_.ckpt.wait()
+    return all(run_.ckpt.last_steps() for run_ in runs)
+
+
+def chance_message(run_: SeedRun) -> str | None:
+    """A line when the seed's best validation accuracy is not above what always predicting the
+    most frequent validation class scores (3 standard errors of margin, at least 1.5/K): the
+    run learnt nothing (it diverged, or the learning rate is far off). None otherwise."""
+    labels = run_.experiment.data.validation.labels
+    if run_.best_accuracy < 0 or not len(labels):
+        return None
+    majority = float(np.bincount(labels).max() / len(labels))
+    limit = max(majority + 3 * np.sqrt(majority * (1 - majority) / len(labels)),
+                1.5 / run_.config.num_classes)
+    if run_.best_accuracy > limit:
+        return None
+    return (f"{run_.workdir} ended at chance level: best validation accuracy "
+            f"{run_.best_accuracy:.4f} (always predicting the most frequent class scores "
+            f"{majority:.4f}); the run did not learn. Try a lower config.learning_rate, or "
+            f"--config.allow_chance=True if this is intended")
 
 
 def _run_loop(loop: _Loop, stop_after_steps: int | None) -> tuple[int, bool]:
@@ -324,17 +365,46 @@ def _train_seeds(runs: list[SeedRun], *, stop_after_steps: int | None,
     """Train one seed, or several together (then `pool` is the official training split the
     seeds' `train_index` point into), then evaluate each seed's best checkpoint."""
     mesh = sharding.make_mesh()
-    loop = _prepare_loop(runs, pool, mesh)
     try:
-        step, stopped_early = _run_loop(loop, stop_after_steps)
-    finally:
-        for run_ in runs:
-            if run_.ckpt is not None:
-                run_.ckpt.wait()
-            if run_.writer is not None:
-                run_.writer.close()
-    return [_finish(run_, loop.program, i, step, stopped_early, mesh)
-            for i, run_ in enumerate(runs)]
+        loop = _prepare_loop(runs, pool, mesh)
+        try:
+            step, stopped_early = _run_loop(loop, stop_after_steps)
+        finally:
+            for run_ in runs:
+                if run_.ckpt is not None:
+                    run_.ckpt.wait()
+                if run_.writer is not None:
+                    run_.writer.close()
+        return [_finish(run_, loop.program, i, step, stopped_early, mesh)
+                for i, run_ in enumerate(runs)]
+    except Exception as e:  # noqa: BLE001 (Orbax's async save wraps the OSError)
+        if isinstance(e, DiskFullError) or not files.is_disk_full(e):
+            raise
+        raise DiskFullError(_disk_full_message(runs, e)) from e
+
+
+class DiskFullError(OSError):
+    """The disk filled while the run wrote a checkpoint, its metrics or its results; what was
+    already on disk is intact (the CLI exits with 74)."""
+
+    def __init__(self, message: str):
+        super().__init__(errno.ENOSPC, message)
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def _disk_full_message(runs: list[SeedRun], error: OSError) -> str:
+    kept = []
+    for run_ in runs:
+        steps_ = sorted(int(p.name) for p in (run_.workdir / "checkpoints" / "last").glob("*")
+                        if p.name.isdigit())
+        kept.append(f"step {steps_[-1]}" if steps_ else "none yet")
+    where = getattr(error, "filename", None)
+    return (f"no space left on device{f' writing {where}' if where else ''} "
+            f"({_where(runs)}): the checkpoints already on disk are intact (newest: "
+            f"{', '.join(sorted(set(kept)))}); free some space and rerun the same command to "
+            f"continue from there")
 
 
 def _finish(run_: SeedRun, program: programs.SeedProgram, index: int, step: int,
@@ -342,10 +412,12 @@ def _finish(run_: SeedRun, program: programs.SeedProgram, index: int, step: int,
     """The seed's summary; its best checkpoint evaluated (config.evaluate_at_end)."""
     summary = {"workdir": str(run_.workdir), "steps": step, "seed": run_.seed,
                "best_val_accuracy": run_.best_accuracy, "best_step": run_.best_step,
-               "state": program.member(program.state, index)}
+               "state": program.member(program.state, index),
+               "at_chance": None if stopped_early else chance_message(run_)}
     if not stopped_early and run_.config.evaluate_at_end:
         abstract = checkpointing.abstract_like(summary["state"], sharding.replicated(mesh))
-        best_state, _ = run_.ckpt.restore_best(abstract)
+        best_state, _ = checkpointing.restore_for_evaluation(run_.ckpt, abstract, run_.workdir,
+                                                             _log)
         summary["evaluation"] = workdir_eval.evaluate_and_write(
             run_.experiment, best_state, run_.workdir, mesh=mesh)
     run_.ckpt.close()
@@ -414,6 +486,6 @@ def run(config, workdir: str | pathlib.Path) -> list[dict[str, Any]]:
         from gedl_jax import evaluation  # noqa: PLC0415
 
         table = evaluation.results_table(evaluations, fmt="markdown")
-        (workdir / "eval_table.md").write_text(table + "\n")
+        files.write_text(workdir / "eval_table.md", table + "\n")
         _log(f"\n=== {len(evaluations)} seeds, mean ± std ===\n{table}")
     return results

@@ -11,13 +11,23 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
+import time
 from typing import Any
 
 import jax
 
-from gedl_jax import configuration, data
+from gedl_jax import configuration, data, files
 from gedl_jax.evaluation import core, report
-from gedl_jax.run import checkpointing, experiment, inference, optimizer, sharding, steps
+from gedl_jax.run import (
+    checkpointing,
+    experiment,
+    inference,
+    optimizer,
+    preemption,
+    sharding,
+    steps,
+)
+from gedl_jax.run.progress import format_eta
 
 __all__ = ["RestoredRun", "evaluate_and_write", "evaluate_run", "fitted", "predict",
            "predict_outputs", "restore_run", "saved_config", "write_results"]
@@ -48,14 +58,19 @@ def fitted(exp: experiment.Experiment, state: steps.TrainState) -> steps.TrainSt
 
 
 def predict(run: RestoredRun, split: data.Split, with_labels: bool = True,
-            batch_size: int | None = None) -> core.Predictions:
+            batch_size: int | None = None, on_batch=None) -> core.Predictions:
     """The run's `Predictions` on every example of `split`."""
     exp = run.experiment
     step = _predict_step(exp, run.mesh)
     raw = inference.predict_split(step, run.state.variables, run.state.method_state, run.mesh,
                                   split, batch_size or exp.config.eval_batch_size,
-                                  experiment.predict_key(exp.seed))
+                                  experiment.predict_key(exp.seed), on_batch=on_batch)
     return exp.method.predictions(raw, split.labels if with_labels else None)
+
+
+def _log(msg: str) -> None:
+    if jax.process_index() == 0:
+        print(msg, flush=True)
 
 
 _PREDICT_STEPS: dict[Any, Any] = {}
@@ -75,18 +90,52 @@ def evaluate_and_write(exp: experiment.Experiment, state: steps.TrainState, work
     """Score the test set and every OOD set with `state` (as trained: the method's fit after
     training runs first); write JSON, markdown table, plots."""
     mesh = mesh or sharding.make_mesh()
-    return evaluate_run(RestoredRun(exp, fitted(exp, state), mesh), workdir, extra_ood)
+    return evaluate_run(RestoredRun(exp, fitted(exp, state), mesh), workdir, extra_ood,
+                        trained=True)
 
 
-def evaluate_run(run: RestoredRun, workdir, extra_ood: tuple[str, ...] = ()) -> dict[str, Any]:
+class _EvalProgress:
+    """One line per evaluated split with the time left (the rate so far x the images left);
+    SIGTERM/SIGINT stop the evaluation at the next batch (`preemption.EvaluationInterrupted`)."""
+
+    def __init__(self, splits: dict[str, data.Split], workdir, trained: bool):
+        self.sizes = {name: len(split) for name, split in splits.items()}
+        self.workdir, self.trained = workdir, trained
+        self.start, self.done_images = time.time(), 0
+
+    def batch(self, name: str):
+        def on_batch(done: int, total: int) -> None:
+            del done, total
+            if preemption.requested():
+                raise preemption.EvaluationInterrupted(str(self.workdir), self.trained)
+        return on_batch
+
+    def done(self, name: str) -> None:
+        self.done_images += self.sizes.pop(name)
+        elapsed = time.time() - self.start
+        left = sum(self.sizes.values())
+        eta = format_eta(left * elapsed / max(self.done_images, 1))
+        _log(f"evaluated {name}: {self.done_images:,} images in {elapsed:.1f} s"
+             f"{f' | {len(self.sizes)} set(s) left, ETA {eta}' if self.sizes else ''}")
+
+
+def evaluate_run(run: RestoredRun, workdir, extra_ood: tuple[str, ...] = (),
+                 trained: bool = False) -> dict[str, Any]:
     """Score the test set and every OOD set with a restored run; write its results."""
     exp = run.experiment
     ood_sets = dict(exp.data.ood)
     for name in extra_ood:
         ood_sets[name] = data.load_ood(name, **experiment.DataSources.from_config(
             exp.config).kwargs())
-    id_pred = predict(run, exp.data.test)
-    ood_preds = {name: predict(run, split, with_labels=False) for name, split in ood_sets.items()}
+    if jax.process_index() == 0:
+        files.check_writable(workdir, "the results folder")   # before the work, not after
+    progress = _EvalProgress({"test": exp.data.test, **ood_sets}, workdir, trained)
+    id_pred = predict(run, exp.data.test, on_batch=progress.batch("test"))
+    progress.done("test")
+    ood_preds = {}
+    for name, split in ood_sets.items():
+        ood_preds[name] = predict(run, split, with_labels=False, on_batch=progress.batch(name))
+        progress.done(name)
     results = core.evaluate_predictions(id_pred, ood_preds)
     results.update({"variant": exp.config.variant, "method": exp.method.describe(),
                     "dataset": exp.config.dataset, "seed": exp.seed, "workdir": str(workdir)})
@@ -98,13 +147,12 @@ def write_results(results: dict[str, Any], workdir: pathlib.Path, id_pred: core.
     """eval_results.json, eval_table.md and (with `plots`) the PNG figures, on process 0."""
     if jax.process_index() != 0:
         return results
-    (workdir / "eval_results.json").write_text(json.dumps(results, indent=2))
-    table = report.results_table([results], fmt="markdown")
-    (workdir / "eval_table.md").write_text(table + "\n")
-    print(table, flush=True)
-    if plots:
+    if plots:   # first, so eval_results.json is written once, complete
         results["plots"] = _write_plots(workdir, id_pred, ood_preds)
-        (workdir / "eval_results.json").write_text(json.dumps(results, indent=2))
+    files.write_text(workdir / "eval_results.json", json.dumps(results, indent=2))
+    table = report.results_table([results], fmt="markdown")
+    files.write_text(workdir / "eval_table.md", table + "\n")
+    print(table, flush=True)
     return results
 
 
@@ -161,8 +209,9 @@ def restore_run(workdir, overrides: dict[str, Any] | None = None, *,
                        out_shardings=sharding.replicated(mesh))(jax.random.PRNGKey(0))
     ckpt = checkpointing.RunCheckpoints(workdir)
     try:
-        state, _ = ckpt.restore_best(checkpointing.abstract_like(template,
-                                                                 sharding.replicated(mesh)))
+        state, _ = checkpointing.restore_for_evaluation(
+            ckpt, checkpointing.abstract_like(template, sharding.replicated(mesh)), workdir,
+            _log)
     finally:
         ckpt.close()
     return RestoredRun(exp, fitted(exp, state), mesh)

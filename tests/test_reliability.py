@@ -1,0 +1,346 @@
+"""Nothing silent, nothing stuck: a rejected value leaves the workdir usable, bad input through
+any CLI is one `error:` line and exit 2, a damaged checkpoint is set aside and the previous one
+used, a run at chance or diverged says so (exit 3), a full disk loses nothing (exit 74).
+docs/robustness.md lists every case; generated data only (tests/training_fixtures.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from training_fixtures import REPO, TINY_FIELDS, checkpoint_steps, subprocess_env, write_tiny_mnist
+
+from gedl_jax import configuration, train
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    return write_tiny_mnist(tmp_path / "data", n_train=200, n_test=40)
+
+
+def config(data_dir, tmp_path, **fields):
+    c = configuration.build_config("mnist", "gedl")
+    for k, v in {**TINY_FIELDS, "train_examples": 64, "val_examples": 32, "num_epochs": 1,
+                 "data_dir": str(data_dir), "cache_dir": str(tmp_path / "cache"),
+                 **fields}.items():
+        c[k] = v
+    return c
+
+
+def cli(*args: str, tmp_path, module: str = "gedl_jax.train", timeout: float = 120,
+        **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO,
+                          env=subprocess_env(tmp_path / "cli_cache", **env),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def error_lines(proc: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+
+
+# --------------------------------------------------------------- 1. nothing written on a reject
+def test_rejected_batch_size_writes_nothing_and_the_corrected_command_trains(
+        data_dir, tmp_path, fast_compile):
+    workdir = tmp_path / "w"
+    with pytest.raises(ValueError, match=r"config.batch_size=128 exceeds the 64 training "
+                                         r"examples of mnist: use --config.batch_size=64"):
+        train.train_and_evaluate(config(data_dir, tmp_path, batch_size=128), workdir)
+    assert not workdir.exists()
+    assert train.train_and_evaluate(config(data_dir, tmp_path, batch_size=32),
+                                    workdir)["steps"] == 2
+
+
+def test_workdir_without_a_checkpoint_accepts_a_changed_config(data_dir, tmp_path,
+                                                               fast_compile, capsys):
+    workdir = tmp_path / "w"
+    workdir.mkdir()
+    old = json.loads(config(data_dir, tmp_path, learning_rate=0.5).to_json_best_effort())
+    (workdir / "config.json").write_text(json.dumps(old))
+    c = config(data_dir, tmp_path)
+    assert train.train_and_evaluate(c, workdir, stop_after_steps=1)["steps"] == 1
+    assert "holds no checkpoint yet: its config.json is replaced by this configuration " \
+           "(learning_rate: 0.5 -> 0.001)" in capsys.readouterr().out
+    assert json.loads((workdir / "config.json").read_text())["learning_rate"] == 0.001
+
+
+# --------------------------------------------------------------- 3. one line, exit 2, --help 0
+@pytest.mark.parametrize("args,message", [
+    (["--config=configs/mnist.py", "--config.batch_sise=64"],
+     "error: unknown config field 'batch_sise' (did you mean 'batch_size'?)"),
+    (["--config=configs/mnist.py", "--config.learning_rate=abc"],
+     "error: flag --config.learning_rate=abc: could not convert string to float: 'abc'"),
+    (["--config=configs/mnist.py:gedel"], "error: unknown config argument(s) ['gedel']"),
+    (["--config=configs/nope.py"],
+     "error: cannot load the config file configs/nope.py (No such file or directory)"),
+    (["--config=configs/mnist.py", "stray"], "error: unexpected arguments ['stray']"),
+])
+def test_train_cli_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
+    proc = cli(f"--workdir={tmp_path}/w", *args, tmp_path=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert [line[:len(message)] for line in error_lines(proc)] == [message], proc.stderr
+    assert not (tmp_path / "w").exists()
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    proc = cli("--config=configs/mnist.py:gedel", "--debug", tmp_path=tmp_path)
+    assert proc.returncode == 2 and "Traceback" in proc.stderr
+    proc = cli("--config=configs/mnist.py:gedel", tmp_path=tmp_path, GEDL_DEBUG="1")
+    assert proc.returncode == 2 and "Traceback" in proc.stderr
+
+
+def test_help_exits_0_and_lists_every_preset(tmp_path):
+    proc = cli("--help", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    for name in [*configuration.VARIANTS, *configuration.MODIFIERS]:
+        assert name in proc.stdout
+    assert "--workdir" in proc.stdout
+
+
+def test_evaluate_cli_bad_input_is_one_line_and_exit_2(tmp_path):
+    proc = cli(f"--workdir={tmp_path}/none", tmp_path=tmp_path, module="gedl_jax.evaluate")
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert len(error_lines(proc)) == 1 and "has no config.json" in proc.stderr
+    assert cli("--help", tmp_path=tmp_path, module="gedl_jax.evaluate").returncode == 0
+
+
+def test_tiny_cli_run_finishes_with_exit_0(tmp_path):
+    """The same tiny run the interruption tests use ends above chance: exit 0."""
+    data = write_tiny_mnist(tmp_path / "data")
+    fields = {**TINY_FIELDS}
+    proc = cli(f"--workdir={tmp_path}/w", "--config=configs/mnist.py:gedl",
+               f"--config.data_dir={data}", *(f"--config.{k}={v}" for k, v in fields.items()),
+               tmp_path=tmp_path, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert checkpoint_steps(tmp_path / "w") == [8, 16]
+
+
+# --------------------------------------------------------------- 2. damaged checkpoints
+def _damage(step_folder) -> None:
+    """What the issue did: truncate the largest file under <step>/state/."""
+    largest = max((p for p in (step_folder / "state").rglob("*") if p.is_file()),
+                  key=lambda p: p.stat().st_size)
+    largest.write_bytes(largest.read_bytes()[: largest.stat().st_size // 3])
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A finished tiny run (2 epochs x 8 steps, `last` at 8 and 16), uninterrupted."""
+    import jax  # noqa: PLC0415
+
+    root = tmp_path_factory.mktemp("finished")
+    previous = jax.config.read("jax_disable_most_optimizations")
+    jax.config.update("jax_disable_most_optimizations", True)
+    try:
+        data = write_tiny_mnist(root / "data")
+        c = config(data, root, train_examples=256, val_examples=64, num_epochs=2)
+        return c, train.train_and_evaluate(c, root / "w"), root / "w"
+    finally:
+        jax.config.update("jax_disable_most_optimizations", previous)
+
+
+def test_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_to_the_same_result(
+        finished, tmp_path, fast_compile, capsys):
+    import shutil  # noqa: PLC0415
+
+    from training_fixtures import assert_same_tree  # noqa: PLC0415
+
+    c, full, reference = finished
+    workdir = tmp_path / "w"
+    shutil.copytree(reference, workdir)
+    _damage(workdir / "checkpoints" / "last" / "16")
+    capsys.readouterr()
+    again = train.train_and_evaluate(c, workdir)
+    out = capsys.readouterr().out
+    assert f"warning: checkpoint {workdir}/checkpoints/last/16 cannot be restored (" in out
+    assert "set aside as 16.damaged" in out and "resumed from" in out and "at step 8" in out
+    assert (workdir / "checkpoints" / "last" / "16.damaged").is_dir()   # kept, renamed
+    assert again["steps"] == 16
+    import jax  # noqa: PLC0415
+    assert_same_tree(jax.device_get(full["state"]), jax.device_get(again["state"]))
+    assert checkpoint_steps(workdir) == [8, 16]
+
+
+def test_evaluate_falls_back_when_the_best_checkpoint_is_damaged(finished, tmp_path, capsys):
+    import shutil  # noqa: PLC0415
+
+    from gedl_jax import evaluate  # noqa: PLC0415
+
+    _, _, reference = finished
+    workdir = tmp_path / "w"
+    shutil.copytree(reference, workdir)
+    best_step = checkpoint_steps(workdir, "best")[-1]
+    _damage(workdir / "checkpoints" / "best" / str(best_step))
+    results = evaluate.evaluate_workdir(workdir)
+    out = capsys.readouterr().out
+    assert f"checkpoints/best/{best_step} cannot be restored" in out
+    assert f"evaluating {workdir}/checkpoints/last/16 instead" in out
+    assert results["id"]["num_examples"] > 0
+    assert (workdir / "checkpoints" / "best" / f"{best_step}.damaged").is_dir()
+
+
+def test_no_checkpoint_restores_is_one_error_and_nothing_is_renamed(finished, tmp_path,
+                                                                     fast_compile):
+    import shutil  # noqa: PLC0415
+
+    c, _, reference = finished
+    workdir = tmp_path / "w"
+    shutil.copytree(reference, workdir)
+    for step in (8, 16):
+        _damage(workdir / "checkpoints" / "last" / str(step))
+    before = sorted(p.relative_to(workdir) for p in workdir.rglob("*"))
+    with pytest.raises(train.ConfigMismatchError,
+                       match=r"cannot resume from .*checkpoints/last/16: .* no older checkpoint "
+                             r"restores either \(2 tried\)") as raised:
+        train.train_and_evaluate(c, workdir)
+    assert "\n" not in str(raised.value)
+    assert sorted(p.relative_to(workdir) for p in workdir.rglob("*")) == before
+
+
+# --------------------------------------------------------------- 5. divergence, chance level
+def test_a_run_at_chance_level_says_so_and_exits_3_unless_allowed(tmp_path):
+    data = write_tiny_mnist(tmp_path / "data")
+    args = [f"--workdir={tmp_path}/w", "--config=configs/mnist.py:gedl",
+            f"--config.data_dir={data}", *(f"--config.{k}={v}" for k, v in TINY_FIELDS.items()),
+            "--config.learning_rate=100"]
+    proc = cli(*args, tmp_path=tmp_path, timeout=240)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    lines = error_lines(proc)
+    assert len(lines) == 1 and ("ended at chance level" in lines[0] or "diverged" in lines[0])
+    assert "Traceback" not in proc.stderr
+    allowed = cli(*args, "--config.allow_chance=True", tmp_path=tmp_path, timeout=240)
+    if "ended at chance level" in lines[0]:
+        assert allowed.returncode == 0, allowed.stderr
+        assert "warning:" in allowed.stderr and "ended at chance level" in allowed.stderr
+
+
+def test_divergence_before_any_checkpoint_does_not_claim_one(data_dir, tmp_path, fast_compile):
+    with pytest.raises(train.NonFiniteLossError,
+                       match="the run diverged: .*No checkpoint had been saved yet"):
+        train.train_and_evaluate(config(data_dir, tmp_path, learning_rate=1e30), tmp_path / "w")
+    assert checkpoint_steps(tmp_path / "w") == []
+
+
+# --------------------------------------------------------------- 4. evaluation
+def test_evaluate_out_dir_progress_and_interruption(finished, tmp_path, capsys):
+    from gedl_jax import evaluate  # noqa: PLC0415
+    from gedl_jax.run import preemption  # noqa: PLC0415
+
+    _, _, reference = finished
+    before = sorted(p.name for p in reference.iterdir())
+    results = evaluate.evaluate_workdir(reference, results_dir=tmp_path / "out")
+    assert (tmp_path / "out" / "eval_results.json").exists()
+    assert (tmp_path / "out" / "eval_table.md").exists()
+    assert sorted(p.name for p in reference.iterdir()) == before   # nothing written there
+    assert "evaluated test: 64 images in" in capsys.readouterr().out
+    assert results["id"]["num_examples"] == 64
+    preemption.request()
+    try:
+        with pytest.raises(preemption.EvaluationInterrupted,
+                           match=r"interrupted \(request\) during the evaluation: no result "
+                                 r"file was written"):
+            evaluate.evaluate_workdir(reference, results_dir=tmp_path / "stopped")
+    finally:
+        preemption.reset()
+    assert not (tmp_path / "stopped" / "eval_results.json").exists()
+
+
+def test_results_folder_that_cannot_be_written_is_reported_before_the_work(finished, tmp_path,
+                                                                         monkeypatch):
+    from gedl_jax import evaluate, files  # noqa: PLC0415
+    from gedl_jax.run import workdir  # noqa: PLC0415
+
+    _, _, reference = finished
+    restored = []
+    monkeypatch.setattr(workdir, "restore_run", lambda *a, **k: restored.append(1))
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    with pytest.raises(PermissionError, match="the results folder=.*cannot be written"):
+        evaluate.evaluate_workdir(reference, results_dir=blocker / "out")
+    assert restored == []
+    assert files.write_text(tmp_path / "x.json", "{}").read_text() == "{}"
+    assert [p.name for p in tmp_path.iterdir() if ".tmp" in p.name] == []
+
+
+# --------------------------------------------------------------- a full disk loses nothing
+def _no_space(*args, **kwargs):
+    import errno  # noqa: PLC0415
+
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize("site", ["checkpoint", "metrics", "results"])
+def test_full_disk_at_each_write_site_loses_nothing(finished, tmp_path, fast_compile,
+                                                    monkeypatch, site):
+    """ENOSPC injected while the second epoch's checkpoint, a metrics line of the second epoch,
+    or the final results are written: one clear error (exit 74 from the CLI); the previous
+    checkpoint restores, and the same command, once space is back, ends bit-identical to the
+    uninterrupted run."""
+    import jax  # noqa: PLC0415
+    from training_fixtures import assert_same_tree  # noqa: PLC0415
+
+    from gedl_jax import cli  # noqa: PLC0415
+    from gedl_jax.run import checkpointing, rundir, training  # noqa: PLC0415
+    from gedl_jax.run import workdir as workdir_eval  # noqa: PLC0415
+
+    c, full, _ = finished
+    c = c.copy_and_resolve_references()
+    c.evaluate_at_end = site == "results"
+    workdir = tmp_path / "w"
+    with monkeypatch.context() as patch:
+        if site == "checkpoint":
+            original = checkpointing.RunCheckpoints.save_last
+            patch.setattr(checkpointing.RunCheckpoints, "save_last",
+                          lambda self, step, *a: _no_space() if step == 16
+                          else original(self, step, *a))
+        elif site == "metrics":
+            original_write = rundir.MetricsWriter.write
+            patch.setattr(rundir.MetricsWriter, "write",
+                          lambda self, step, *a: _no_space() if step > 8
+                          else original_write(self, step, *a))
+        else:
+            original_text = workdir_eval.files.write_text
+            patch.setattr(workdir_eval.files, "write_text",
+                          lambda path, text: _no_space() if "eval_" in str(path)
+                          else original_text(path, text))
+        with pytest.raises(training.DiskFullError,
+                           match=r"no space left on device .*: the checkpoints already on disk "
+                                 r"are intact \(newest: step (8|16)\); free some space") as e:
+            train.train_and_evaluate(c, workdir)
+    assert cli.is_write_failure(e.value) and "\n" not in str(e.value)
+    steps = checkpoint_steps(workdir)
+    assert steps and steps[-1] in (8, 16)
+    again = train.train_and_evaluate(c, workdir)
+    assert again["steps"] == 16
+    assert_same_tree(jax.device_get(full["state"]), jax.device_get(again["state"]))
+    if site == "results":
+        assert (workdir / "eval_results.json").exists()
+
+
+# --------------------------------------------------------------- 6. and the table itself
+def test_report_names_a_corrupted_results_file(tmp_path, capsys):
+    from gedl_jax.evaluation import report  # noqa: PLC0415
+
+    bad = tmp_path / "runs" / "gedl_seed0" / "eval_results.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_text('{"id": {"accuracy": 0.9')
+    assert report.main([str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {bad} cannot be read (JSONDecodeError") and err.count("\n") == 1
+
+
+def test_every_row_of_the_robustness_table_names_existing_tests():
+    """docs/robustness.md: each row's last column names test modules that exist, and every
+    module named test_reliability in it is this file."""
+    doc = (REPO / "docs" / "robustness.md").read_text()
+    rows = [line for line in doc.splitlines() if line.startswith("| ") and " test_" in line]
+    assert len(rows) > 40
+    for row in rows:
+        modules = {word.strip(" ,()") for word in row.rstrip(" |").rsplit("|", 1)[1].split()}
+        modules = {m for m in modules if m.startswith("test_")}
+        assert modules, row
+        for module in modules:
+            assert (REPO / "tests" / f"{module}.py").exists(), row
