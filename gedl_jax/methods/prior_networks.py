@@ -52,9 +52,10 @@ the two lgammas of the precision term: for KL(Dir(p) || Dir(q)), P = sum p, Q = 
 (the forward KL is this with p = target, q = alpha; the reverse one with p = alpha, q = target).
 `kl_epsilon > 0` evaluates exactly that, term by term (`smoothed_dirichlet_kl`; in float32 it
 cancels like the reference's at large concentrations). The epsilon changes the KL by about
-eps / alpha_min relative, alpha_min the smallest concentration: by up to 1.7e-5 at
-alpha_min = 1e-3 and 1.7e-3 at alpha_min = 6e-6 (a logit of -12) in the reverse KL against
-1 + 100 onehot (tests/test_reference_guards.py). With epsilon = 0 the reference's formula is
+eps / alpha_min relative, alpha_min the smallest concentration: in the reverse KL against
+1 + 100 onehot by up to 1.3e-5 (the other classes also at alpha_min) to 3.4e-5 (the others
+log-uniform up to e^30) at alpha_min = 1e-3, and 1.7e-3 at alpha_min = 6e-6, a logit of -12
+(tests/test_reference_guards.py). With epsilon = 0 the reference's formula is
 the closed form: in float64 the two agree to ~2e-9 relative in value and gradient (the accuracy of
 `dirichlet_kl`, built for float32, in float64).
 """
