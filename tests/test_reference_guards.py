@@ -402,7 +402,7 @@ def test_daedl_alpha0_score_in_log_space_ranks_like_the_reference_without_overfl
     ours = method.predictions({"logits_BxK": logits, "density_B": density,
                                "log_density_B": np.zeros(200)}).scores["um"]
     finite = np.isfinite(theirs)
-    assert 0 < np.sum(~finite) < 200                       # float32 exp overflows past 88.7
+    assert np.sum(~finite) == 24                          # float32 exp overflows past 88.7
     np.testing.assert_allclose(np.exp(ours[finite]), theirs[finite], rtol=1e-5)
     assert np.array_equal(np.argsort(ours[finite]), np.argsort(theirs[finite], kind="stable"))
     assert len(np.unique(ours[~finite])) == np.sum(~finite)  # no ties where theirs is inf
@@ -586,7 +586,7 @@ def test_batch_sum_and_mean_give_the_same_adam_steps_without_weight_decay():
         return np.asarray(w)
 
     adam = optax.adam(1e-2)
-    np.testing.assert_allclose(run(jnp.sum, adam), run(jnp.mean, adam), rtol=1e-6)
+    np.testing.assert_allclose(run(jnp.sum, adam), run(jnp.mean, adam), rtol=3e-7)
     l2 = optax.chain(optax.add_decayed_weights(5.0), optax.adam(1e-2))
     differ = _rel(run(jnp.sum, l2), run(jnp.mean, l2))
     assert differ.max() > 0.1
