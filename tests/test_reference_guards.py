@@ -200,6 +200,10 @@ def test_pn_kl_epsilon_matches_the_reference_formula_and_zero_is_the_closed_form
     smoothed = _padded(jax.jit(lambda a, t: prior_networks.smoothed_dirichlet_kl(a, t, 0.0)),
                        alpha, target)
     np.testing.assert_allclose(smoothed, _closed_kl(alpha, target), rtol=1e-8)
+    closed_grad = jax.jit(jax.grad(lambda a: jnp.sum(ev.dirichlet_kl(a, target))))(alpha)
+    smoothed_grad = jax.jit(jax.grad(
+        lambda a: jnp.sum(prior_networks.smoothed_dirichlet_kl(a, target, 0.0))))(alpha)
+    np.testing.assert_allclose(closed_grad, smoothed_grad, rtol=1e-8)
 
 
 def test_pn_kl_epsilon_is_a_validated_config_field_the_builder_passes():

@@ -55,9 +55,9 @@ cancels like the reference's at large concentrations). The epsilon changes the K
 eps / alpha_min relative, alpha_min the smallest concentration: in the reverse KL against
 1 + 100 onehot by up to 1.3e-5 (the other classes also at alpha_min) to 3.4e-5 (the others
 log-uniform up to e^30) at alpha_min = 1e-3, and 1.7e-3 at alpha_min = 6e-6, a logit of -12
-(tests/test_reference_guards.py). With epsilon = 0 the reference's formula is
-the closed form: in float64 the two agree to ~2e-9 relative in value and gradient (the accuracy of
-`dirichlet_kl`, built for float32, in float64).
+(tests/test_reference_guards.py). With epsilon = 0 the reference's formula is the closed form:
+in float64 the two agree to ~2e-9 relative in value and gradient (the accuracy in float64 of
+`dirichlet_kl`, which is built for float32).
 """
 
 from __future__ import annotations
