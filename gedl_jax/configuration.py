@@ -295,11 +295,17 @@ def _baseline_fields(c: ml_collections.ConfigDict, d: dict[str, Any]) -> None:
                                        # Prior Networks: label smoothing of the "smoothed" target
                                        # (2018 paper: 0.01 at K = 10; ours for K = 100: 0.001, as
                                        # 0.01 = 1/K would make the target flat)
+    c.pn_kl_epsilon = 0.0              # Prior Networks: epsilon inside the KL's lgamma/digamma
+                                       # as the official code places it (its value: 1e-8); 0 =
+                                       # the paper's closed form (docs/baselines.md)
     c.postnet_latent_dim = 6           # PostNet: latent dimension
     c.postnet_flow_layers = 6          # PostNet: radial layers per class flow
     c.postnet_entropy_weight = 1e-5 if c.dataset.startswith("cifar") else 1e-6
                                        # PostNet: weight of -H(Dir(alpha)) in the UCE loss
     c.daedl_kl_weight = 0.05           # DAEDL: weight of its KL(Dir(alpha~) || Dir(1)) term
+    c.daedl_logit_clip = 30.0          # DAEDL: training logits clipped to +-this before exp;
+                                       # 0 = no clip, the reference's (float32 exp overflows
+                                       # above ~88.7; docs/baselines.md)
     c.fedl_head_hidden = 256           # F-EDL: hidden width of the g_p and g_tau heads
     c.fedl_head_dropout = 0.0          # F-EDL: dropout before the heads (reference p_drop 0)
 
@@ -639,8 +645,8 @@ def _validate_methods(c: ml_collections.ConfigDict) -> None:
                   "postnet_flow_layers", "fedl_head_hidden"):
         if not c[field] > 0:
             raise ValueError(f"config.{field}={c[field]!r} must be > 0")
-    for field in ("duq_gradient_penalty", "pn_ood_weight", "postnet_entropy_weight",
-                  "daedl_kl_weight"):
+    for field in ("duq_gradient_penalty", "pn_ood_weight", "pn_kl_epsilon",
+                  "postnet_entropy_weight", "daedl_kl_weight", "daedl_logit_clip"):
         if c[field] < 0:
             raise ValueError(f"config.{field}={c[field]!r} must be >= 0")
     if not 0.0 < c.duq_gamma < 1.0:

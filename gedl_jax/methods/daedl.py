@@ -9,7 +9,9 @@ Its outputs are the logits and the density feature z = the encoder output before
 
 Training (`training_loss`): an exp-evidence EDL loss, alpha = exp(logits) + 1e-6
 (no +1 prior): squared error + variance + kl_weight * KL(Dir(alpha~) || Dir(1)), kl_weight 0.05
-constant.
+constant. The logits are clipped to +-30 first (`config.daedl_logit_clip`; 0 = no clip, the
+reference's loss): the clipped loss is lower by up to a third once logits of other classes than
+the true one exceed 30 (see `training_loss`).
 
 After training (`fit`, `needs_fit`): a Gaussian per class (GDA, float64 NumPy fit with the
 smallest relative jitter that factorises) on the eval-mode features of the training batches it
@@ -78,9 +80,20 @@ from gedl_jax.methods.common import (
 )
 
 # Jitters tried in order until a class covariance factorises, *relative to its mean variance*.
-# The reference adds absolute jitters starting at 1e-308, which "factorise" a singular covariance
-# with pivots ~1e-154 and give -inf log densities off the features' subspace (its scorer then
-# replaces the non-finite values); a relative jitter keeps the densities finite and meaningful.
+# The reference (TaeseongYoon/DAEDL, density_estimation.py, `gmm_fit`) adds absolute jitters
+# 0, the smallest normal double (2.2e-308), 1e-308, 1e-307, ..., 1e-1 to all class covariances at
+# once until torch's MultivariateNormal builds (its Cholesky factorisation succeeds). What that
+# gives depends on how the covariance is singular (tests/test_reference_guards.py, float64):
+# - a feature constant within a class (a dead ReLU unit: an exactly zero row and column) factorises
+#   at 2.2e-308 with a pivot of 1.5e-154: an input whose feature differs from the class's value
+#   by d gets the log density -2.2e307 d^2 (-inf in float64 once |d| > 2, and for any
+#   |d| > 1e-134 once stored in float32, as the reference stores them), one that matches it
+#   ~ +350 (the log det includes log 2.2e-308 = -708);
+# - fewer samples than dimensions (6 unit-variance samples in 12 dimensions): rounding leaves
+#   null-space eigenvalues down to ~ -7e-16, the first jitter that factorises is 1e-15, and the
+#   log densities are finite but between -1e15 and -1e16 (pivots ~ 3e-8).
+# The relative jitter (the first of these that factorises, 1e-10 in both cases) keeps them
+# finite in float32 too: ~ -1e10 off the subspace, O(1) on it.
 JITTERS = (0.0, 1e-10, 1e-8, 1e-6, 1e-4, 1e-3, 1e-2, 1e-1)
 EPS = 1e-6  # added to alpha in the reference's training parameterisation and scorers
 
@@ -176,9 +189,13 @@ def training_loss(logits_BxK: ArrayLike, labels_B: ArrayLike, kl_weight: float =
         + kl_weight * KL(Dir(alpha~ + 1e-6) || Dir(1)),   alpha~ = alpha (1 - y) + y.
 
     The variance term is evaluated as sum_k p_k (1 - p_k) / (alpha_0 + 1) (the same value; alpha_0^2
-    overflows float32 from alpha_0 ~ 1.8e19). The logits are clipped to +-logit_clip first (the
-    reference does not clip; exp overflows float32 above ~88.7 and e^30 ~ 1e13 is far past any
-    useful concentration)."""
+    overflows float32 from alpha_0 ~ 1.8e19). The logits are clipped to +-logit_clip first
+    (`config.daedl_logit_clip`, default 30; the reference does not clip, and logit_clip = inf,
+    config value 0, is its loss: float32 exp overflows above ~88.7). The clip changes the loss
+    wherever a logit other than the true class's exceeds it: with every logit uniform in [30, 40]
+    (K = 10) the clipped loss is 3-33 % (median 26 %) below the exact one
+    (tests/test_reference_guards.py); logits at or below the clip, or only the true class's
+    above it, give the exact loss (to 1e-12)."""
     logits = jnp.clip(jnp.asarray(logits_BxK), -logit_clip, logit_clip)
     alpha_BxK = jnp.exp(logits) + EPS
     onehot_BxK = jax.nn.one_hot(jnp.asarray(labels_B), alpha_BxK.shape[-1], dtype=alpha_BxK.dtype)
@@ -203,6 +220,7 @@ class DAEDL(Method):
     """DAEDL with KL weight `kl_weight`."""
 
     kl_weight: float = 0.05
+    logit_clip: float = LOGIT_CLIP
     recipe: str = "protocol"
 
     name: ClassVar[str] = "daedl"
@@ -214,7 +232,7 @@ class DAEDL(Method):
         out, new_state = apply_train(self.train_model, params, model_state, images_BxHxWxC,
                                      ctx.key)
         logits_BxK = out["logits"]
-        loss_B = training_loss(logits_BxK, labels_B, self.kl_weight, LOGIT_CLIP)
+        loss_B = training_loss(logits_BxK, labels_B, self.kl_weight, self.logit_clip)
         return LossOutput(loss_B, new_state, method_state,
                           {"correct_B": correct_B(logits_BxK, labels_B)})
 
@@ -277,12 +295,18 @@ class DAEDL(Method):
         return np.argmax(raw["logits_BxK"], axis=-1)   # = argmax p* (see `predictions`)
 
     def describe(self) -> str:
-        return f"DAEDL (spectral norm, KL weight {self.kl_weight:g}, {self.recipe} reading)"
+        clip = (f"logits clipped to +-{self.logit_clip:g}" if np.isfinite(self.logit_clip)
+                else "logits unclipped")
+        return (f"DAEDL (spectral norm, KL weight {self.kl_weight:g}, {clip}, {self.recipe} "
+                f"reading)")
 
 
 def build(config, setup: MethodSetup) -> DAEDL:
     """`config.method="daedl"`: the spectrally normalised protocol backbone."""
     train_model, eval_model = (backbone(config, setup.num_classes, axis_name=axis,
                                         spectral_norm=True) for axis in (AXIS, None))
+    logit_clip = float(config.daedl_logit_clip)
     return DAEDL(train_model, eval_model, setup.num_classes,
-                 kl_weight=float(config.daedl_kl_weight), recipe=check_recipe(config.recipe))
+                 kl_weight=float(config.daedl_kl_weight),
+                 logit_clip=logit_clip if logit_clip > 0 else float("inf"),   # 0: no clip
+                 recipe=check_recipe(config.recipe))

@@ -37,7 +37,27 @@ training examples get the flat Dir(1). Two target readings exist: the 2019 code'
 `1 + concentration * onehot` ("pnet": (101, 1, ..., 1) for 100) and the 2018 paper's smoothed mean
 times a precision ("smoothed": precision 100, smoothing 0.01 -> (91, 1, ..., 1) for K = 10).
 
-The KL itself is `evidential.dirichlet_kl`, written to stay accurate in float32.
+The KL itself is `evidential.dirichlet_kl`, written to stay accurate in float32: the paper's
+closed form, with no epsilon (`config.pn_kl_epsilon = 0`, the default).
+
+The reference code's smoothing epsilon (`config.pn_kl_epsilon`, `kl_epsilon`). The official
+`dirichlet_kl_divergence` and `dirichlet_reverse_kl_divergence` (KaosEngineer/PriorNetworks,
+prior_networks/priornet/dpn_losses.py; the same functions in its earlier
+prior_networks/priornet/losses.py) add epsilon = 1e-8 inside every lgamma and digamma except
+the two lgammas of the precision term: for KL(Dir(p) || Dir(q)), P = sum p, Q = sum q,
+
+    lgamma(P) - lgamma(Q) + sum_k [lgamma(q_k + eps) - lgamma(p_k + eps)
+                                   + (p_k - q_k) (digamma(p_k + eps) - digamma(P + eps))]
+
+(the forward KL is this with p = target, q = alpha; the reverse one with p = alpha, q = target).
+`kl_epsilon > 0` evaluates exactly that, term by term (`smoothed_dirichlet_kl`; in float32 it
+cancels like the reference's at large concentrations). The epsilon changes the KL by about
+eps / alpha_min relative, alpha_min the smallest concentration: in the reverse KL against
+1 + 100 onehot by up to 1.3e-5 (the other classes also at alpha_min) to 3.4e-5 (the others
+log-uniform up to e^30) at alpha_min = 1e-3, and 1.7e-3 at alpha_min = 6e-6, a logit of -12
+(tests/test_reference_guards.py). With epsilon = 0 the reference's formula is the closed form:
+in float64 the two agree to ~2e-9 relative in value and gradient (the accuracy in float64 of
+`dirichlet_kl`, which is built for float32).
 """
 
 from __future__ import annotations
@@ -108,16 +128,48 @@ def ood_target(shape: tuple[int, ...]) -> jax.Array:
     return jnp.ones(shape)
 
 
-def forward_kl(alpha_BxK: ArrayLike, target_BxK: ArrayLike) -> jax.Array:
-    """KL-PN's per-example loss KL(Dir(target) || Dir(alpha))."""
-    return dirichlet_kl(target_BxK, alpha_BxK)
+def smoothed_dirichlet_kl(p_BxK: ArrayLike, q_BxK: ArrayLike, epsilon: float) -> jax.Array:
+    """KL(Dir(p) || Dir(q)) with the official Prior Networks code's epsilon placement
+    (KaosEngineer/PriorNetworks, prior_networks/priornet/dpn_losses.py,
+    `dirichlet_kl_divergence`): + epsilon inside lgamma(p_k), lgamma(q_k), digamma(p_k) and
+    digamma(P), none inside the precision term lgamma(P) - lgamma(Q):
+
+        lgamma(P) - lgamma(Q) + sum_k [lgamma(q_k + eps) - lgamma(p_k + eps)
+                                       + (p_k - q_k) (digamma(p_k + eps) - digamma(P + eps))].
+
+    Term by term as the reference writes it (jax.scipy.special), so it rounds like the reference
+    too: accurate in float64; in float32 its lgamma terms cancel at large concentrations (use
+    epsilon = 0, `dirichlet_kl`, for the accurate closed form)."""
+    p = jnp.asarray(p_BxK)
+    q = jnp.broadcast_to(jnp.asarray(q_BxK, dtype=p.dtype), p.shape)
+    p0_B, q0_B = jnp.sum(p, axis=-1), jnp.sum(q, axis=-1)
+    precision_term_B = jax.scipy.special.gammaln(p0_B) - jax.scipy.special.gammaln(q0_B)
+    digamma_gap_BxK = (jax.scipy.special.digamma(p + epsilon)
+                       - jax.scipy.special.digamma(p0_B + epsilon)[..., None])
+    concentration_terms_B = jnp.sum(
+        jax.scipy.special.gammaln(q + epsilon) - jax.scipy.special.gammaln(p + epsilon)
+        + (p - q) * digamma_gap_BxK, axis=-1)
+    return precision_term_B + concentration_terms_B
 
 
-def reverse_kl(alpha_BxK: ArrayLike, target_BxK: ArrayLike) -> jax.Array:
-    """RKL-PN's per-example loss KL(Dir(alpha) || Dir(target)). The reference divides the batch
-    total by the largest target concentration (matters under SGD, hardly under Adam): that is
-    the caller's reduction."""
-    return dirichlet_kl(alpha_BxK, target_BxK)
+def _kl(p_BxK: ArrayLike, q_BxK: ArrayLike, epsilon: float) -> jax.Array:
+    if epsilon == 0.0:
+        return dirichlet_kl(p_BxK, q_BxK)
+    return smoothed_dirichlet_kl(p_BxK, q_BxK, epsilon)
+
+
+def forward_kl(alpha_BxK: ArrayLike, target_BxK: ArrayLike, epsilon: float = 0.0) -> jax.Array:
+    """KL-PN's per-example loss KL(Dir(target) || Dir(alpha)). epsilon = 0: the closed form
+    (`evidential.dirichlet_kl`); epsilon > 0: the official code's smoothed form
+    (`smoothed_dirichlet_kl`, whose default there is 1e-8)."""
+    return _kl(target_BxK, alpha_BxK, epsilon)
+
+
+def reverse_kl(alpha_BxK: ArrayLike, target_BxK: ArrayLike, epsilon: float = 0.0) -> jax.Array:
+    """RKL-PN's per-example loss KL(Dir(alpha) || Dir(target)); epsilon as in `forward_kl`. The
+    reference divides the batch total by the largest target concentration (matters under SGD,
+    hardly under Adam): that is the caller's reduction."""
+    return _kl(alpha_BxK, target_BxK, epsilon)
 
 
 def _blur_axis(x: jax.Array, axis: int, taps: jax.Array) -> jax.Array:
@@ -174,6 +226,7 @@ class PriorNetwork(Method):
     target_form: str = "pnet"
     target_concentration: float = 100.0
     target_smoothing: float = 0.01
+    kl_epsilon: float = 0.0
     recipe: str = "protocol"
 
     reverse: ClassVar[bool] = False
@@ -188,9 +241,12 @@ class PriorNetwork(Method):
         if self.target_form not in TARGET_FORMS:
             raise ValueError(f"config.pn_target_form={self.target_form!r} is not allowed; "
                              f"allowed values: {list(TARGET_FORMS)}")
+        if not self.kl_epsilon >= 0.0:
+            raise ValueError(f"config.pn_kl_epsilon={self.kl_epsilon!r} must be >= 0")
 
     def _kl(self, alpha_BxK: jax.Array, target_BxK: jax.Array) -> jax.Array:
-        return (reverse_kl if self.reverse else forward_kl)(alpha_BxK, target_BxK)
+        kl = reverse_kl if self.reverse else forward_kl
+        return kl(alpha_BxK, target_BxK, self.kl_epsilon)
 
     def loss(self, params, model_state: Variables, method_state, images_BxHxWxC: jax.Array,
              labels_B: jax.Array, ctx: StepContext) -> LossOutput:
@@ -227,8 +283,10 @@ class PriorNetwork(Method):
 
     def describe(self) -> str:
         kind = "RKL-PN (reverse KL)" if self.reverse else "KL-PN (forward KL)"
+        epsilon = f", KL epsilon {self.kl_epsilon:g}" if self.kl_epsilon else ""
         return (f"{kind}, OOD training data {self.ood} (weight {self.ood_weight:g}), targets "
-                f"{self.target_form} c={self.target_concentration:g}, {self.recipe} reading")
+                f"{self.target_form} c={self.target_concentration:g}{epsilon}, {self.recipe} "
+                f"reading")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -248,7 +306,7 @@ def _build(cls, config, setup: MethodSetup) -> PriorNetwork:
                ood_weight=float(config.pn_ood_weight), target_form=config.pn_target_form,
                target_concentration=float(config.pn_target_concentration),
                target_smoothing=float(config.pn_target_smoothing),
-               recipe=check_recipe(config.recipe))
+               kl_epsilon=float(config.pn_kl_epsilon), recipe=check_recipe(config.recipe))
 
 
 def build_kl_pn(config, setup: MethodSetup) -> KLPriorNetwork:
