@@ -3,14 +3,17 @@
 
     python bin/reproduce.py --study=main --setting=quick --out=docs/results/mnist_quick
     python bin/reproduce.py --study=main --setting=medium --seeds=0,1,2 --out=~/runs/mnist_medium
-    python bin/reproduce.py --study=main --setting=full  --out=runs/mnist_full        # 200 epochs
+    python bin/reproduce.py --study=main --setting=paper --out=runs/mnist_paper       # 200 epochs
+    python bin/reproduce.py --study=readings --setting=long --seeds=0,1,2 --out=RUNS  # readings
     python bin/reproduce.py --study=ablation --setting=quick --out=docs/results/ablation_quick
     python bin/reproduce.py --study=sensitivity --setting=quick --out=docs/results/sens_quick
-    python bin/reproduce.py --dataset=cifar10 --study=main --setting=full --variants=gedl \
-        --override=ood_datasets= --out=runs/cifar10_full
+    python bin/reproduce.py --dataset=cifar10 --study=main --setting=paper --variants=gedl \
+        --override=ood_datasets= --out=runs/cifar10_paper
 
-Settings: `full` is the paper's protocol (Table implementation_details: 200 epochs, batch 128,
-Adam + cosine). `medium` trains on the whole training split for 1 epoch (full-data results
+Settings: `paper` (old name `full`) is the paper's protocol (Table implementation_details: 200
+epochs, batch 128, Adam + cosine); `long` the whole split for 20 epochs (every KL schedule at
+full weight by epoch 10). `medium` trains on the whole training split for 1 epoch (full-data
+results
 sized for a CPU: about 70 s a run on 2 cores; `--override=num_epochs=N` for more). `quick`
 runs on a 2-core CPU in well under an hour for 5 variants x 5 seeds:
 3 epochs on the first 12,000 examples of the training split, 2,000 validation examples; the test
