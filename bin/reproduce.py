@@ -13,9 +13,8 @@
 Settings: `paper` (old name `full`) is the paper's protocol (Table implementation_details: 200
 epochs, batch 128, Adam + cosine); `long` the whole split for 20 epochs (every KL schedule at
 full weight by epoch 10). `medium` trains on the whole training split for 1 epoch (full-data
-results
-sized for a CPU: about 70 s a run on 2 cores; `--override=num_epochs=N` for more). `quick`
-runs on a 2-core CPU in well under an hour for 5 variants x 5 seeds:
+results sized for a CPU: about 70 s a run on 2 cores; `--override=num_epochs=N` for more).
+`quick` runs on a 2-core CPU in well under an hour for 5 variants x 5 seeds:
 3 epochs on the first 12,000 examples of the training split, 2,000 validation examples; the test
 and OOD sets are always evaluated in full. Each run's workdir keeps its checkpoints and
 eval_results.json; the script writes `results.md` (tables with mean ± std, the paper's numbers,
