@@ -25,7 +25,7 @@ def config(data_dir, tmp_path, **fields):
     for k, v in {**TINY_FIELDS, "train_examples": 64, "val_examples": 32, "num_epochs": 1,
                  "data_dir": str(data_dir), "cache_dir": str(tmp_path / "cache"),
                  **fields}.items():
-        c[k] = v
+        configuration.set_fields(c, **{k: v})
     return c
 
 
