@@ -116,7 +116,7 @@ def test_a_changed_file_is_refused_before_use(exported, tmp_path):
     blob = bytearray((tmp_path / "m" / "tiny_gedl.msgpack").read_bytes())
     blob[-1] ^= 1
     (tmp_path / "m" / "tiny_gedl.msgpack").write_bytes(bytes(blob))
-    with pytest.raises(pretrained.PretrainedChecksumError, match="replace it with the registered file"):
+    with pytest.raises(pretrained.PretrainedChecksumError, match="replace it with the regis"):
         pretrained.load("tiny/gedl", registry=tmp_path / "m" / "registry.json")
 
 
@@ -231,3 +231,28 @@ def test_evaluate_pretrained_mnist_gedl_prints_the_committed_numbers(tmp_path):
     assert "| gedl | 99.41 | 99.93 | 91.34 | 90.15 | 98.86 | 96.49 |" in proc.stdout
     written = json.loads((tmp_path / "eval_results.json").read_text())
     assert _comparable(written) == _comparable(json.loads(COMMITTED.read_text()))
+
+
+def test_a_fitted_method_state_and_a_tuple_state_round_trip(tmp_path):
+    """DAEDL's state is made by its fit (a map the untrained state lacks); GEDL's is a
+    NamedTuple: both come back as they were stored, bit for bit, in their own types."""
+    from gedl_jax import methods
+    from gedl_jax.pretrained import fileformat, model
+
+    setup = methods.MethodSetup(10, (5,) * 10, (28, 28, 1))
+    rng = np.random.default_rng(0)
+    for variant, state in (
+            ("daedl", {"means_KxD": rng.normal(size=(10, 4)).astype(np.float32),
+                       "score_min": np.float32(-3.5)}),
+            ("gedl", None)):
+        c = configuration.build_config("mnist", variant)
+        method = methods.from_config(c, setup)
+        if state is None:
+            state = jax.tree.map(lambda x: x + 7, method.init_method_state())
+        blob = fileformat.to_bytes({"x": 1}, {"params": {"w": np.ones(3, np.float32)}}, state)
+        _, variables, state_dict = fileformat.from_bytes(blob, "test")
+        restored = model._method_state(method, state_dict)
+        assert type(restored) is type(state)
+        for a, b in zip(jax.tree.leaves(restored), jax.tree.leaves(state)):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+            assert np.asarray(a).dtype == np.asarray(b).dtype
