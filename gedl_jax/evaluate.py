@@ -1,4 +1,6 @@
-r"""Evaluate trained runs: `python -m gedl_jax.evaluate --workdir=DIR [--workdir=DIR2 ...]`.
+r"""Evaluate trained runs: `python -m gedl_jax.evaluate --workdir=DIR [--workdir=DIR2 ...]`,
+or a pretrained model: `python -m gedl_jax.evaluate --pretrained=mnist/gedl` (`list`: every
+registered name, its setting and numbers; docs/pretrained.md).
 
 Restores each workdir's best-validation checkpoint, scores the ID test set and every configured OOD
 set (plus `--ood=NAME_OR_IDX_FOLDER`, repeatable), and writes into each workdir
@@ -61,10 +63,34 @@ def _results_dirs(workdirs: list[str], out: str | None) -> tuple[list, pathlib.P
     return [out_path / n for n in names], out_path / "eval_table.md"
 
 
+def _evaluate_pretrained(name: str, out: str | None, extra_ood: tuple[str, ...],
+                         overrides: dict[str, Any], latex: bool) -> int:
+    """--pretrained=NAME: the registered model's results (into --out, else a temporary folder
+    removed afterwards: the table is printed either way); --pretrained=list: the names."""
+    import tempfile  # noqa: PLC0415
+
+    from gedl_jax import pretrained  # noqa: PLC0415
+
+    if name == "list":
+        print(pretrained.list_table())
+        return 0
+    if out and pathlib.Path(out).suffix in (".md", ".txt"):
+        raise ValueError("--out with --pretrained is a folder (eval_results.json, eval_table.md)")
+    preemption.install()
+    with tempfile.TemporaryDirectory(prefix="gedl_pretrained_") as scratch:
+        results = pretrained.evaluate(name, out or scratch, extra_ood, overrides=overrides)
+    if latex:
+        print(evaluation.results_table([results], fmt="latex"))
+    return 0
+
+
 def main(argv=None) -> int:
     from absl import flags  # noqa: PLC0415
 
     flags.DEFINE_multi_string("workdir", None, "Workdir(s) of gedl_jax.train runs (seeds).")
+    flags.DEFINE_string("pretrained", None, "Evaluate a registered pretrained model instead of "
+                        "a workdir (e.g. mnist/gedl; `list` lists them): its test and OOD sets "
+                        "from the data folder, results into --out (default: only printed).")
     flags.DEFINE_multi_string("ood", [], "Extra OOD set: a dataset name or a folder of "
                               "MNIST-format IDX files (t10k-images-idx3-ubyte.gz, ...).")
     flags.DEFINE_string("data_dir", None, "Override the data folder saved in the run config.")
@@ -83,12 +109,20 @@ def main(argv=None) -> int:
                         "the folder of --out, else the first workdir).")
     flags.DEFINE_integer("corruption_examples", 0, "Corruption study on N evenly spaced "
                          "examples of the clean test set and of each severity (0 = all).")
-    flags.mark_flag_as_required("workdir")
     flags.DEFINE_bool("debug", False, "Show the traceback of an error (also GEDL_DEBUG=1).")
     FLAGS = flags.FLAGS
 
     def body() -> int:
         overrides = {"data_dir": FLAGS.data_dir} if FLAGS.data_dir else {}
+        if FLAGS.pretrained:
+            if FLAGS.workdir or FLAGS.corruptions:
+                raise ValueError("--pretrained evaluates a registered model: give no --workdir "
+                                 "or --corruptions with it")
+            return _evaluate_pretrained(FLAGS.pretrained, FLAGS.out, tuple(FLAGS.ood),
+                                        overrides, FLAGS.latex)
+        if not FLAGS.workdir:
+            raise ValueError("give --workdir=DIR (a gedl_jax.train run), or --pretrained=NAME "
+                             "(--pretrained=list lists them)")
         if FLAGS.study_only and not FLAGS.corruptions:
             raise ValueError("--study_only needs --corruptions=...")
         results_dirs, table_path = _results_dirs(FLAGS.workdir, FLAGS.out)

@@ -25,7 +25,8 @@ FORBIDDEN = {
                       "gedl_jax.evaluate", "gedl_jax.networks"),
     "gedl_jax.configuration": ("gedl_jax.methods", "gedl_jax.run", "gedl_jax.train",
                                "gedl_jax.evaluate", "gedl_jax.networks", "gedl_jax.data"),
-    "gedl_jax.run": ("gedl_jax.train", "gedl_jax.evaluate"),
+    "gedl_jax.run": ("gedl_jax.train", "gedl_jax.evaluate", "gedl_jax.pretrained"),
+    "gedl_jax.pretrained": ("gedl_jax.train", "gedl_jax.evaluate"),
 }
 MAX_FUNCTION_LINES = 80
 

@@ -29,8 +29,8 @@ from gedl_jax.run import (
 )
 from gedl_jax.run.progress import format_eta
 
-__all__ = ["RestoredRun", "evaluate_and_write", "evaluate_run", "fitted", "predict",
-           "predict_outputs", "restore_run", "saved_config", "write_results"]
+__all__ = ["RestoredRun", "config_from_saved", "evaluate_and_write", "evaluate_run", "fitted",
+           "predict", "predict_outputs", "restore_run", "saved_config", "write_results"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,7 +183,12 @@ def saved_config(workdir, overrides: dict[str, Any] | None = None):
     config_path = workdir / "config.json"
     if not config_path.exists():
         raise FileNotFoundError(f"{workdir} has no config.json: is it a gedl_jax.train workdir?")
-    saved = json.loads(config_path.read_text())
+    return config_from_saved(json.loads(config_path.read_text()), overrides)
+
+
+def config_from_saved(saved: dict[str, Any], overrides: dict[str, Any] | None = None):
+    """A config from a saved config.json's fields (as `saved_config`; also the config a
+    pretrained model file carries)."""
     config = configuration.default_config(saved.get("dataset", "mnist"))
     saved = {k: configuration.as_tuple(k, v) if k in configuration.LIST_FIELDS else v
              for k, v in saved.items()}   # runs saved before the list fields were tuples

@@ -1,0 +1,277 @@
+"""Pretrained models (gedl_jax.pretrained): a tiny run on generated data is exported, registered
+in a temporary registry and evaluated again, and its results must equal the run's committed
+eval_results.json exactly (all but `export.PATH_RESULT_KEYS`: "workdir" and "plots", which
+name paths); the file's bytes are deterministic; `load(...).predict` scores like the evaluation;
+clear errors (unknown name, checksum, not a model file); a model that is not shipped is fetched
+from a loopback server (its url, or the mirror) and refused offline; the shipped `mnist/gedl`
+verifies and carries its committed results, and (with the real data) evaluates to them.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import http.server
+import json
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import types
+
+import jax
+import numpy as np
+import pytest
+
+from gedl_jax import configuration, data, pretrained, train
+from gedl_jax.evaluate import evaluate_workdir
+from gedl_jax.pretrained import export, registry
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+COMMITTED = REPO / "docs" / "results" / "gedl_convergence" / "gedl_seed0" / "eval_results.json"
+REAL_DATA_DIR = os.environ.get("GEDL_DATA_DIR", "")
+TINY = {"train_examples": 256, "val_examples": 64, "batch_size": 32, "num_epochs": 2,
+        "log_every_steps": 4, "eval_batch_size": 64, "evaluate_at_end": True, "plots": False,
+        "ood_datasets": ("kmnist", "fashion_mnist")}
+
+
+def _comparable(results: dict) -> dict:
+    return {k: v for k, v in results.items() if k not in export.PATH_RESULT_KEYS}
+
+
+@pytest.fixture(scope="module")
+def exported(generated_data_files, tmp_path_factory):
+    """A tiny GEDL run (generated data, evaluated at its end), exported and registered as
+    "tiny/gedl" in a registry of its own."""
+    previous = jax.config.read("jax_disable_most_optimizations")
+    jax.config.update("jax_disable_most_optimizations", True)   # compiles in seconds
+    try:
+        with generated_data_files.registered() as root:
+            tmp = tmp_path_factory.mktemp("pretrained")
+            c = configuration.build_config("mnist", "gedl")
+            configuration.set_fields(c, data_dir=str(root), **TINY)
+            train.train_and_evaluate(c, tmp / "run")
+            models = tmp / "models"
+            models.mkdir()
+            entry = export.export_workdir(tmp / "run", models / "tiny_gedl.msgpack")
+            registry.write_entry(models / "registry.json", "tiny/gedl", {**entry, "url": ""})
+            yield types.SimpleNamespace(root=root, run=tmp / "run", models=models,
+                                        registry=models / "registry.json", entry=entry)
+    finally:
+        jax.config.update("jax_disable_most_optimizations", previous)
+
+
+def test_evaluating_the_exported_model_reproduces_the_runs_results(exported, tmp_path):
+    committed = json.loads((exported.run / "eval_results.json").read_text())
+    assert set(committed["ood"]) == {"kmnist", "fashion_mnist"}
+    results = pretrained.evaluate("tiny/gedl", tmp_path, registry=exported.registry,
+                                  overrides={"data_dir": str(exported.root)})
+    written = json.loads((tmp_path / "eval_results.json").read_text())
+    assert _comparable(written) == _comparable(committed)
+    assert _comparable(results) == _comparable(committed)
+    assert (tmp_path / "eval_table.md").read_text().count("| gedl |") >= 1
+
+
+def test_an_extra_ood_set_scores_as_in_the_workdir_evaluation(exported, tmp_path):
+    """--ood=NAME on a pretrained model = --ood=NAME on the run's workdir."""
+    overrides = {"data_dir": str(exported.root)}
+    from_workdir = evaluate_workdir(exported.run, ("mnist",), overrides, tmp_path / "w")
+    from_model = pretrained.evaluate("tiny/gedl", tmp_path / "p", ("mnist",),
+                                     registry=exported.registry, overrides=overrides)
+    assert set(from_model["ood"]) == {"kmnist", "fashion_mnist", "mnist"}
+    assert _comparable(from_model) == _comparable(from_workdir)
+
+
+def test_the_file_is_deterministic_and_holds_no_machine_path(exported, tmp_path):
+    again = export.export_workdir(exported.run, tmp_path / "again.msgpack")
+    first = (exported.models / "tiny_gedl.msgpack").read_bytes()
+    assert (tmp_path / "again.msgpack").read_bytes() == first
+    assert again["sha256"] == exported.entry["sha256"] == hashlib.sha256(first).hexdigest()
+    assert str(exported.root).encode() not in first and str(exported.run).encode() not in first
+    model = pretrained.load("tiny/gedl", registry=exported.registry)
+    assert model.config.data_dir == "" and "workdir" not in model.eval_results
+
+
+def test_load_predicts_what_the_evaluation_scored(exported):
+    model = pretrained.load("tiny/gedl", registry=exported.registry)
+    test = data.load_split("mnist", "test", data_dir=exported.root, download="never")
+    pred = model.predict(test.images, test.labels)
+    accuracy = float(np.mean(np.argmax(pred.probs, axis=-1) == test.labels))
+    assert accuracy == model.eval_results["id"]["accuracy"]
+    assert model.method.name == "evidential" and "params" in model.variables
+    one = model.predict(test.images[0])          # a single image works too
+    np.testing.assert_array_equal(one.probs[0], pred.probs[0])
+
+
+def test_unknown_name_lists_the_available_ones(exported):
+    with pytest.raises(pretrained.PretrainedError, match=r"available: tiny/gedl"):
+        pretrained.load("tiny/nope", registry=exported.registry)
+
+
+def test_a_changed_file_is_refused_before_use(exported, tmp_path):
+    shutil.copytree(exported.models, tmp_path / "m")
+    blob = bytearray((tmp_path / "m" / "tiny_gedl.msgpack").read_bytes())
+    blob[-1] ^= 1
+    (tmp_path / "m" / "tiny_gedl.msgpack").write_bytes(bytes(blob))
+    with pytest.raises(pretrained.PretrainedChecksumError, match="replace it with the regis"):
+        pretrained.load("tiny/gedl", registry=tmp_path / "m" / "registry.json")
+
+
+def test_a_foreign_file_is_not_a_model(tmp_path):
+    (tmp_path / "x.msgpack").write_bytes(b"not msgpack at all")
+    with pytest.raises(pretrained.PretrainedFormatError, match="not a gedl-jax pretrained"):
+        pretrained.from_file(tmp_path / "x.msgpack")
+
+
+# ------------------------------------------------------------------------------ download
+@pytest.fixture
+def server(tmp_path):
+    """A loopback HTTP server over tmp_path/"served"."""
+    served = tmp_path / "served"
+    (served / "pretrained").mkdir(parents=True)
+    handler = functools.partial(_QuietHandler, directory=str(served))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield types.SimpleNamespace(root=served, url=f"http://127.0.0.1:{httpd.server_address[1]}")
+    httpd.shutdown()
+    httpd.server_close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def loopback_only(monkeypatch):
+    monkeypatch.delenv("GEDL_OFFLINE", raising=False)
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy",
+                "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    real_connect = socket.socket.connect
+
+    def connect(self, address):
+        if isinstance(address, tuple) and address[0] not in ("127.0.0.1", "::1", "localhost"):
+            raise AssertionError(f"tried to reach {address}")
+        return real_connect(self, address)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+
+
+def _remote_registry(exported, tmp_path, url: str) -> pathlib.Path:
+    reg = tmp_path / "remote" / "registry.json"
+    reg.parent.mkdir()
+    registry.write_entry(reg, "tiny/gedl", {**exported.entry, "url": url})
+    return reg
+
+
+def test_a_model_not_shipped_is_downloaded_verified_and_refused_offline(
+        exported, tmp_path, server, monkeypatch):
+    shutil.copy(exported.models / "tiny_gedl.msgpack", server.root / "pretrained")
+    reg = _remote_registry(exported, tmp_path, f"{server.url}/pretrained/tiny_gedl.msgpack")
+    monkeypatch.setenv("GEDL_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(pretrained.PretrainedError, match="downloads are off"):
+        pretrained.load("tiny/gedl", registry=reg)       # $GEDL_OFFLINE=1 (conftest)
+    assert not (tmp_path / "cache" / "pretrained" / "tiny_gedl.msgpack").exists()
+    monkeypatch.delenv("GEDL_OFFLINE")
+    model = pretrained.load("tiny/gedl", registry=reg)
+    assert (tmp_path / "cache" / "pretrained" / "tiny_gedl.msgpack").is_file()
+    assert model.eval_results == pretrained.load("tiny/gedl",
+                                                 registry=exported.registry).eval_results
+    monkeypatch.setenv("GEDL_OFFLINE", "1")   # downloaded once: offline from now on
+    pretrained.load("tiny/gedl", registry=reg)
+
+
+@pytest.mark.usefixtures("loopback_only")
+def test_the_mirror_serves_models_and_a_wrong_file_is_not_kept(exported, tmp_path, server,
+                                                                monkeypatch):
+    shutil.copy(exported.models / "tiny_gedl.msgpack", server.root / "pretrained")
+    reg = _remote_registry(exported, tmp_path, "http://127.0.0.1:9/gone/tiny_gedl.msgpack")
+    monkeypatch.setenv("GEDL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("GEDL_DATA_MIRROR", server.url)
+    pretrained.load("tiny/gedl", registry=reg)          # from <mirror>/pretrained/<file>
+    (tmp_path / "cache" / "pretrained" / "tiny_gedl.msgpack").unlink()
+    (server.root / "pretrained" / "tiny_gedl.msgpack").write_bytes(b"x" * exported.entry["size"])
+    with pytest.raises(pretrained.PretrainedChecksumError, match="checksum mismatch"):
+        pretrained.load("tiny/gedl", registry=reg)
+    assert not (tmp_path / "cache" / "pretrained" / "tiny_gedl.msgpack").exists()
+
+
+# ------------------------------------------------------------------------------ shipped
+def test_the_shipped_models_verify_and_carry_their_committed_results():
+    models = pretrained.available()
+    assert "mnist/gedl" in models
+    for name, entry in models.items():
+        path = registry.PACKAGE_REGISTRY.parent / entry["file"]
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == entry["sha256"], name
+        assert not any(str(v).startswith(("/", "~")) for v in entry.values()), name
+    model = pretrained.load("mnist/gedl")
+    assert model.metadata["source"]["checkpoint"] == "best"
+    if COMMITTED.is_file():   # a checkout (an installed wheel has no docs/)
+        assert model.eval_results == _comparable(json.loads(COMMITTED.read_text()))
+        assert models["mnist/gedl"]["headline"] == export.headline(model.eval_results)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (REAL_DATA_DIR and (pathlib.Path(REAL_DATA_DIR) / "kmnist").is_dir()),
+                    reason="needs the real MNIST, KMNIST and Fashion-MNIST test sets "
+                           "($GEDL_DATA_DIR)")
+def test_evaluate_pretrained_mnist_gedl_prints_the_committed_numbers(tmp_path):
+    """The command line, on the real test sets: the shipped model's evaluation is its run's
+    committed eval_results.json, number for number (about 20 s on 2 CPU cores)."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "GEDL_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "gedl_jax.evaluate", "--pretrained=mnist/gedl",
+                           f"--out={tmp_path}"], capture_output=True, text=True, env=env,
+                          cwd=REPO, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "| gedl | 99.41 | 99.93 | 91.34 | 90.15 | 98.86 | 96.49 |" in proc.stdout
+    written = json.loads((tmp_path / "eval_results.json").read_text())
+    assert _missing_or_different(_comparable(json.loads(COMMITTED.read_text())), written) == []
+
+
+def _missing_or_different(committed, new, where: str = "") -> list[str]:
+    """Every entry of `committed` that `new` lacks or holds another value for (entries a later
+    evaluation adds, such as new metrics, are allowed: the committed numbers must stay)."""
+    if isinstance(committed, dict) and isinstance(new, dict):
+        return [w for k, v in committed.items()
+                for w in ([f"{where}/{k} missing"] if k not in new
+                          else _missing_or_different(v, new[k], f"{where}/{k}"))]
+    return [] if committed == new else [f"{where}: {committed!r} != {new!r}"]
+
+
+def test_the_comparison_of_committed_numbers_can_fail():
+    committed = {"id": {"accuracy": 0.99, "nll": 0.3}, "seed": 0}
+    assert _missing_or_different(committed, {**committed, "new": 1}) == []
+    assert _missing_or_different(committed, {"id": {"accuracy": 0.99}, "seed": 0}) == [
+        "/id/nll missing"]
+    assert _missing_or_different(committed, {"id": {"accuracy": 0.98, "nll": 0.3},
+                                             "seed": 0}) == ["/id/accuracy: 0.99 != 0.98"]
+
+
+def test_a_fitted_method_state_and_a_tuple_state_round_trip(tmp_path):
+    """DAEDL's state is made by its fit (a map the untrained state lacks); GEDL's is a
+    NamedTuple: both come back as they were stored, bit for bit, in their own types."""
+    from gedl_jax import methods
+    from gedl_jax.pretrained import fileformat, model
+
+    setup = methods.MethodSetup(10, (5,) * 10, (28, 28, 1))
+    rng = np.random.default_rng(0)
+    for variant, state in (
+            ("daedl", {"means_KxD": rng.normal(size=(10, 4)).astype(np.float32),
+                       "score_min": np.float32(-3.5)}),
+            ("gedl", None)):
+        c = configuration.build_config("mnist", variant)
+        method = methods.from_config(c, setup)
+        if state is None:
+            state = jax.tree.map(lambda x: x + 7, method.init_method_state())
+        blob = fileformat.to_bytes({"x": 1}, {"params": {"w": np.ones(3, np.float32)}}, state)
+        _, variables, state_dict = fileformat.from_bytes(blob, "test")
+        restored = model._method_state(method, state_dict)
+        assert type(restored) is type(state)
+        for a, b in zip(jax.tree.leaves(restored), jax.tree.leaves(state)):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+            assert np.asarray(a).dtype == np.asarray(b).dtype
