@@ -10,6 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-.venv/bin/python}"
+export NO_MKDOCS_2_WARNING=1   # Material's banner about its successor: not a warning about our pages
 if ! "$PYTHON" -c 'import mkdocs, material, mkdocstrings_handlers.python, mkdocs_jupyter' \
     2>/dev/null; then
   version="$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"

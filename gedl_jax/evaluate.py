@@ -62,6 +62,8 @@ def _results_dirs(workdirs: list[str], out: str | None) -> tuple[list, pathlib.P
 
 
 def main(argv=None) -> int:
+    """The command line `python -m gedl_jax.evaluate` (module docstring); returns the exit
+    status."""
     from absl import flags  # noqa: PLC0415
 
     flags.DEFINE_multi_string("workdir", None, "Workdir(s) of gedl_jax.train runs (seeds).")

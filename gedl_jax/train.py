@@ -66,6 +66,8 @@ def presets_help() -> str:
 
 
 def main(argv=None) -> int:
+    """The command line `python -m gedl_jax.train` (module docstring); returns the exit
+    status."""
     from absl import flags  # noqa: PLC0415
 
     flags_ = flags.FLAGS
