@@ -52,7 +52,7 @@ if [ "${GEDL_SKIP_TRAIN:-0}" != 1 ]; then
   echo "check_wheel: python -m gedl_jax.train --config=mnist:gedl,quick (from an empty directory)"
   "$work/venv/bin/python" -m gedl_jax.train --config=mnist:gedl,quick --workdir=run \
     > train.log 2>&1 || { tail -30 train.log; fail "the quick MNIST run"; }
-  tail -5 train.log
+  tail -15 train.log
   [ -f run/eval_results.json ] || fail "the quick MNIST run wrote no eval_results.json"
 fi
 
