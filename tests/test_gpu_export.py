@@ -94,3 +94,23 @@ def test_the_cases_cover_every_variant_and_network():
     for network in NETWORKS:
         for variant in configuration.VARIANTS:
             assert f"{network}-{variant}" in ids
+
+
+def test_memory_analysis_script_prints_the_table(capsys):
+    """bin/memory_analysis.py (the numbers in docs/performance.md), on the ConvNet at a tiny
+    size: one row per step, the peak = arguments + outputs + temporaries - aliased."""
+    import importlib.util  # noqa: PLC0415
+    import pathlib  # noqa: PLC0415
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "bin" / "memory_analysis.py"
+    spec = importlib.util.spec_from_file_location("gedl_jax_bin_memory_analysis", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main(["--models=convnet", "--batches=8", "--train_examples=64"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines()
+            if line.startswith("| convnet |")]
+    assert [r.split("|")[4].strip() for r in rows] == ["train", "eval"]
+    for row in rows:
+        args, outs, temps, aliased, peak = (float(x.replace(",", ""))
+                                            for x in row.split("|")[5:10])
+        assert peak > 0 and abs(args + outs + temps - aliased - peak) < 0.3   # 0.1 MiB digits
