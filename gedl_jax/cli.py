@@ -72,8 +72,8 @@ def _readable(error: BaseException, text: str) -> str:
         path = re.search(r"Attempted \[.*?\]:\s*(\S+)", text)
         reason = re.search(r"\[Errno \d+\] ([^:\n]+)", text)
         return (f"cannot load the config file {path.group(1) if path else ''}"
-                f" ({reason.group(1) if reason else 'see --debug'}); give one of configs/*.py, "
-                f"e.g. --config=configs/mnist.py:gedl")
+                f" ({reason.group(1) if reason else 'see --debug'}); give a config name, "
+                f"e.g. --config=mnist:gedl, or the path of a config file")
     return " ".join(text.split())
 
 

@@ -394,6 +394,7 @@ def _parse_prior_strength(value: Any, num_classes: int) -> float:
 
 
 def apply_variant(c: ml_collections.ConfigDict, name: str) -> None:
+    """Set the fields of the variant `name` of `VARIANTS` on `c` (in place)."""
     if name not in VARIANTS:
         raise ValueError(f"unknown variant {name!r}; allowed: {sorted(VARIANTS)}")
     for key, value in VARIANTS[name].items():
@@ -452,6 +453,7 @@ def build_config(dataset: str, arg: str | None) -> ml_collections.ConfigDict:
 
 
 def resolved_prior_strength(c: ml_collections.ConfigDict) -> float:
+    """The prior strength W as a number (`prior_strength_value`: a number, 'K' or '0.1K')."""
     return _parse_prior_strength(c.prior_strength_value, c.num_classes)
 
 

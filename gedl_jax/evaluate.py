@@ -85,6 +85,8 @@ def _evaluate_pretrained(name: str, out: str | None, extra_ood: tuple[str, ...],
 
 
 def main(argv=None) -> int:
+    """The command line `python -m gedl_jax.evaluate` (module docstring); returns the exit
+    status."""
     from absl import flags  # noqa: PLC0415
 
     flags.DEFINE_multi_string("workdir", None, "Workdir(s) of gedl_jax.train runs (seeds).")

@@ -1,13 +1,15 @@
 r"""Train an evidential classifier.
 
-    python -m gedl_jax.train --config=configs/mnist.py [--workdir=DIR]
+    python -m gedl_jax.train --config=mnist [--workdir=DIR]
 
 
-Config syntax (ml_collections):
-  --config=configs/mnist.py                 GEDL on MNIST, the paper's settings
-  --config=configs/mnist.py:edl             a variant (gedl, edl, iedl, redl, red, ablation_*)
-  --config=configs/mnist.py:gedl,quick      a variant, shrunk to a few-minute run
+Config syntax (ml_collections), from any directory:
+  --config=mnist                            GEDL on MNIST, the paper's settings
+  --config=mnist:edl                        a variant (gedl, edl, iedl, redl, red, ablation_*)
+  --config=mnist:gedl,quick                 a variant, shrunk to a few-minute run
   --config.c_w=0.7 --config.seeds=0,1,2     override any field (see gedl_jax/configuration.py)
+  --config=configs/mnist.py:gedl            the same by path (configs/ of the repository)
+  --config=my_config.py:ARG                 your own config file (a get_config(arg) function)
 
 Before any training, every input (ID splits, OOD sets) is obtained: files missing from the data
 folder are downloaded and verified (config.download, config.data_mirror; $GEDL_OFFLINE=1 turns
@@ -30,7 +32,7 @@ from __future__ import annotations
 import pathlib
 import sys
 
-from gedl_jax import cli, configuration, data
+from gedl_jax import cli, configs, configuration, data
 from gedl_jax.run import preemption
 from gedl_jax.run.distributed import initialize_distributed
 from gedl_jax.run.progress import NonFiniteLossError
@@ -54,21 +56,23 @@ def _log(msg: str) -> None:
 
 
 def presets_help() -> str:
-    """The presets --help lists: every variant and modifier of configs/<dataset>.py:<arg>."""
-    return (f"Presets (--config=configs/<dataset>.py:<variant>[,<modifier>...]; datasets: "
-            f"{', '.join(sorted(configuration.DATASET_DEFAULTS))}):\n"
+    """The presets --help lists: every config name, variant and modifier of
+    --config=<name>:<variant>[,<modifier>...]."""
+    return (f"Presets (--config=<name>:<variant>[,<modifier>...]; names: "
+            f"{', '.join(configs.config_names())}):\n"
             f"  variants:  {', '.join(sorted(configuration.VARIANTS))}\n"
             f"  modifiers: {', '.join(configuration.MODIFIERS)} (quick: 2 epochs on 6,400 "
             f"training images)")
 
 
 def main(argv=None) -> int:
+    """The command line `python -m gedl_jax.train` (module docstring); returns the exit
+    status."""
     from absl import flags  # noqa: PLC0415
-    from ml_collections import config_flags  # noqa: PLC0415
 
     flags_ = flags.FLAGS
-    config_flags.DEFINE_config_file("config", None, "Experiment config file (see configs/).",
-                                    lock_config=True)
+    configs.define_config_flag("config", "Experiment config: a name (mnist, cifar10, ...; "
+                               "--help lists them) or a config file (see configs/).")
     flags.DEFINE_string("workdir", None, "Output folder (checkpoints, logs, results); default "
                         "runs/<dataset>_<variant>[_quick].")
     flags.DEFINE_bool("debug", False, "Show the traceback of an error (also GEDL_DEBUG=1).")

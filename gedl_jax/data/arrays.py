@@ -56,6 +56,7 @@ class Split:
         return self.take((np.arange(n) * len(self)) // n)
 
     def label_counts(self, num_classes: int | None = None) -> np.ndarray:
+        """The number of examples of each class (length at least `num_classes`)."""
         return np.bincount(self.labels, minlength=num_classes or 0)
 
 

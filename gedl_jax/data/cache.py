@@ -49,6 +49,7 @@ def resolve_cache_dir(cache_dir: str | os.PathLike | None = None) -> Path:
 
 
 def sha256_file(path: str | os.PathLike) -> str:
+    """The SHA-256 hex digest of the file at `path`, read in chunks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(_CHUNK):

@@ -54,6 +54,7 @@ class MethodSetup:
         return cls(int(num_classes), tuple(int(c) for c in counts), tuple(image_shape))
 
     def label_frequencies(self) -> tuple[float, ...]:
+        """Each class's share of the training labels (sums to 1): the label-frequency base rate."""
         counts = np.asarray(self.class_counts, np.float64)
         return tuple(float(x) for x in counts / counts.sum())
 
@@ -129,6 +130,9 @@ class Method:
     # --- training --------------------------------------------------------------------------
     def loss(self, params: PyTree, model_state: Variables, method_state: PyTree,
              images_BxHxWxC: jax.Array, labels_B: jax.Array, ctx: StepContext) -> LossOutput:
+        """The per-example training loss on one (per-device) batch, the updated model and method
+        state and the values to log (`LossOutput`); `ctx` gives the epoch, the key and the
+        cross-device mean and sum. Every method implements it."""
         raise NotImplementedError
 
     def fit(self, variables: Variables, method_state: PyTree,

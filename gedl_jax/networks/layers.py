@@ -154,6 +154,8 @@ class Conv2D(nn.Module):
         return y + bias.reshape(1, 1, 1, -1)
 
     def use_im2col(self, spatial_HxW: Sequence[int]) -> bool:
+        """Whether this convolution runs as im2col + matmul for inputs of `spatial_HxW`:
+        `impl="im2col"`, or `impl="auto"` on a CPU where the kernel is larger than the input."""
         if self.impl == "auto":
             kernel_larger = any(s < k for s, k in zip(spatial_HxW, self.kernel_size))
             return _on_cpu() and kernel_larger

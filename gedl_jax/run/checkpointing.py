@@ -35,15 +35,22 @@ def _options(folder: pathlib.Path, max_to_keep: int) -> ocp.CheckpointManagerOpt
 
 
 class RunCheckpoints:
+    """A run's two checkpoint folders: `checkpoints/last` (the newest two states, to resume)
+    and `checkpoints/best` (the best-validation state, to evaluate), each an Orbax manager
+    saving the train state and a JSON `meta` beside it."""
+
     def __init__(self, workdir: str | pathlib.Path):
         root = pathlib.Path(workdir).absolute() / "checkpoints"
         self.last = ocp.CheckpointManager(root / "last", options=_options(root / "last", 2))
         self.best = ocp.CheckpointManager(root / "best", options=_options(root / "best", 1))
 
     def save_last(self, step: int, state, meta: dict[str, Any]) -> None:
+        """Save `state` and `meta` as step `step` of `last` (asynchronous; a step already
+        saved is skipped)."""
         self._save(self.last, step, state, meta)
 
     def save_best(self, step: int, state, meta: dict[str, Any]) -> None:
+        """Save `state` and `meta` as the new `best` (asynchronous; only one is kept)."""
         self._save(self.best, step, state, meta)
 
     @staticmethod
@@ -54,6 +61,7 @@ class RunCheckpoints:
                                                    meta=ocp.args.JsonSave(meta)))
 
     def latest_step(self) -> int | None:
+        """The newest step saved in `last`, or None when there is none."""
         return self.last.latest_step()
 
     def last_steps(self) -> set[int]:
@@ -67,6 +75,8 @@ class RunCheckpoints:
                              abstract_state)
 
     def restore_best(self, abstract_state):
+        """The `best` state shaped like `abstract_state` (the `last` one when no validation ever
+        ran)."""
         step = self.best.latest_step()
         if step is None:  # e.g. validation never ran: fall back to the last state
             return self.restore_last(abstract_state)
@@ -92,10 +102,12 @@ class RunCheckpoints:
             return _from_legacy(abstract_state, restored["state"]), restored["meta"]
 
     def wait(self) -> None:
+        """Block until every pending asynchronous save is on disk."""
         self.last.wait_until_finished()
         self.best.wait_until_finished()
 
     def close(self) -> None:
+        """Wait for the pending saves, then close both managers."""
         self.wait()
         self.last.close()
         self.best.close()
@@ -152,11 +164,14 @@ def set_aside(manager, step: int) -> pathlib.Path:
 
 
 def report_set_aside(folder: pathlib.Path, error: BaseException, log) -> None:
+    """Log (with `log`) that the checkpoint `folder` could not be restored and was set aside."""
     log(f"warning: checkpoint {folder} cannot be restored ({describe_failure(error)}); "
         f"set aside as {folder.name}.damaged")
 
 
 def no_checkpoint_restores(workdir, kind: str, failures) -> ConfigMismatchError:
+    """The error to raise when no `kind` checkpoint of `workdir` restores: it names the first
+    failure (`failures`: [(step, exception)]) and what to do."""
     step, error = failures[0]
     return ConfigMismatchError(
         f"cannot resume from {workdir}/checkpoints/{kind}/{step}: it does not match the "

@@ -51,6 +51,8 @@ def _source_label(sources: set[str], config, corruption: str) -> tuple[str, dict
 
 
 def study_table(study: dict[str, Any]) -> str:
+    """The corruption study (`corruption_study`'s result) as a markdown table: per corruption
+    and severity, accuracy and the uncertainty means, with the data source named."""
     labels = sorted({v["source_label"] for v in study.values()})
     lines = [f"CIFAR-10-C corruption study; data: {'; '.join(labels)}. Severity 0 = clean test "
              "set; means over the examples, averaged over the runs.", "",

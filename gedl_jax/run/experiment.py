@@ -35,6 +35,7 @@ class DataSources:
                    source=config.data_source, tfds_data_dir=config.tfds_data_dir or None)
 
     def kwargs(self) -> dict[str, Any]:
+        """The fields as keyword arguments of the data loaders."""
         return dataclasses.asdict(self)
 
 

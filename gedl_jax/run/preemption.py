@@ -59,6 +59,7 @@ def requested() -> bool:
 
 
 def signal_name() -> str:
+    """The name of the signal that asked the run to stop (e.g. "SIGTERM"), else "request"."""
     return _signal_name[0] if _signal_name else "request"
 
 
@@ -98,6 +99,7 @@ def request() -> None:
 
 
 def reset() -> None:
+    """Forget any stop request (a new run in the same process starts clean)."""
     _requested.clear()
     _signal_name.clear()
 

@@ -44,6 +44,7 @@ class SeedProgram:
     num_seeds: int
 
     def current_step(self) -> int:
+        """The step the program's state is at (the seeds' maximum)."""
         return int(np.max(jax.device_get(self.state.step)))
 
 

@@ -22,6 +22,7 @@ class NonFiniteLossError(RuntimeError):
 
 
 def format_eta(seconds: float) -> str:
+    """`seconds` as H:MM:SS ("?" when not finite)."""
     if not math.isfinite(seconds):
         return "?"
     seconds = int(seconds)
@@ -40,6 +41,7 @@ class MetricsBuffer:
         self.window_start, self.window_steps = time.time(), 0
 
     def add(self, step: int, metrics: dict) -> None:
+        """Queue a step's metrics (device arrays, fetched at the next `flush`)."""
         self.pending.append((step, metrics))
 
     def flush(self, keep_last: bool = False) -> dict[str, float] | None:

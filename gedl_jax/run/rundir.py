@@ -140,6 +140,7 @@ class MetricsWriter:
             self.tb = None
 
     def write(self, step: int, split: str, scalars: dict[str, float]) -> None:
+        """Append one record (step, split, time, scalars) to metrics.jsonl and TensorBoard."""
         if not self.enabled:
             return
         record = {"step": step, "split": split, "time": time.time(), **scalars}
@@ -150,6 +151,7 @@ class MetricsWriter:
                 self.tb.add_scalar(f"{split}/{key}", value, step)
 
     def close(self) -> None:
+        """Close metrics.jsonl and the TensorBoard writer."""
         if self.enabled:
             self.jsonl.close()
             if self.tb is not None:

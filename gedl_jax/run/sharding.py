@@ -23,6 +23,7 @@ def make_mesh(devices: list | None = None) -> jax.sharding.Mesh:
 
 
 def replicated(mesh) -> NamedSharding:
+    """The sharding that puts a whole copy of an array on every device of `mesh`."""
     return NamedSharding(mesh, P())
 
 

@@ -53,6 +53,8 @@ class TrainState:
 
 def init_train_state(method: Method, tx: optax.GradientTransformation, key: jax.Array,
                      image_shape: tuple[int, ...]) -> TrainState:
+    """The step-0 train state: the method's initial variables for images of `image_shape`,
+    the optimiser state of `tx` and the method's own state."""
     variables = dict(method.init(key, image_shape))
     params = variables.pop("params")
     return TrainState(step=jnp.zeros((), jnp.int32), params=params, model_state=variables,

@@ -64,6 +64,8 @@ class SeedRun:
         return self.experiment.seed
 
     def meta(self, step: int, steps_per_epoch: int) -> dict[str, Any]:
+        """The JSON saved beside a checkpoint of `step`: best validation accuracy and its step,
+        epoch, variant and seed."""
         return {"best_val_accuracy": self.best_accuracy, "best_step": self.best_step,
                 "epoch": step // steps_per_epoch, "variant": self.config.variant,
                 "seed": self.seed}

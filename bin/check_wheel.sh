@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Builds the wheel and the sdist, checks them with twine, then installs the wheel alone into a
+# fresh virtual environment in an empty directory (the constraints file of that Python, as
+# bin/setup.sh uses) and runs from there:
+#   python -m gedl_jax.train --config=mnist:gedl,quick     (data from $GEDL_DATA_DIR)
+#   python -m gedl_jax.evaluate --help
+# and checks that the sdist holds what its tests need (it collects them and runs a few).
+#   bash bin/check_wheel.sh                   # with .venv/bin/python (PYTHON=... to choose)
+#   GEDL_SKIP_TRAIN=1 bash bin/check_wheel.sh # everything but the training run
+# Exit status: 0 all passed, 1 a step failed (the step is named).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo="$(pwd)"
+PYTHON="${PYTHON:-$repo/.venv/bin/python}"
+version="$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+constraints="$repo/requirements/constraints-py${version}.txt"
+[ -f "$constraints" ] || { echo "check_wheel: no $constraints for Python $version" >&2; exit 1; }
+fail() { echo "check_wheel: FAILED: $*" >&2; exit 1; }
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+"$PYTHON" -m pip install -q -c "$constraints" build twine || fail "installing build and twine"
+
+echo "check_wheel: building the wheel and the sdist"
+"$PYTHON" -m build --outdir "$work/dist" . > "$work/build.log" 2>&1 \
+  || { tail -30 "$work/build.log"; fail "python -m build"; }
+wheel="$(ls "$work"/dist/*.whl)"
+sdist="$(ls "$work"/dist/*.tar.gz)"
+"$PYTHON" -m twine check --strict "$wheel" "$sdist" || fail "twine check"
+
+echo "check_wheel: the wheel holds the packaged configs"
+"$PYTHON" - "$wheel" <<'PY' || fail "wheel contents"
+import sys, zipfile
+names = set(zipfile.ZipFile(sys.argv[1]).namelist())
+need = {f"gedl_jax/configs/{n}.py" for n in ("__init__", "mnist", "cifar10", "cifar100")}
+missing = need - names
+sys.exit(f"missing from the wheel: {sorted(missing)}" if missing else 0)
+PY
+
+echo "check_wheel: installing the wheel into a fresh venv in an empty directory"
+"$PYTHON" -m venv "$work/venv"
+"$work/venv/bin/python" -m pip install -q --upgrade pip
+"$work/venv/bin/python" -m pip install -q -c "$constraints" "$wheel" || fail "pip install wheel"
+mkdir "$work/empty"
+cd "$work/empty"
+"$work/venv/bin/python" -m gedl_jax.evaluate --help > help.txt || fail "evaluate --help"
+grep -q -- "--workdir" help.txt || fail "evaluate --help does not list --workdir"
+"$work/venv/bin/python" -c 'import gedl_jax, sys; sys.exit(0 if gedl_jax.__file__.startswith(sys.prefix) else "gedl_jax is not imported from the venv: " + gedl_jax.__file__)' \
+  || fail "import location"
+if [ "${GEDL_SKIP_TRAIN:-0}" != 1 ]; then
+  [ -n "${GEDL_DATA_DIR:-}" ] || fail "GEDL_DATA_DIR is not set (the quick MNIST run needs the data)"
+  echo "check_wheel: python -m gedl_jax.train --config=mnist:gedl,quick (from an empty directory)"
+  "$work/venv/bin/python" -m gedl_jax.train --config=mnist:gedl,quick --workdir=run \
+    > train.log 2>&1 || { tail -30 train.log; fail "the quick MNIST run"; }
+  tail -15 train.log
+  [ -f run/eval_results.json ] || fail "the quick MNIST run wrote no eval_results.json"
+fi
+
+echo "check_wheel: the sdist holds what its tests need"
+cd "$work"
+tar -xzf "$sdist"
+src="$(ls -d "$work"/gedl_jax-*/)"
+for f in tests/conftest.py configs/mnist.py requirements/constraints-py${version}.txt \
+         notebooks/quickstart.ipynb LICENSE CITATION.cff CHANGELOG.md; do
+  [ -e "$src/$f" ] || fail "the sdist lacks $f"
+done
+# Collect every test and run a few cheap ones against the sdist's own files (the package from
+# the sdist: PYTHONPATH puts it before any installed copy).
+(cd "$src" && PYTHONPATH="$src" "$PYTHON" -m pytest -q -n 0 -p no:cacheprovider --collect-only \
+   > "$work/collect.log" 2>&1) || { tail -20 "$work/collect.log"; fail "collecting the sdist's tests"; }
+(cd "$src" && PYTHONPATH="$src" "$PYTHON" -m pytest -q -n 0 -p no:cacheprovider \
+   tests/test_configs.py tests/test_layout.py > "$work/sdist_tests.log" 2>&1) \
+  || { tail -20 "$work/sdist_tests.log"; fail "the sdist's tests"; }
+tail -1 "$work/collect.log"
+echo "check_wheel: OK ($(basename "$wheel"), $(basename "$sdist"))"

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Builds the docs site into site/ with warnings as errors (mkdocs.yml: MkDocs Material,
+# mkdocstrings for the API reference, mkdocs-jupyter renders the notebooks without running them).
+#   bash bin/docs.sh            # build into site/ (open site/index.html)
+#   bash bin/docs.sh serve      # live preview on http://127.0.0.1:8000
+# Installs the `docs` extra into the venv first when mkdocs is missing (the pins of
+# requirements/constraints-py<version>.txt). The pages are staged into build/docs_src with the
+# repository's layout, so the relative links of the README and docs/ work on the site too, and
+# each API reference page (api/<module>.md) is generated here from the list in mkdocs.yml.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-.venv/bin/python}"
+export NO_MKDOCS_2_WARNING=1   # Material's banner about its successor: not a warning about our pages
+if ! "$PYTHON" -c 'import mkdocs, material, mkdocstrings_handlers.python, mkdocs_jupyter' \
+    2>/dev/null; then
+  version="$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+  constraints=()
+  [ -f "requirements/constraints-py${version}.txt" ] \
+    && constraints=(-c "requirements/constraints-py${version}.txt")
+  echo "docs: installing the docs extra" >&2
+  "$PYTHON" -m pip install -q "${constraints[@]}" -e ".[docs]"
+fi
+stage=build/docs_src
+rm -rf "$stage"
+mkdir -p "$stage/api"
+# The files the pages link to: the pages themselves and the code, configs and scripts they name.
+for f in README.md CHANGELOG.md CITATION.cff LICENSE pyproject.toml docs notebooks gedl_jax \
+         configs bin benchmarks tests requirements; do
+  [ -e "$f" ] && cp -r "$f" "$stage/"
+done
+find "$stage" \( -name __pycache__ -o -name .ipynb_checkpoints \) -prune -exec rm -rf {} +
+# API reference: one page per "gedl_jax.<name>: api/<name>.md" entry of mkdocs.yml's nav.
+"$PYTHON" - "$stage/api" <<'PY'
+import pathlib, re, sys
+out = pathlib.Path(sys.argv[1])
+for module, page in re.findall(r"^\s*- (gedl_jax[\w.]*): api/([\w.]+)\.md$",
+                               pathlib.Path("mkdocs.yml").read_text(), re.M):
+    extra = ""
+    if module == "gedl_jax.run":   # a package of modules without a package-level API
+        extra = "\n".join(f"\n::: gedl_jax.run.{p.stem}\n    options:\n      heading_level: 3"
+                          for p in sorted(pathlib.Path("gedl_jax/run").glob("[!_]*.py")))
+    (out / f"{page}.md").write_text(f"# `{module}`\n\n::: {module}\n    options:\n"
+                                    f"      show_root_heading: false\n{extra}\n")
+PY
+if [ "${1:-}" = serve ]; then
+  exec "$PYTHON" -m mkdocs serve
+fi
+"$PYTHON" -m mkdocs build --strict --clean
+echo "docs: built site/ ($(find site -name '*.html' | wc -l) pages)"

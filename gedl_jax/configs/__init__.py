@@ -1,0 +1,105 @@
+"""The preset config files, shipped inside the package so that a config is found by name from
+any directory and from a wheel install:
+
+    python -m gedl_jax.train --config=mnist:gedl,quick          # by name, from anywhere
+    python -m gedl_jax.train --config=configs/mnist.py:gedl     # by path (in a clone)
+    python -m gedl_jax.train --config=my_experiment.py:edl      # a user's own config file
+
+`configs/*.py` at the top of the repository are the files users read; each `<name>.py` here is a
+byte-identical copy (tests/test_configs.py keeps them identical: copy a changed or new file from
+`configs/` to `gedl_jax/configs/`).
+
+How `--config=SPEC[:ARG]` is resolved (`resolve`):
+1. SPEC is an existing file: that file (as ml_collections always did);
+2. SPEC is a name: the packaged `gedl_jax/configs/<name>.py`, else, for a dataset that
+   `gedl_jax.configuration` knows without a config file, `build_config(<name>, ARG)`;
+3. SPEC is `configs/<name>.py` and no such file is here (the documented form, run outside a
+   clone): the packaged file of that name;
+4. anything else that looks like a path (a `/` or `.py`) is left to ml_collections, whose
+   missing-file error the CLI prints on one line; an unknown name is an error naming the names.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+__all__ = ["config_names", "define_config_flag", "load", "packaged_file", "resolve"]
+
+_HERE = pathlib.Path(__file__).resolve().parent
+
+
+def _dataset_names() -> tuple[str, ...]:
+    from gedl_jax import configuration  # noqa: PLC0415
+
+    return tuple(configuration.DATASET_DEFAULTS)
+
+
+def config_names() -> tuple[str, ...]:
+    """Every name `--config=<name>[:arg]` accepts: the packaged config files and the datasets
+    `gedl_jax.configuration.DATASET_DEFAULTS` knows, sorted."""
+    files = {p.stem for p in _HERE.glob("*.py") if not p.stem.startswith("_")}
+    return tuple(sorted(files | set(_dataset_names())))
+
+
+def packaged_file(name: str) -> pathlib.Path | None:
+    """The packaged config file `gedl_jax/configs/<name>.py`, or None when there is none."""
+    path = _HERE / f"{name}.py"
+    return path if name and not name.startswith("_") and path.is_file() else None
+
+
+def resolve(spec: str) -> tuple[str, str | None]:
+    """`SPEC` of `--config=SPEC[:ARG]` -> ("file", path) to load the config file at `path`, or
+    ("dataset", name) to build the dataset's default config without a file (rules in the
+    module docstring). Raises ValueError for an unknown name."""
+    if pathlib.Path(spec).is_file():
+        return "file", spec
+    stem = pathlib.PurePath(spec).stem
+    looks_like_path = "/" in spec or "\\" in spec or spec.endswith(".py")
+    named = spec if not looks_like_path else (
+        stem if pathlib.PurePath(spec).parent.name == "configs" and spec.endswith(".py")
+        else None)
+    if named is not None:
+        if (path := packaged_file(named)) is not None:
+            return "file", str(path)
+        if named in _dataset_names():
+            return "dataset", named
+    if looks_like_path:
+        return "file", spec
+    raise ValueError(f"unknown config name {spec!r}: give one of {', '.join(config_names())} "
+                     f"(e.g. --config=mnist:gedl,quick) or the path of a config file")
+
+
+def load(spec_and_arg: str) -> Any:
+    """The config `--config=SPEC[:ARG]` names, unlocked (what the CLI's parser locks)."""
+    spec, _, arg = spec_and_arg.partition(":")
+    kind, target = resolve(spec)
+    if kind == "dataset":
+        from gedl_jax.configuration import build_config  # noqa: PLC0415
+
+        return build_config(target, arg or None)
+    from ml_collections.config_flags import config_flags  # noqa: PLC0415
+
+    parser = config_flags.ConfigFileFlagParser(name="config", lock_config=False)
+    return parser.parse(target + (f":{arg}" if arg else ""))
+
+
+def define_config_flag(name: str = "config", help_string: str = "") -> Any:
+    """`ml_collections.config_flags.DEFINE_config_file(name, ...)` (locked config, `--name.field=`
+    overrides) whose value may also be a config name (`resolve`); returns the flag holder."""
+    from absl import flags  # noqa: PLC0415
+    from ml_collections.config_flags import config_flags  # noqa: PLC0415
+
+    class _Parser(config_flags.ConfigFileFlagParser):
+        def parse(self, path):
+            spec = path.partition(":")[0]
+            kind, target = resolve(spec)   # ValueError: absl reports it as a bad flag value
+            if kind == "file":
+                return super().parse(target + path[len(spec):])
+            config = load(path)
+            config.lock()
+            return config
+
+    holder = config_flags.DEFINE_config_file(name, None, help_string, lock_config=True)
+    flags.FLAGS[name].parser = _Parser(name=name, lock_config=True)
+    return holder
