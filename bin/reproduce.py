@@ -1,12 +1,12 @@
 #!/usr/bin/env python
 """Reproduce the paper's tables: train variants x seeds, evaluate, write tables beside the paper's.
 
-    python bin/reproduce.py --study=main --setting=quick --out=docs/results/mnist_quick
+    python bin/reproduce.py --study=main --setting=short --out=runs/mnist_short
     python bin/reproduce.py --study=main --setting=medium --seeds=0,1,2 --out=~/runs/mnist_medium
     python bin/reproduce.py --study=main --setting=paper --out=runs/mnist_paper       # 200 epochs
     python bin/reproduce.py --study=readings --setting=long --seeds=0,1,2 --out=RUNS  # readings
-    python bin/reproduce.py --study=ablation --setting=quick --out=docs/results/ablation_quick
-    python bin/reproduce.py --study=sensitivity --setting=quick --out=docs/results/sens_quick
+    python bin/reproduce.py --study=ablation --setting=short --out=runs/ablation_short
+    python bin/reproduce.py --study=sensitivity --setting=short --out=runs/sens_short
     python bin/reproduce.py --dataset=cifar10 --study=main --setting=paper --variants=gedl \
         --override=ood_datasets= --out=runs/cifar10_paper
 
@@ -14,12 +14,16 @@ Settings: `paper` (old name `full`) is the paper's protocol (Table implementatio
 epochs, batch 128, Adam + cosine); `long` the whole split for 20 epochs (every KL schedule at
 full weight by epoch 10). `medium` trains on the whole training split for 1 epoch (full-data
 results sized for a CPU: about 70 s a run on 2 cores; `--override=num_epochs=N` for more).
-`quick` runs on a 2-core CPU in well under an hour for 5 variants x 5 seeds:
-3 epochs on the first 12,000 examples of the training split, 2,000 validation examples; the test
-and OOD sets are always evaluated in full. Each run's workdir keeps its checkpoints and
-eval_results.json; the script writes `results.md` (tables with mean ± std, the paper's numbers,
-commit, versions, hardware, seeds, wall time) and `results.json` into --out. Runs already complete
-in --out are reused (the workdir resumes), so an interrupted reproduction continues.
+`short` (old name `quick`; not the config modifier `quick`, which trains 2 epochs on 6,400
+images) runs on a 2-core CPU in well under an hour for 5 variants x 5 seeds: 3 epochs on the
+first 12,000 examples of the training split, 2,000 validation examples. The test and OOD sets are
+always evaluated in full. `--help` lists every study, its run names and every setting.
+
+Each run's workdir keeps its checkpoints and eval_results.json; the script writes `results.md`
+(tables with mean ± std, the paper's numbers, commit, versions, hardware, seeds, wall time) and
+`results.json` into --out. Runs already complete in --out are reused (the workdir resumes), so an
+interrupted reproduction continues. Bad input (an unknown study, setting or run name, bad seeds,
+an override that is not a field) is one `error:` line and exit 2, before --out is created.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import time
 
 import jax
 
-from gedl_jax import configuration, evaluation, train
+from gedl_jax import cli, configuration, evaluation, files, train
 
 # The paper's numbers (AUPR %, accuracy %): main Table results and Table additional_baselines.
 PAPER = {
@@ -103,7 +107,10 @@ MAIN_METHODS = ("gedl", "edl", "iedl", "redl", "red", "mc_dropout", "duq", "kl_p
                 "postnet", "daedl", "fedl")
 
 SETTINGS = {
-    "quick": {"num_epochs": 3, "train_examples": 12000, "val_examples": 2000,
+    # 3 epochs on the first 12,000 training images: 5 variants x 5 seeds in well under an hour on
+    # a 2-core CPU. Called "quick" until the config modifier `quick` (2 epochs on 6,400 images)
+    # made that name mean two settings; results recorded before the rename say "quick".
+    "short": {"num_epochs": 3, "train_examples": 12000, "val_examples": 2000,
               "log_every_steps": 50},
     # The whole training split (MNIST: 48,000) for 1 epoch, schedules over that epoch: every
     # method of the main study (12 + a 5-member ensemble) x 3 seeds is 51 trainings, about an
@@ -118,8 +125,9 @@ SETTINGS = {
     # The paper's Table implementation_details exactly (200 epochs, whole split, cosine, batch
     # 128): the presets' own settings. "full" is its older name.
     "paper": {},
-    "full": {},
 }
+# Old names, still accepted (the commands recorded with earlier results use them).
+OLD_SETTING_NAMES = {"full": "paper", "quick": "short"}
 
 
 def environment() -> dict:
@@ -200,13 +208,21 @@ def sensitivity_plot(grouped: dict[str, list[dict]], path: pathlib.Path) -> path
     return path
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def _parser() -> argparse.ArgumentParser:
+    studies = "\n".join(f"  {name}: {', '.join(run[0] for run in make())}"
+                        for name, make in sorted(STUDIES.items()))
+    settings = "\n".join(f"  {name}: {fields or 'the presets as they are (the paper protocol)'}"
+                         for name, fields in SETTINGS.items())
+    old = ", ".join(f"{o} = {n}" for o, n in OLD_SETTING_NAMES.items())
+    p = cli.ArgumentParser(
+        prog="bin/reproduce.py", description=__doc__,
+        epilog=f"studies and their run names (--variants picks some):\n{studies}\n"
+               f"settings (on top of each preset):\n{settings}\n  old names: {old}")
     p.add_argument("--dataset", default="mnist", choices=["mnist", "cifar10", "cifar100"])
     p.add_argument("--study", default="main", choices=sorted(STUDIES))
-    p.add_argument("--setting", default="quick", choices=sorted(SETTINGS))
-    p.add_argument("--variants", default="", help="subset of the study's run names")
-    p.add_argument("--seeds", default="0,1,2,3,4")
+    p.add_argument("--setting", default="short", choices=[*SETTINGS, *OLD_SETTING_NAMES])
+    p.add_argument("--variants", default="", help="subset of the study's run names, e.g. gedl,edl")
+    p.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated integers")
     p.add_argument("--vmap_seeds", action="store_true",
                    help="train each variant's seeds together in one program (config.vmap_seeds; "
                         "pays on an accelerator, slower on a CPU)")
@@ -214,34 +230,79 @@ def main(argv=None) -> int:
                    help="field=value applied to every run (e.g. ood_datasets= on CIFAR here)")
     p.add_argument("--data_dir", default="")
     p.add_argument("--out", required=True)
-    args = p.parse_args(argv)
+    return p
 
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    seeds = [int(s) for s in args.seeds.split(",") if s]
+
+def _override(c, item: str) -> None:
+    key, eq, value = item.partition("=")
+    if not eq or key not in c:
+        raise ValueError(f"--override={item!r}: expected field=value with a config field "
+                         f"(e.g. --override=num_epochs=5); the fields are in "
+                         f"gedl_jax/configuration.py")
+    try:
+        if key in configuration.LIST_FIELDS:
+            c[key] = configuration.as_tuple(key, value)
+        elif isinstance(c[key], bool):
+            c[key] = value.lower() in ("1", "true", "yes")
+        else:
+            c[key] = type(c[key])(value)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"--override={item!r}: {e}") from None
+
+
+def plan(args: argparse.Namespace) -> tuple[list[int], list[tuple[str, object]]]:
+    """The seeds and (run name, config) of every run, each config validated: bad input is found
+    here, before --out is created or anything trains."""
+    try:
+        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    except ValueError:
+        raise ValueError(f"--seeds={args.seeds!r} must be comma-separated integers, e.g. "
+                         f"--seeds=0,1,2") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"--seeds={args.seeds!r} must list at least one seed, none twice")
     runs = STUDIES[args.study]()
     if args.variants:
-        wanted = set(args.variants.split(","))
+        wanted = [v for v in args.variants.split(",") if v]
+        unknown = [v for v in wanted if v not in {r[0] for r in runs}]
+        if unknown:
+            raise ValueError(f"--variants: {unknown} not in the {args.study} study; its runs: "
+                             f"{[r[0] for r in runs]}")
         runs = [r for r in runs if r[0] in wanted]
-    env = environment()
-    print(f"# {env}", flush=True)
-    start = time.time()
-    grouped: dict[str, list[dict]] = {}
-    num_runs = 0
+    configs = []
     for name, variant, fields in runs:
         c = configuration.build_config(args.dataset, variant)
         for k, v in {**SETTINGS[args.setting], **fields}.items():
             c[k] = v
         for item in args.override:
-            key, _, value = item.partition("=")
-            if key in configuration.LIST_FIELDS:
-                c[key] = configuration.as_tuple(key, value)
-            elif isinstance(c[key], bool):
-                c[key] = value.lower() in ("1", "true", "yes")
-            else:
-                c[key] = type(c[key])(value)
+            _override(c, item)
         if args.data_dir:
             c.data_dir = args.data_dir
+        configuration.validate_config(c)
+        configs.append((name, c))
+    return seeds, configs
+
+
+def main(argv=None) -> int:
+    """Bad input (an unknown study, setting or run name, bad seeds, an override that is not a
+    field) is one `error:` line and exit 2 before anything is written (gedl_jax.cli)."""
+    return cli.run_argparse(_parser(), lambda args: _main(args, argv), argv)
+
+
+def _main(args: argparse.Namespace, argv) -> int:
+    if args.setting in OLD_SETTING_NAMES:
+        new = OLD_SETTING_NAMES[args.setting]
+        print(f"note: --setting={args.setting} is the old name of --setting={new}", flush=True)
+        args.setting = new
+    seeds, configs = plan(args)
+    out = pathlib.Path(args.out)
+    files.check_writable(out, "--out")
+    out.mkdir(parents=True, exist_ok=True)
+    env = environment()
+    print(f"# {env}", flush=True)
+    start = time.time()
+    grouped: dict[str, list[dict]] = {}
+    num_runs = 0
+    for name, c in configs:
         run_dir = out / "runs" / name
         pending = [s for s in seeds if not (run_dir / f"seed_{s}" / "eval_results.json").exists()]
         if c.ensemble_size:   # each seed: N members trained, scored as one model
@@ -295,9 +356,9 @@ def main(argv=None) -> int:
         plot = sensitivity_plot(grouped, out / "sensitivity.png")
         if plot:
             lines += [f"Plot: `{plot.name}` (mean ± sample std over seeds).", ""]
-    (out / "results.md").write_text("\n".join(lines))
-    (out / "results.tex").write_text(latex + "\n")
-    (out / "results.json").write_text(json.dumps(
+    files.write_text(out / "results.md", "\n".join(lines))
+    files.write_text(out / "results.tex", latex + "\n")
+    files.write_text(out / "results.json", json.dumps(
         {"environment": env, "args": vars(args), "wall_seconds": wall,
          "aggregate": {k: evaluation.aggregate(v) for k, v in grouped.items()}}, indent=2))
     print("\n".join(lines))

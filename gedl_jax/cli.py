@@ -12,11 +12,16 @@ Exit status of every CLI:
         intact; free space and rerun the same command to continue
     75  stopped by SIGTERM/SIGINT (Ctrl-C): what was saved is named; rerun the same command
 
+absl-flag CLIs (train, evaluate) call `run`; argparse ones (`python -m gedl_jax.data.fetch`,
+`bin/reproduce.py`, `bin/report.py`) build an `ArgumentParser` from here and call
+`run_argparse`: the same one-line errors and exit statuses.
+
 Imports nothing from gedl_jax: each CLI passes its own error classes.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import sys
@@ -119,6 +124,12 @@ def run(body: Callable[[], int], argv: Sequence[str] | None, *, doc: str, help_e
         return _report(e, EXIT_BAD_INPUT, debug)
     absl_logging.set_verbosity(absl_logging.WARNING)  # Orbax logs every save at INFO
     absl_logging.use_python_logging()
+    return guarded(body, debug, codes)
+
+
+def guarded(body: Callable[[], int], debug: bool,
+            codes: Sequence[tuple[tuple[type[BaseException], ...], int]] = ()) -> int:
+    """`body()`, with its exceptions turned into one line and an exit status (see `run`)."""
     try:
         return body()
     except BaseException as e:  # noqa: BLE001 (each class below has its exit status)
@@ -137,6 +148,36 @@ def run(body: Callable[[], int], argv: Sequence[str] | None, *, doc: str, help_e
         print_error(f"{type(e).__name__}: {one_line(e)} (a crash: please report it with the "
                     f"traceback above)")
         return EXIT_CRASH
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with the house rules: a bad argument (an unknown option, a value outside
+    `choices`, a missing required one) is one `error:` line naming what to do, exit 2; `--help`
+    exits 0; `--debug` is accepted (see `run_argparse`)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+        self.add_argument("--debug", action="store_true",
+                          help="on an error, print the traceback too (or set GEDL_DEBUG=1)")
+
+    def error(self, message: str):   # argparse: usage lines, then "prog: error: ..."
+        print_error(f"{one_line(message)}; `{self.prog} --help` lists the arguments")
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
+def run_argparse(parser: argparse.ArgumentParser, body: Callable[[argparse.Namespace], int],
+                 argv: Sequence[str] | None = None,
+                 codes: Sequence[tuple[tuple[type[BaseException], ...], int]] = ()) -> int:
+    """Parse `argv` (default sys.argv[1:]) with `parser` (an `ArgumentParser` of this module),
+    then `body(args)` under the exit statuses of `run`. Returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = debug_requested(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:   # --help (0) or `ArgumentParser.error` (2)
+        return e.code if isinstance(e.code, int) else EXIT_BAD_INPUT
+    return guarded(lambda: body(args), debug, codes)
 
 
 def is_write_failure(error: BaseException) -> bool:

@@ -87,7 +87,7 @@ def main(argv=None) -> int:
         if not workdir:
             workdir = str(pathlib.Path("runs") / config.run_name)
             _log(f"workdir: {workdir} (the default for this config; --workdir=DIR to choose)")
-        preemption.install()
+        preemption.install(prompt=True)   # a signal while compiling acts at once
         results = run(config, workdir)
         return _exit_status(config, results)
 

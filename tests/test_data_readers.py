@@ -58,6 +58,29 @@ def test_idx_errors(tmp_path):
         readers.read_idx_pair(tmp_path / "i.gz", tmp_path / "l.gz")
 
 
+def test_idx_wrong_magic_is_named_as_such_not_as_truncated(tmp_path):
+    """A valid-looking IDX magic of the wrong type (a labels file where the images belong, a
+    header edited to 0x00000803) used to read on into the payload and be called "truncated"."""
+    write_idx(tmp_path / "i.gz", np.zeros((3, 28, 28), np.uint8))
+    labels = idx_bytes(np.zeros((3,), np.uint8))
+    (tmp_path / "l.gz").write_bytes(gzip.compress(b"\0\0\x08\x03" + labels[4:]))
+    with pytest.raises(CorruptDataError) as e:
+        readers.read_idx_pair(tmp_path / "i.gz", tmp_path / "l.gz")
+    message = str(e.value)
+    assert message.startswith(f"{tmp_path / 'l.gz'}: wrong IDX magic number 0x00000803 "
+                              "(uint8, 3 dimensions), expected 0x00000801 (uint8, 1 dimension)")
+    assert "not an IDX file of MNIST-format labels; replace it with the official file" in message
+    assert "truncated" not in message
+    write_idx(tmp_path / "real_l.gz", np.zeros((3,), np.uint8))
+    with pytest.raises(CorruptDataError, match=r"real_l.gz: wrong IDX magic number 0x00000801 .*"
+                                               r"expected 0x00000803 .* MNIST-format images"):
+        readers.read_idx_pair(tmp_path / "real_l.gz", tmp_path / "i.gz")   # swapped
+    (tmp_path / "z.gz").write_bytes(gzip.compress(b"\0\0\0\0" + labels[4:]))
+    with pytest.raises(CorruptDataError, match=r"unsupported IDX magic number 0x00000000 "
+                                               r"\(unknown type 0x00, 0 dimensions\)"):
+        readers.read_idx(tmp_path / "z.gz")
+
+
 def test_cifar10_binary_tarball(tmp_path):
     expected = write_cifar10_tar(tmp_path / "cifar-10-binary.tar.gz", per_batch=3, n_test=4)
     out = readers.read_cifar_binary_tar_all(tmp_path / "cifar-10-binary.tar.gz", "cifar10")

@@ -425,7 +425,7 @@ def test_bin_report_subprocess(tmp_path):
     empty.mkdir()
     failed = subprocess.run([sys.executable, str(REPO / "bin" / "report.py"), str(empty)],
                             capture_output=True, text=True)
-    assert failed.returncode == 1 and "No eval_results.json" in failed.stderr
+    assert failed.returncode == 2 and "error: no eval_results.json under" in failed.stderr
 
 
 # --------------------------------------------------------------------------------------------

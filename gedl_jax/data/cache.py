@@ -1,8 +1,11 @@
 """Checksums and the decoded-array cache.
 
 - `verify_file` checks a source file's size and sha256 against its registered FileSpec. Hashing a
-  large archive on every run is slow, so a verified (path, size, mtime, inode) -> sha256 record is
-  kept under `<cache_dir>/verified/`; a file whose stat is unchanged is not hashed again.
+  large archive on every run is slow, so a verified (path, size, mtime, ctime, inode) -> sha256
+  record is kept under `<cache_dir>/verified/`; a file whose stat is unchanged is not hashed
+  again. The change time is in the record because a file edited in place can be given its old
+  mtime back (`touch -d`, `os.utime`, a copy with `cp -p`), but not its old ctime: any write or
+  metadata change makes the next read hash it again.
 - Decoded splits are cached as uncompressed `.npz` files (images uint8, labels int32, a JSON
   `meta` with the sources' checksums and the arrays' own sha256), keyed by the dataset, split,
   source kind and the sha256 of every source file. Every write goes to a temporary file in the
@@ -81,7 +84,8 @@ def atomic_path(final: Path) -> Iterator[Path]:
 
 def _stat_key(path: Path) -> dict[str, Any]:
     st = path.stat()
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino}
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns,
+            "inode": st.st_ino}
 
 
 def _ledger_path(cache_root: Path, path: Path) -> Path:

@@ -33,7 +33,7 @@ from gedl_jax.data.download import (  # noqa: F401  (the library API, re-exporte
 )
 from gedl_jax.data.errors import DataError
 from gedl_jax.data.locations import data_dir_origin
-from gedl_jax.data.registry import get_info
+from gedl_jax.data.registry import DATASETS, get_info
 
 
 def format_list(rows: list[dict[str, object]], root: Path) -> str:
@@ -57,15 +57,20 @@ def parse_targets(tokens: Sequence[str], for_dataset: str | None) -> list[tuple[
         splits = [s for s in split_text.split(",") if s] or list(default_splits(name))
         for s in splits:
             if s not in info.splits:
-                raise DataError(f"{name} has splits {list(info.splits)}, not {s!r}")
+                raise DataError(f"{name} has splits {list(info.splits)}, not {s!r}: name one "
+                                f"of them, e.g. {name}:{info.splits[-1]}")
             wanted.append((name, s))
     return list(dict.fromkeys(wanted))
 
 
-def main(argv: Sequence[str] | None = None, *, printer: Callable[[str], None] = print) -> int:
-    parser = argparse.ArgumentParser(
+def _parser() -> argparse.ArgumentParser:
+    from gedl_jax import cli  # noqa: PLC0415
+
+    parser = cli.ArgumentParser(
         prog="python -m gedl_jax.data.fetch",
-        description="Download and verify the official dataset files into the data folder.")
+        description="Download and verify the official dataset files into the data folder.",
+        epilog="datasets: " + ", ".join(f"{n} ({','.join(DATASETS[n].splits)})"
+                                        for n in sorted(DATASETS)))
     parser.add_argument("datasets", nargs="*",
                         help="dataset[:split,split] (e.g. mnist kmnist:test); without splits: "
                              "every split but SVHN's 1.3 GB extra")
@@ -80,9 +85,17 @@ def main(argv: Sequence[str] | None = None, *, printer: Callable[[str], None] = 
     parser.add_argument("--force", action="store_true", help="download again and replace")
     parser.add_argument("--list", action="store_true",
                         help="list every dataset's files, sizes and status here, and exit")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    try:
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, *, printer: Callable[[str], None] = print) -> int:
+    """The command line: one `error:` line and exit 2 on bad input (gedl_jax.cli)."""
+    from gedl_jax import cli  # noqa: PLC0415
+
+    parser = _parser()
+
+    def body(args: argparse.Namespace) -> int:
+        logging.basicConfig(level=logging.INFO, format="%(message)s")
         if args.list:
             root, origin = data_dir_origin(args.data_dir)
             note = ("\n(the default data folder; set $GEDL_DATA_DIR or --data_dir)"
@@ -91,14 +104,14 @@ def main(argv: Sequence[str] | None = None, *, printer: Callable[[str], None] = 
             return 0
         wanted = parse_targets(args.datasets, args.for_dataset)
         if not wanted:
-            parser.error("name at least one dataset, or --for=DATASET, or --list")
+            raise ValueError("name at least one dataset, or --for=DATASET, or --list; "
+                             f"`{parser.prog} --help` lists them")
         root = ensure_files(wanted, args.data_dir, download="force" if args.force else "auto",
                             mirror=args.mirror, cache_dir=args.cache_dir)
         printer(f"ok: {', '.join(f'{d}:{s}' for d, s in wanted)} present and verified in {root}")
         return 0
-    except (DataError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+
+    return cli.run_argparse(parser, body, argv, codes=[((DataError,), cli.EXIT_BAD_INPUT)])
 
 
 if __name__ == "__main__":

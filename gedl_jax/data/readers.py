@@ -51,42 +51,64 @@ def _read_maybe_gzip(path: Path) -> bytes:
                                "truncated: replace it with the official file") from None
 
 
-def parse_idx(data: bytes, origin: str = "<bytes>") -> np.ndarray:
-    """Decode the bytes of one IDX file (magic 0x0000TTNN: type TT, NN dimensions)."""
+IDX_IMAGES_MAGIC = 0x00000803   # unsigned bytes, 3 dimensions (N x H x W): MNIST-format images
+IDX_LABELS_MAGIC = 0x00000801   # unsigned bytes, 1 dimension (N): MNIST-format labels
+_IDX_KIND = {IDX_IMAGES_MAGIC: "MNIST-format images", IDX_LABELS_MAGIC: "MNIST-format labels"}
+_REPLACE = "replace it with the official file"
+
+
+def _describe_magic(magic: int) -> str:
+    type_code, ndim = (magic >> 8) & 0xFF, magic & 0xFF
+    dtype = IDX_DTYPES.get(type_code)
+    what = np.dtype(dtype).name if dtype is not None else f"unknown type 0x{type_code:02x}"
+    return f"0x{magic:08x} ({what}, {ndim} dimension{'s' if ndim != 1 else ''})"
+
+
+def parse_idx(data: bytes, origin: str = "<bytes>", expect_magic: int | None = None
+              ) -> np.ndarray:
+    """Decode the bytes of one IDX file (magic 0x0000TTNN: type TT, NN dimensions).
+
+    expect_magic: the magic number the file must have (`IDX_IMAGES_MAGIC`, `IDX_LABELS_MAGIC`):
+    another one is reported as a wrong magic number (a labels file where the images belong, a
+    damaged header), not as a size mismatch further on."""
     if len(data) < 4 or data[0] != 0 or data[1] != 0:
-        raise CorruptDataError(f"{origin}: not an IDX file (bad magic number "
-                               f"{data[:4].hex() or 'empty'})")
+        raise CorruptDataError(f"{origin}: not an IDX file (magic number "
+                               f"{'0x' + data[:4].hex() if data else 'missing: the file is empty'}"
+                               f"; an IDX file starts with 0x0000TTNN): {_REPLACE}")
+    magic = int.from_bytes(data[:4], "big")
+    if expect_magic is not None and magic != expect_magic:
+        raise CorruptDataError(
+            f"{origin}: wrong IDX magic number {_describe_magic(magic)}, expected "
+            f"{_describe_magic(expect_magic)}: not an IDX file of "
+            f"{_IDX_KIND.get(expect_magic, 'the expected type')}; {_REPLACE}")
     type_code, ndim = data[2], data[3]
     if type_code not in IDX_DTYPES or ndim == 0:
-        raise CorruptDataError(f"{origin}: unsupported IDX magic {data[:4].hex()}")
+        raise CorruptDataError(f"{origin}: unsupported IDX magic number {_describe_magic(magic)}"
+                               f": not an IDX file of a known type; {_REPLACE}")
     header = 4 + 4 * ndim
     if len(data) < header:
-        raise CorruptDataError(f"{origin}: IDX header truncated")
+        raise CorruptDataError(f"{origin}: IDX header truncated: {_REPLACE}")
     shape = tuple(int(d) for d in np.frombuffer(data, ">u4", count=ndim, offset=4))
     dtype = np.dtype(IDX_DTYPES[type_code])
-    expected = int(np.prod(shape)) * dtype.itemsize
+    expected = int(np.prod(shape, dtype=object)) * dtype.itemsize
     if len(data) - header != expected:
         raise CorruptDataError(f"{origin}: IDX payload is {len(data) - header} bytes, header "
-                               f"{shape} says {expected}: the file is truncated or damaged")
+                               f"{shape} says {expected}: the file is truncated or damaged; "
+                               f"{_REPLACE}")
     return np.frombuffer(data, dtype, offset=header).reshape(shape)
 
 
-def read_idx(path: str | Path) -> np.ndarray:
-    """One IDX file (gzip-compressed or not) as a numpy array."""
+def read_idx(path: str | Path, expect_magic: int | None = None) -> np.ndarray:
+    """One IDX file (gzip-compressed or not) as a numpy array (`parse_idx`)."""
     path = Path(path)
-    return parse_idx(_read_maybe_gzip(path), str(path))
+    return parse_idx(_read_maybe_gzip(path), str(path), expect_magic)
 
 
 def read_idx_pair(images_path: str | Path, labels_path: str | Path
                   ) -> tuple[np.ndarray, np.ndarray]:
     """MNIST-format images + labels -> (N x H x W x 1 uint8, N int32)."""
-    images = read_idx(images_path)
-    labels = read_idx(labels_path)
-    if images.ndim != 3 or images.dtype != np.uint8:
-        raise CorruptDataError(f"{images_path}: expected N x H x W uint8 images, got "
-                               f"{images.shape} {images.dtype}")
-    if labels.ndim != 1:
-        raise CorruptDataError(f"{labels_path}: expected N labels, got shape {labels.shape}")
+    images = read_idx(images_path, IDX_IMAGES_MAGIC)
+    labels = read_idx(labels_path, IDX_LABELS_MAGIC)
     if len(images) != len(labels):
         raise CorruptDataError(f"{images_path} holds {len(images)} images but {labels_path} "
                                f"holds {len(labels)} labels")

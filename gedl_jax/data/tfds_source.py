@@ -47,15 +47,36 @@ def tfds_available() -> bool:
     return True
 
 
+def _no_local_folder(tfds_name: str, tfds_data_dir: str | os.PathLike | None) -> bool:
+    """True when every TFDS data dir is a local folder and none holds `tfds_name`'s folder.
+
+    Asking TFDS about a dataset it has no folder for logs "Variant folder ... has no
+    dataset_info.json" twice per call (absl WARNING), on every run that reads the raw files
+    through source='auto': the answer (not prepared) is known without asking."""
+    try:
+        from tensorflow_datasets.core.utils import file_utils  # noqa: PLC0415
+
+        dirs = [str(d) for d in file_utils.list_data_dirs(given_data_dir=tfds_data_dir)]
+    except Exception:  # noqa: BLE001  (another TFDS version: ask TFDS itself)
+        return False
+    base = tfds_name.split("/")[0].split(":")[0]
+    if any("://" in d for d in dirs):   # gs:// and the like: only TFDS can tell
+        return False
+    return not any((Path(d) / base).is_dir() for d in dirs)
+
+
 def is_prepared(tfds_name: str, tfds_data_dir: str | os.PathLike | None = None,
                 split: str | None = None) -> bool:
     """Whether TFDS has `tfds_name` prepared under `tfds_data_dir` (its default if None), or at
-    least `tfds.data_source` (what `read_tfds` uses) can open `split` of it with examples in it,
-    as under `tfds.testing.mock_data`. (Without a split, data_source opens even an empty or
-    half-written folder, so it proves nothing.)"""
+    least `tfds.data_source` (what `read_tfds` uses) can open `split` of it with examples in it.
+    (Without a split, data_source opens even an empty or half-written folder, so it proves
+    nothing.) False at once, without asking TFDS, when no data dir has a folder for it
+    (`tfds.testing.mock_data` needs source='tfds', which does not ask)."""
     try:
         tfds = _tfds()
     except DataError:
+        return False
+    if _no_local_folder(tfds_name, tfds_data_dir):
         return False
     try:
         if tfds.builder(tfds_name, data_dir=tfds_data_dir).is_prepared():

@@ -10,7 +10,6 @@ paper's calibration table) and a detection-detail table (AUPR-in/out, AUROC, FPR
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import json
@@ -377,7 +376,11 @@ def load_runs(runs_dir: str | Path) -> dict[str | None, dict[str, list[dict[str,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    """The command line (bin/report.py): bad input is one `error:` line and exit 2
+    (gedl_jax.cli)."""
+    from gedl_jax import cli  # noqa: PLC0415
+
+    parser = cli.ArgumentParser(
         description="Paper-style table (mean ± std over seeds) of every eval_results.json under "
                     "RUNS_DIR, grouped by dataset and method.")
     parser.add_argument("runs_dir", help="folder searched recursively for eval_results.json")
@@ -387,16 +390,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ood", help="comma-separated OOD sets and their order (default: all)")
     parser.add_argument("--no-extra", action="store_true",
                         help="only the main table (no calibration / detection-detail tables)")
-    args = parser.parse_args(argv)
+    return cli.run_argparse(parser, _main, argv)
 
-    try:
-        grouped = load_runs(args.runs_dir)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
-        return 2
+
+def _main(args: Any) -> int:
+    grouped = load_runs(args.runs_dir)
     if not grouped:
-        print(f"No {RESULTS_FILENAME} found under {args.runs_dir}.", file=sys.stderr)
-        return 1
+        raise FileNotFoundError(f"no {RESULTS_FILENAME} under {args.runs_dir}: give the folder "
+                                f"of evaluated runs (python -m gedl_jax.evaluate writes it)")
     ood_names = args.ood.split(",") if args.ood else None
     texts, aggregated = [], {}
     for dataset, methods in grouped.items():

@@ -13,12 +13,22 @@ go on would wait forever in the next collective. JAX's preemption service (on by
 `multihost_utils.reached_preemption_sync_point(step)` turns True on every host at that step. So
 with more than one process SIGTERM is left to JAX's handler, and SIGINT is forwarded to it as a
 SIGTERM to this process.
+
+Before anything polls for the request (`should_stop` after a training step, `requested` between
+evaluation batches), a signal cannot wait for a step boundary: the first one comes after loading
+the data, restoring a checkpoint and compiling, which can take minutes, and Python runs a signal
+handler only between bytecodes, so not while XLA compiles. With `install(prompt=True)` (the
+training CLI, single process) a thread reads the signal from `signal.set_wakeup_fd` as it
+arrives; if nothing has polled yet, there is nothing of this command to save (the workdir holds
+only what earlier commands wrote, each file complete: every file is written to a temporary name
+and renamed), so it prints one line and ends the process at once with `EXIT_PREEMPTED`.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 
 import jax
@@ -30,6 +40,7 @@ EXIT_PREEMPTED = 75
 
 _requested = threading.Event()
 _signal_name: list[str] = []
+_polled = threading.Event()   # something checks `_requested` at step / batch boundaries now
 
 
 class Preempted(Exception):
@@ -54,7 +65,9 @@ class EvaluationInterrupted(Exception):
 
 
 def requested() -> bool:
-    """Whether SIGTERM/SIGINT arrived (single process; see `install`)."""
+    """Whether SIGTERM/SIGINT arrived (single process; see `install`). The caller acts on it
+    at its next boundary, so a signal from now on waits for that boundary."""
+    _polled.set()
     return _requested.is_set()
 
 
@@ -81,16 +94,48 @@ def _forward_to_jax(signum, frame) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-def install() -> None:
+def install(prompt: bool = False) -> None:
     """Route SIGTERM and SIGINT to a checkpoint-and-stop (main thread only). Call after
-    `jax.distributed.initialize`, if any."""
+    `jax.distributed.initialize`, if any. prompt: a signal that arrives before anything polls
+    for it ends the process at once (module docstring; single process only)."""
     if threading.current_thread() is not threading.main_thread():
         return
     if _multi_process():
         signal.signal(signal.SIGINT, _forward_to_jax)
-    else:
-        signal.signal(signal.SIGTERM, _on_signal)
-        signal.signal(signal.SIGINT, _on_signal)
+        return
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    if prompt:
+        _watch_before_polling()
+
+
+def _watch_before_polling() -> None:
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    threading.Thread(target=_watch, args=(read_fd,), name="preemption-watch",
+                     daemon=True).start()
+
+
+def _watch(read_fd: int) -> None:
+    """Runs in its own thread: Python's C-level signal handler writes each signal's number to
+    the wakeup fd at once, even while the main thread is inside XLA."""
+    while True:
+        received = os.read(read_fd, 64)
+        if not received:
+            return
+        if _polled.is_set():
+            continue   # the loop (or the evaluation) acts at its next boundary from now on
+        signals = [s for s in received if s in (signal.SIGTERM, signal.SIGINT)]
+        if not signals:
+            continue
+        name = signal.Signals(signals[0]).name
+        sys.stderr.write(f"preempted ({name}) before the first training step (loading, "
+                         f"restoring or compiling): nothing of this command to save, the workdir "
+                         f"is as it was; rerun the same command\n")
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(EXIT_PREEMPTED)
 
 
 def request() -> None:
@@ -102,11 +147,13 @@ def reset() -> None:
     """Forget any stop request (a new run in the same process starts clean)."""
     _requested.clear()
     _signal_name.clear()
+    _polled.clear()
 
 
 def should_stop(step: int) -> bool:
     """True when the loop should checkpoint and stop after `step`. With several processes, True
     on all of them at the same step; call it after every step on every process."""
+    _polled.set()
     if _multi_process():
         from jax._src import distributed  # noqa: PLC0415
         from jax.experimental import multihost_utils  # noqa: PLC0415
