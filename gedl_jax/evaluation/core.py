@@ -311,6 +311,15 @@ class EvaluationOptions:
             raise ValueError(f"ood_groups values must be in {sections.GROUPS}, got {sorted(bad)}.")
         if self.base_rate is not None:
             object.__setattr__(self, "base_rate", tuple(float(a) for a in self.base_rate))
+        # {} and None mean the same (no groups); one spelling keeps as_dict() comparable
+        object.__setattr__(self, "ood_groups", dict(self.ood_groups) if self.ood_groups
+                           else None)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready; ``EvaluationOptions(**options.as_dict())`` gives the options back."""
+        d = dataclasses.asdict(self)
+        d["base_rate"] = None if self.base_rate is None else list(self.base_rate)
+        return d
 
 
 def evaluate_outputs(id_outputs: ModelOutputs,
@@ -399,7 +408,8 @@ def evaluate_predictions(id_predictions: Predictions,
        ["ood_groups": {group: {"sets", "detection": {score: {metric: mean}}}}],
        ["validation": {"num_examples", "accuracy"},
         "conformal": {"alpha", "seed", "sets": {method: {"coverage", "mean_set_size", ...}}}],
-       ["posthoc_calibration": {...}, "calibrated": {the same sections, calibrated}]}
+       ["posthoc_calibration": {...}, "calibrated": {the same sections, calibrated}],
+       "evaluation_options": options.as_dict()}
     (bracketed parts: with ood_groups, with a validation split, with calibrate=True).
     """
     ood_predictions = dict(ood_predictions or {})
@@ -420,6 +430,7 @@ def evaluate_predictions(id_predictions: Predictions,
         result["calibrated"] = _evaluate(calibrated["test"], cal_ood, num_bins,
                                          calibrated["validation"], options)
         result["calibrated"].pop("scores")
+    result["evaluation_options"] = options.as_dict()
     return _clean({"conventions": dict(CONVENTIONS), **result})
 
 
