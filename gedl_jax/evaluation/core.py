@@ -70,10 +70,10 @@ CONVENTIONS: dict[str, str] = {
                  "0]) (validation) and ([seed, 1]) (test); aps_nonrandomized uses u = 1; sets may "
                  "be empty. coverage = fraction of test labels in their set. "
                  "gedl_jax.evaluation.conformal.",
-    "ood_groups": "ood.<set>.group: 'near' or 'far' as the ID dataset declares it "
-                  "(gedl_jax.data.OOD_GROUPS, the OpenOOD protocol); ood_groups.<group>: the "
-                  "unweighted mean over the group's evaluated sets of each detection metric "
-                  "(null if any set's value is null).",
+    "ood_groups": "ood_groups.<group>.sets: the evaluated OOD sets the ID dataset declares "
+                  "'near' or 'far' (gedl_jax.data.OOD_GROUPS, the OpenOOD protocol); "
+                  "ood_groups.<group>.detection: the unweighted mean over those sets of each "
+                  "detection metric (null if any set's value is null).",
     "aupr_trapezoidal": "aupr_in_trapezoidal / aupr_out_trapezoidal (only with "
                         "aupr_trapezoidal=True): OpenOOD v1.5's AUPR, the trapezoidal area "
                         "sklearn.metrics.auc(recall, precision) through precision_recall_curve's "
@@ -403,8 +403,7 @@ def evaluate_predictions(id_predictions: Predictions,
        "ood": {name: {"num_examples", "detection": {score: {"aupr_in", "aupr_out", "auroc",
                                                            "fpr95"[, "aupr_in_trapezoidal",
                                                            "aupr_out_trapezoidal"]}},
-                      "uncertainty": {measure: mean} (Dirichlet only)[, "accuracy"]
-                      [, "group"]}},
+                      "uncertainty": {measure: mean} (Dirichlet only)[, "accuracy"]}},
        ["ood_groups": {group: {"sets", "detection": {score: {metric: mean}}}}],
        ["validation": {"num_examples", "accuracy"},
         "conformal": {"alpha", "seed", "sets": {method: {"coverage", "mean_set_size", ...}}}],
@@ -476,8 +475,6 @@ def _evaluate(idd: Predictions, ood_predictions: Mapping[str, Predictions], num_
             entry["uncertainty"] = _measures(o)
         if o.labels is not None:
             entry["accuracy"] = metrics.accuracy(o.probs, o.labels)
-        if name in groups:
-            entry["group"] = groups[name]
         result_ood[name] = entry
     result = {"scores": list(scores), "id": result_id, "ood": result_ood}
     if groups and any(name in groups for name in result_ood):
@@ -500,8 +497,9 @@ def calibrated_predictions(validation: Predictions, predictions: Mapping[str, Pr
 
     Returns (the fit as a dict, {"validation": ..., **{name: ...}} calibrated predictions).
     "temperature": p -> softmax(log p / T) (``calibration.fit_temperature`` on
-    ``probs_as_logits``); the scores that are functions of p ("mp", "neg_entropy") are
-    recomputed, the others (a Dirichlet's "um", an ensemble's "neg_mi") kept. "evidence_scale"
+    ``probs_as_logits``); the scores that are functions of p ("mp" where it is max_k p_k,
+    "neg_entropy") are recomputed, the others (a Dirichlet's "um", an ensemble's "neg_mi",
+    DUQ's kernel scores) kept. "evidence_scale"
     (Dirichlet predictions of the EDL family only): e = alpha - W a, alpha -> s e + W a
     (``calibration.fit_evidence_scale``); every Dirichlet score is recomputed from the new alpha.
     """
@@ -509,12 +507,18 @@ def calibrated_predictions(validation: Predictions, predictions: Mapping[str, Pr
         logits = calibration_lib.probs_as_logits(validation.probs)
         fit = calibration_lib.fit_temperature(logits, validation.labels)
 
+        # "mp" is max_k p_k for most methods, but DUQ's is its kernel certainty: recompute it
+        # only where it is the max probability
+        mp_is_max_p = "mp" in validation.scores and np.allclose(
+            validation.scores["mp"], validation.probs.max(axis=1), rtol=0.0, atol=1e-9)
+        recomputed = {"neg_entropy"} | ({"mp"} if mp_is_max_p else set())
+
         def apply(p: Predictions) -> Predictions:
             probs = calibration_lib.apply_temperature(
                 calibration_lib.probs_as_logits(p.probs), fit)
             new = scores_lib.categorical_scores(probs)
             return dataclasses.replace(p, probs=probs, scores={
-                s: new[s] if s in new else v for s, v in p.scores.items()})
+                s: new[s] if s in recomputed else v for s, v in p.scores.items()})
     elif calibrator == "evidence_scale":
         if not validation.is_dirichlet:
             raise ValueError("calibrator='evidence_scale' needs Dirichlet predictions (alpha, W).")
