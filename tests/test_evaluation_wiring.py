@@ -331,3 +331,16 @@ def test_evaluate_model_reproduces_the_cli_results(run):
                          dataset=exp.config.dataset)
     assert json.loads(json.dumps(got.results)) == _without_provenance(res) | {
         "dataset": res["dataset"]}
+
+
+def test_tables_of_older_results_are_unchanged_and_new_sections_follow(arrays):
+    from gedl_jax.evaluation import results_table  # noqa: PLC0415
+
+    res = dict(_evaluate(arrays, _all_options()), variant="m")
+    older = {k: v for k, v in res.items() if k in ("conventions", "scores", "id", "ood",
+                                                   "variant")}
+    older["id"] = {k: v for k, v in res["id"].items() if k != "selective"}
+    old_table, new_table = results_table([older]).rstrip("\n"), results_table([res])
+    assert new_table.startswith(old_table + "\n\n")
+    for text in ("Selective prediction", "Conformal", "Near / far", "trapezoidal"):
+        assert text not in old_table and text in new_table

@@ -395,7 +395,8 @@ class _Tables:
                 "accepted together; AURC / AUGRC = mean selective / generalized risk at "
                 "coverages 1/N..N/N; E-AURC = AURC - oracle AURC; Risk@c: first point with "
                 "coverage >= c; Cov@r: largest coverage with risk <= r.",
-                _render(["Method", "Score"] + [h for _, h in keys], rows, self.latex)]
+                _render([self.esc(h) for h in ["Method", "Score"] + [h for _, h in keys]], rows,
+                        self.latex)]
 
     def conformal(self) -> list[str]:
         """Conformal sets: coverage and mean set size of LAC, APS and RAPS."""
@@ -417,7 +418,7 @@ class _Tables:
                 f"{self.seeds}. Target coverage >= 1 - alpha; set size = mean number of labels "
                 "(smaller is better at the same coverage). LAC: E = 1 - p_y; APS (randomized): "
                 "cumulative mass; RAPS: APS + 0.01 (rank - 1)^+.",
-                _render(header, rows, self.latex)]
+                _render([self.esc(h) for h in header], rows, self.latex)]
 
     def ood_groups(self) -> list[str]:
         """Near / far OOD: unweighted means over each group's sets (OpenOOD protocol)."""
@@ -453,6 +454,7 @@ class _Tables:
             return []
         header = ["Method", "Set", "Score", f"AUPR-in, {AUPR_TRAPEZOIDAL_HEADER}",
                   f"AUPR-out, {AUPR_TRAPEZOIDAL_HEADER}"]
+        header = [self.esc(h) for h in header]
         rows = []
         for name, agg in self.aggregates.items():
             pct = self.pct(name)
