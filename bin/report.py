@@ -40,6 +40,14 @@ every number a fraction in [0, 1], undefined numbers null):
       }
     }
 
+Results written since the evaluation grew its extra sections (docs/evaluation.md) also hold
+"id.selective", "conformal", "ood_groups", "validation", "evaluation_options" and, with
+calibrate=True, "posthoc_calibration" and "calibrated" (with aupr_trapezoidal=True, the detection
+entries gain "aupr_in_trapezoidal" / "aupr_out_trapezoidal"). Every number in them is aggregated
+over seeds like the rest, and each section adds its table (selective prediction, conformal sets,
+near/far OOD, trapezoidal AUPR, post-hoc calibration before/after; a "<method> (calibrated: ...)"
+row in every table); results without them print the tables as before.
+
 The tables need "id.accuracy", "id.misclassification.mp.aupr" and
 "ood.<set>.detection.{mp,um}.aupr_in"; anything missing prints as "–".
 """

@@ -192,7 +192,7 @@ RESUME_SAFE_FIELDS = frozenset({
     "eval_batch_size", "seeds", "data_dir", "cache_dir", "data_source", "tfds_data_dir",
     "checkpoint_every_steps", "distributed", "download", "data_mirror", "run_name",
     "eval_examples", "coordinator_address", "num_processes", "process_id", "mc_samples",
-    "epoch_eval", "allow_chance"})
+    "epoch_eval", "allow_chance", "conformal_alpha", "calibrate", "aupr_trapezoidal"})
 
 # Fields added after runs had been published, with the value those earlier runs used. A workdir's
 # config.json that lacks such a field is read with this value (to resume or evaluate it).
@@ -217,7 +217,18 @@ def default_config(dataset: str) -> ml_collections.ConfigDict:
     _objective_fields(c, d)
     _optimisation_fields(c, d)
     _loop_fields(c)
+    _evaluation_fields(c)
     return c
+
+
+def _evaluation_fields(c: ml_collections.ConfigDict) -> None:
+    """Fields: evaluation extras (docs/evaluation.md); none changes a default result."""
+    c.conformal_alpha = 0.1            # miscoverage of the conformal sets (LAC, APS, RAPS),
+                                       # calibrated on the validation split
+    c.calibrate = False                # post-hoc calibration fitted on the validation split:
+                                       # temperature scaling (categorical), evidence scale (EDL
+                                       # family); calibrated rows in every table
+    c.aupr_trapezoidal = False         # also OpenOOD's trapezoidal AUPR (its own table)
 
 
 def _data_fields(c: ml_collections.ConfigDict, d: dict[str, Any], dataset: str) -> None:
@@ -566,6 +577,8 @@ def validate_config(c: ml_collections.ConfigDict, num_devices: int = 1) -> None:
     if c.ensemble_size < 0 or c.ensemble_size == 1:
         raise ValueError(f"config.ensemble_size={c.ensemble_size} must be 0 (no ensemble) or "
                          f">= 2 members")
+    if not 0.0 < c.get("conformal_alpha", 0.1) < 1.0:
+        raise ValueError(f"config.conformal_alpha={c.conformal_alpha!r} must be in (0, 1)")
     if not 0.0 < c.val_fraction < 1.0:
         raise ValueError(f"config.val_fraction={c.val_fraction!r} must be in (0, 1)")
     if c.batch_size % num_devices:

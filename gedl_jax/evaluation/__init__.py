@@ -11,13 +11,22 @@ Modules: ``scores`` (confidence scores, higher = more confident; UM = -W/S), ``c
 (``ModelOutputs``, ``evaluate_outputs``, the stated ``CONVENTIONS``), ``report`` (multi-seed
 aggregation, markdown / LaTeX tables, backs bin/report.py), ``plots`` (PNG figures; imported on
 demand: ``from gedl_jax.evaluation import plots``). The metrics themselves are in
-``gedl_jax.evaluation.metrics``.
+``gedl_jax.evaluation.metrics``. Beyond the paper: ``selective`` (AURC, risk-coverage),
+``conformal`` (LAC / APS / RAPS sets), ``calibration`` (temperature / evidence scale, fitted on
+validation data), ``ood_aupr`` (OpenOOD's trapezoidal AUPR), ``sections`` (how the results
+hold them), ``saved`` (``predictions.npz``), and ``evaluate_model`` (any model's predict
+function, run in padded jitted batches; it lives in ``gedl_jax.run.inference``).
 """
 
+import importlib
+
 from gedl_jax.evaluation.core import (
+    CALIBRATORS,
     CONVENTIONS,
+    EvaluationOptions,
     ModelOutputs,
     Predictions,
+    calibrated_predictions,
     dirichlet_predictions,
     ensemble_epistemic_uncertainty,
     evaluate_outputs,
@@ -27,6 +36,7 @@ from gedl_jax.evaluation.core import (
     summarise_measures,
 )
 from gedl_jax.evaluation.report import aggregate, load_runs, main_table_values, results_table
+from gedl_jax.evaluation.saved import load_predictions, save_predictions
 from gedl_jax.evaluation.scores import (
     DIRICHLET_SCORE_NAMES,
     MEASURE_NAMES,
@@ -38,11 +48,22 @@ from gedl_jax.evaluation.scores import (
 )
 
 __all__ = [
-    "CONVENTIONS", "DIRICHLET_SCORE_NAMES", "MEASURE_NAMES", "SCORE_NAMES", "ModelOutputs",
-    "Predictions", "aggregate", "categorical_scores", "confidence_scores",
-    "dirichlet_predictions", "ensemble_epistemic_uncertainty", "evaluate_outputs",
-    "evaluate_predictions", "load_runs", "sampled_scores",
+    "CALIBRATORS", "CONVENTIONS", "DIRICHLET_SCORE_NAMES", "MEASURE_NAMES", "SCORE_NAMES",
+    "EvaluationOptions", "ModelOutputs", "Predictions", "aggregate", "calibrated_predictions",
+    "categorical_scores", "confidence_scores",
+    "dirichlet_predictions", "ensemble_epistemic_uncertainty", "evaluate_model",
+    "evaluate_outputs", "evaluate_predictions", "load_predictions", "load_runs",
+    "sampled_scores", "save_predictions",
     "main_table_values",
     "rank_correlations", "results_table", "severity_summary", "summarise_measures",
     "uncertainty_measures",
 ]
+
+
+def __getattr__(name: str):
+    """`evaluate_model` runs a model (JAX, jitted batches), so it lives in the run layer
+    (`gedl_jax.run.inference`); it is resolved here on first use, and nothing in this package
+    imports the run layer."""
+    if name in ("evaluate_model", "ModelEvaluation"):
+        return getattr(importlib.import_module("gedl_jax.run.inference"), name)
+    raise AttributeError(f"module 'gedl_jax.evaluation' has no attribute {name!r}")

@@ -15,12 +15,14 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from gedl_jax.evaluation import metrics
+from gedl_jax.evaluation import calibration as calibration_lib
+from gedl_jax.evaluation import metrics, sections
 from gedl_jax.evaluation import scores as scores_lib
 
-__all__ = ["CONVENTIONS", "ModelOutputs", "Predictions", "dirichlet_predictions",
-           "evaluate_outputs", "evaluate_predictions", "summarise_measures",
-           "severity_summary", "rank_correlations", "ensemble_epistemic_uncertainty"]
+__all__ = ["CALIBRATORS", "CONVENTIONS", "EvaluationOptions", "ModelOutputs", "Predictions",
+           "calibrated_predictions", "dirichlet_predictions", "evaluate_outputs",
+           "evaluate_predictions", "summarise_measures", "severity_summary",
+           "rank_correlations", "ensemble_epistemic_uncertainty"]
 
 # Stated in every result JSON and (abridged) in every table header.
 CONVENTIONS: dict[str, str] = {
@@ -52,6 +54,42 @@ CONVENTIONS: dict[str, str] = {
     "accuracy": "accuracy = mean [argmax_k alpha_k == y].",
     "masking": "Rows with mask False (padding) are dropped before anything is computed; every "
                "real example is scored exactly once.",
+    "selective": "id.selective.<score>: selective prediction on the test set, correct = "
+                 "[argmax p == y], accepted = {score >= t}; ties accepted together (one curve "
+                 "point per distinct score); risk = 0/1 error rate among the accepted; AURC = "
+                 "mean selective risk at coverages 1/N..N/N (step-wise, right endpoint); E-AURC "
+                 "= AURC - AURC of an oracle score on the same grid; AUGRC = the same area of "
+                 "errors accepted / N; risk_at_coverage_c = risk of the first point with "
+                 "coverage >= c (no interpolation); coverage_at_risk_r = largest coverage with "
+                 "risk <= r (0 if none). gedl_jax.evaluation.selective.",
+    "conformal": "conformal: split conformal sets calibrated on the validation split (never the "
+                 "test set), evaluated on the test set: q_hat = the ceil((n+1)(1-alpha))-th "
+                 "smallest validation score (+inf when that exceeds n); set = {y : E(x, y) <= "
+                 "q_hat}; LAC E = 1 - p_y; APS E = sum of p over the labels ranked before y + u "
+                 "p_y; RAPS adds 0.01 (rank(y) - 1)^+; u ~ U(0,1) from numpy default_rng([seed, "
+                 "0]) (validation) and ([seed, 1]) (test); aps_nonrandomized uses u = 1; sets may "
+                 "be empty. coverage = fraction of test labels in their set. "
+                 "gedl_jax.evaluation.conformal.",
+    "ood_groups": "ood_groups.<group>.sets: the evaluated OOD sets the ID dataset declares "
+                  "'near' or 'far' (gedl_jax.data.OOD_GROUPS, the OpenOOD protocol); "
+                  "ood_groups.<group>.detection: the unweighted mean over those sets of each "
+                  "detection metric (null if any set's value is null).",
+    "aupr_trapezoidal": "aupr_in_trapezoidal / aupr_out_trapezoidal (only with "
+                        "aupr_trapezoidal=True): OpenOOD v1.5's AUPR, the trapezoidal area "
+                        "sklearn.metrics.auc(recall, precision) through precision_recall_curve's "
+                        "points (incl. (recall 0, precision 1)); not average precision.",
+    "posthoc_calibration": "posthoc_calibration (only with calibrate=True): one parameter fitted "
+                           "to minimise the validation NLL (never test data): 'temperature' "
+                           "p = softmax(log p / T) for categorical outputs; 'evidence_scale' "
+                           "alpha = s e + W a with e = alpha - W a for the EDL family (keeps "
+                           "the ranking by u = W/S and, for a uniform a, the predicted class). "
+                           "Before/after: accuracy, NLL, Brier, 15-bin ECE on validation and "
+                           "test. ood_ranking: detection before/after and whether the pooled "
+                           "ID+OOD ranks (ties averaged) of a score changed. 'calibrated': the "
+                           "whole evaluation of the calibrated predictions (scores that are "
+                           "functions of p, or of alpha for the evidence scale, recomputed).",
+    "validation": "validation: the run's validation split (carved from the training split), "
+                  "used only to fit post-hoc calibration and calibrate conformal sets.",
 }
 
 
@@ -234,11 +272,66 @@ def dirichlet_predictions(outputs: ModelOutputs,
                        labels=out.labels, alpha=out.alpha, prior_strength=out.prior_strength)
 
 
+CALIBRATORS: tuple[str, ...] = ("temperature", "evidence_scale")
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluationOptions:
+    """What ``evaluate_predictions`` adds beyond the paper's numbers.
+
+    Attributes:
+      conformal_alpha: miscoverage of the conformal sets (needs a validation split).
+      conformal_seed: seeds the randomized APS / RAPS scores.
+      calibrate: fit post-hoc calibration on the validation split and evaluate the calibrated
+        predictions too ("posthoc_calibration", "calibrated").
+      calibrator: "temperature" (categorical outputs: softmax, MC Dropout, ensembles, and the
+        predictive mean of non-EDL Dirichlets) or "evidence_scale" (the EDL family, alpha =
+        e + W a; ``gedl_jax.evaluation.calibration`` says why).
+      base_rate: the EDL family's base rate a, (K,), for "evidence_scale"; None = uniform.
+      ood_groups: {OOD set: "near" | "far"}; sets not named are in no group.
+      aupr_trapezoidal: also OpenOOD's trapezoidal AUPR-in / AUPR-out per OOD set and score.
+    """
+
+    conformal_alpha: float = 0.1
+    conformal_seed: int = 0
+    calibrate: bool = False
+    calibrator: str = "temperature"
+    base_rate: tuple[float, ...] | None = None
+    ood_groups: Mapping[str, str] | None = None
+    aupr_trapezoidal: bool = False
+
+    def __post_init__(self):
+        if not 0.0 < float(self.conformal_alpha) < 1.0:
+            raise ValueError(f"conformal_alpha must lie in (0, 1), got {self.conformal_alpha}.")
+        if self.calibrator not in CALIBRATORS:
+            raise ValueError(f"calibrator must be one of {CALIBRATORS}, got "
+                             f"{self.calibrator!r}.")
+        bad = {g for g in (self.ood_groups or {}).values()} - set(sections.GROUPS)
+        if bad:
+            raise ValueError(f"ood_groups values must be in {sections.GROUPS}, got {sorted(bad)}.")
+        if self.base_rate is not None:
+            object.__setattr__(self, "base_rate", tuple(float(a) for a in self.base_rate))
+        # {} and None mean the same (no groups); one spelling keeps as_dict() comparable
+        object.__setattr__(self, "ood_groups", dict(self.ood_groups) if self.ood_groups
+                           else None)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready; ``EvaluationOptions(**options.as_dict())`` gives the options back."""
+        d = dataclasses.asdict(self)
+        d["base_rate"] = None if self.base_rate is None else list(self.base_rate)
+        return d
+
+
 def evaluate_outputs(id_outputs: ModelOutputs,
                      ood_outputs: Mapping[str, ModelOutputs] | None = None,
                      scores: Sequence[str] = scores_lib.DIRICHLET_SCORE_NAMES,
-                     num_bins: int = 15) -> dict[str, Any]:
-    """``evaluate_predictions`` of Dirichlet outputs (see ``dirichlet_predictions``)."""
+                     num_bins: int = 15, *, validation: ModelOutputs | None = None,
+                     options: EvaluationOptions | None = None) -> dict[str, Any]:
+    """``evaluate_predictions`` of Dirichlet outputs (see ``dirichlet_predictions``).
+
+    ModelOutputs are EDL-family outputs (alpha = e + W a), so post-hoc calibration defaults to
+    the evidence scale here: ``options=EvaluationOptions(calibrate=True,
+    calibrator="evidence_scale")``."""
     unknown = set(scores) - set(scores_lib.DIRICHLET_SCORE_NAMES)
     if unknown:
         raise ValueError(f"Unknown scores {sorted(unknown)}; known: "
@@ -254,12 +347,35 @@ def evaluate_outputs(id_outputs: ModelOutputs,
     return evaluate_predictions(
         dirichlet_predictions(idd, scores),
         {name: dirichlet_predictions(o, scores) for name, o in (ood_outputs or {}).items()},
-        num_bins=num_bins)
+        num_bins=num_bins,
+        validation=None if validation is None else dirichlet_predictions(validation, scores),
+        options=options)
+
+
+def _check_sets(idd: Predictions, ood_predictions: Mapping[str, Predictions],
+                validation: Predictions | None) -> None:
+    if idd.labels is None:
+        raise ValueError("id_predictions needs labels.")
+    if idd.num_examples == 0:
+        raise ValueError("id_predictions has no examples.")
+    for name, o in ood_predictions.items():
+        if o.num_classes != idd.num_classes:
+            raise ValueError(f"OOD set {name!r} has K={o.num_classes}, ID has K={idd.num_classes}.")
+        if o.num_examples == 0:
+            raise ValueError(f"OOD set {name!r} has no examples.")
+        if set(o.scores) != set(idd.scores):
+            raise ValueError(f"OOD set {name!r} has scores {sorted(o.scores)}, the ID set "
+                             f"{sorted(idd.scores)}.")
+    if validation is not None and (validation.labels is None or validation.num_examples == 0
+                                   or validation.num_classes != idd.num_classes):
+        raise ValueError("validation predictions need labels, at least one example and the ID "
+                         "set's number of classes.")
 
 
 def evaluate_predictions(id_predictions: Predictions,
                          ood_predictions: Mapping[str, Predictions] | None = None,
-                         num_bins: int = 15) -> dict[str, Any]:
+                         num_bins: int = 15, *, validation: Predictions | None = None,
+                         options: EvaluationOptions | None = None) -> dict[str, Any]:
     """All metrics of the paper (and more) for one model, as a JSON-serialisable dict.
 
     Args:
@@ -267,6 +383,10 @@ def evaluate_predictions(id_predictions: Predictions,
       ood_predictions: {name: predictions} of each OOD set (labels optional; if present,
         accuracy on the set is added). Each must carry the same scores as the ID set.
       num_bins: ECE bins (15 as in the paper's reference code).
+      validation: predictions on a labelled validation split (never the test set): calibrates
+        the conformal sets and fits post-hoc calibration.
+      options: ``EvaluationOptions`` (conformal alpha, calibration, near/far groups, trapezoidal
+        AUPR); default ``EvaluationOptions()``.
 
     Every score the predictions carry is evaluated ("mp" and "um" are the paper's columns; a
     method without a Dirichlet precision has no "um", and tables show "–" there). Dirichlet
@@ -278,27 +398,45 @@ def evaluate_predictions(id_predictions: Predictions,
               "ece", "ece_adaptive",
               "calibration": {"equal_width": CalibrationResult.to_dict(), "adaptive": ...},
               "misclassification": {score: {"aupr", "auroc"}},
-              "uncertainty": {measure: mean} (Dirichlet only)},
+              "uncertainty": {measure: mean} (Dirichlet only),
+              "selective": {score: selective.selective_metrics(...)}},
        "ood": {name: {"num_examples", "detection": {score: {"aupr_in", "aupr_out", "auroc",
-                                                           "fpr95"}},
-                      "uncertainty": {measure: mean} (Dirichlet only)[, "accuracy"]}}}
+                                                           "fpr95"[, "aupr_in_trapezoidal",
+                                                           "aupr_out_trapezoidal"]}},
+                      "uncertainty": {measure: mean} (Dirichlet only)[, "accuracy"]}},
+       ["ood_groups": {group: {"sets", "detection": {score: {metric: mean}}}}],
+       ["validation": {"num_examples", "accuracy"},
+        "conformal": {"alpha", "seed", "sets": {method: {"coverage", "mean_set_size", ...}}}],
+       ["posthoc_calibration": {...}, "calibrated": {the same sections, calibrated}],
+       "evaluation_options": options.as_dict()}
+    (bracketed parts: with ood_groups, with a validation split, with calibrate=True).
     """
     ood_predictions = dict(ood_predictions or {})
+    options = options or EvaluationOptions()
     idd = id_predictions
-    if idd.labels is None:
-        raise ValueError("id_predictions needs labels.")
-    if idd.num_examples == 0:
-        raise ValueError("id_predictions has no examples.")
-    scores = [s for s in scores_lib.SCORE_NAMES if s in idd.scores]
-    for name, o in ood_predictions.items():
-        if o.num_classes != idd.num_classes:
-            raise ValueError(f"OOD set {name!r} has K={o.num_classes}, ID has K={idd.num_classes}.")
-        if o.num_examples == 0:
-            raise ValueError(f"OOD set {name!r} has no examples.")
-        if set(o.scores) != set(idd.scores):
-            raise ValueError(f"OOD set {name!r} has scores {sorted(o.scores)}, the ID set "
-                             f"{sorted(idd.scores)}.")
+    _check_sets(idd, ood_predictions, validation)
+    if options.calibrate and validation is None:
+        raise ValueError("calibrate=True needs validation predictions (calibration is fitted "
+                         "on the validation split, never on the test set).")
+    result = _evaluate(idd, ood_predictions, num_bins, validation, options)
+    if options.calibrate:
+        fit, calibrated = calibrated_predictions(
+            validation, {"test": idd, **{f"ood/{k}": v for k, v in ood_predictions.items()}},
+            options.calibrator, options.base_rate)
+        cal_ood = {k: calibrated[f"ood/{k}"] for k in ood_predictions}
+        result["posthoc_calibration"] = _posthoc_summary(
+            fit, validation, idd, ood_predictions, calibrated, cal_ood, num_bins)
+        result["calibrated"] = _evaluate(calibrated["test"], cal_ood, num_bins,
+                                         calibrated["validation"], options)
+        result["calibrated"].pop("scores")
+    result["evaluation_options"] = options.as_dict()
+    return _clean({"conventions": dict(CONVENTIONS), **result})
 
+
+def _evaluate(idd: Predictions, ood_predictions: Mapping[str, Predictions], num_bins: int,
+              validation: Predictions | None, options: EvaluationOptions) -> dict[str, Any]:
+    """The sections of `evaluate_predictions` except calibration (used twice with it)."""
+    scores = [s for s in scores_lib.SCORE_NAMES if s in idd.scores]
     probs, labels = idd.probs, idd.labels
     correct = np.argmax(probs, axis=1) == labels
     ece_eq = metrics.expected_calibration_error(probs, labels, num_bins=num_bins,
@@ -321,19 +459,108 @@ def evaluate_predictions(id_predictions: Predictions,
     }
     if idd.is_dirichlet:
         result_id["uncertainty"] = _measures(idd)
+    result_id["selective"] = sections.selective_section(correct, idd.scores, scores)
+    groups = dict(options.ood_groups or {})
     result_ood = {}
     for name, o in ood_predictions.items():
         entry = {
             "num_examples": o.num_examples,
             "detection": {s: metrics.ood_detection(idd.scores[s], o.scores[s]) for s in scores},
         }
+        if options.aupr_trapezoidal:
+            for s in scores:
+                entry["detection"][s].update(
+                    sections.trapezoidal_detection(idd.scores[s], o.scores[s]))
         if o.is_dirichlet:
             entry["uncertainty"] = _measures(o)
         if o.labels is not None:
             entry["accuracy"] = metrics.accuracy(o.probs, o.labels)
         result_ood[name] = entry
-    return _clean({"conventions": dict(CONVENTIONS), "scores": list(scores),
-                   "id": result_id, "ood": result_ood})
+    result = {"scores": list(scores), "id": result_id, "ood": result_ood}
+    if groups and any(name in groups for name in result_ood):
+        result["ood_groups"] = sections.group_means(_clean(result_ood), groups, scores)
+    if validation is not None:
+        result["validation"] = {"num_examples": validation.num_examples,
+                                "accuracy": metrics.accuracy(validation.probs,
+                                                             validation.labels)}
+        result["conformal"] = sections.conformal_section(
+            validation.probs, validation.labels, probs, labels, options.conformal_alpha,
+            options.conformal_seed)
+    return result
+
+
+def calibrated_predictions(validation: Predictions, predictions: Mapping[str, Predictions],
+                           calibrator: str = "temperature",
+                           base_rate: Sequence[float] | None = None
+                           ) -> tuple[dict[str, Any], dict[str, Predictions]]:
+    """Fits `calibrator` on `validation` (its labels; nothing else is looked at) and applies it.
+
+    Returns (the fit as a dict, {"validation": ..., **{name: ...}} calibrated predictions).
+    "temperature": p -> softmax(log p / T) (``calibration.fit_temperature`` on
+    ``probs_as_logits``); the scores that are functions of p ("mp" where it is max_k p_k,
+    "neg_entropy") are recomputed, the others (a Dirichlet's "um", an ensemble's "neg_mi",
+    DUQ's kernel scores) kept. "evidence_scale"
+    (Dirichlet predictions of the EDL family only): e = alpha - W a, alpha -> s e + W a
+    (``calibration.fit_evidence_scale``); every Dirichlet score is recomputed from the new alpha.
+    """
+    if calibrator == "temperature":
+        logits = calibration_lib.probs_as_logits(validation.probs)
+        fit = calibration_lib.fit_temperature(logits, validation.labels)
+
+        # "mp" is max_k p_k for most methods, but DUQ's is its kernel certainty: recompute it
+        # only where it is the max probability
+        mp_is_max_p = "mp" in validation.scores and np.allclose(
+            validation.scores["mp"], validation.probs.max(axis=1), rtol=0.0, atol=1e-9)
+        recomputed = {"neg_entropy"} | ({"mp"} if mp_is_max_p else set())
+
+        def apply(p: Predictions) -> Predictions:
+            probs = calibration_lib.apply_temperature(
+                calibration_lib.probs_as_logits(p.probs), fit)
+            new = scores_lib.categorical_scores(probs)
+            return dataclasses.replace(p, probs=probs, scores={
+                s: new[s] if s in recomputed else v for s, v in p.scores.items()})
+    elif calibrator == "evidence_scale":
+        if not validation.is_dirichlet:
+            raise ValueError("calibrator='evidence_scale' needs Dirichlet predictions (alpha, W).")
+        fit = calibration_lib.fit_evidence_scale(
+            calibration_lib.evidence_from_alpha(validation.alpha, validation.prior_strength,
+                                                base_rate),
+            validation.prior_strength, validation.labels, base_rate)
+
+        def apply(p: Predictions) -> Predictions:
+            alpha = calibration_lib.apply_evidence_scale(
+                calibration_lib.evidence_from_alpha(p.alpha, p.prior_strength, base_rate),
+                p.prior_strength, fit, base_rate)
+            dirichlet = [s for s in p.scores if s in scores_lib.DIRICHLET_SCORE_NAMES]
+            new = scores_lib.confidence_scores(alpha, p.prior_strength, dirichlet)
+            return dataclasses.replace(p, probs=alpha / alpha.sum(axis=1, keepdims=True),
+                                       scores={**p.scores, **new}, alpha=alpha)
+    else:
+        raise ValueError(f"calibrator must be one of {CALIBRATORS}, got {calibrator!r}.")
+    out = {"validation": apply(validation)}
+    out.update({name: apply(p) for name, p in predictions.items()})
+    return {"calibrator": calibrator, **dataclasses.asdict(fit)}, out
+
+
+def _posthoc_summary(fit: dict[str, Any], validation: Predictions, idd: Predictions,
+                     ood: Mapping[str, Predictions], calibrated: Mapping[str, Predictions],
+                     cal_ood: Mapping[str, Predictions], num_bins: int) -> dict[str, Any]:
+    """Fitted values, calibration before/after on validation and test, OOD ranking changes."""
+    def summary(p: Predictions) -> dict[str, float]:
+        return calibration_lib.calibration_summary(p.probs, p.labels, num_bins)
+
+    scores = [s for s in scores_lib.SCORE_NAMES if s in idd.scores]
+    ranking = sections.ranking_changes(
+        idd.scores, {k: v.scores for k, v in ood.items()}, calibrated["test"].scores,
+        {k: v.scores for k, v in cal_ood.items()}, scores)
+    return {"fit": fit,
+            "validation": {"before": summary(validation),
+                           "after": summary(calibrated["validation"])},
+            "test": {"before": summary(idd), "after": summary(calibrated["test"])},
+            "ood_ranking": ranking,
+            "ood_ranking_changed": sorted(s for s in scores
+                                          if any(v["ranking_changed"]
+                                                 for v in ranking[s].values()))}
 
 
 def _measures(predictions: Predictions) -> dict[str, float]:

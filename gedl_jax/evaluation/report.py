@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from gedl_jax import files
+from gedl_jax.evaluation.ood_aupr import AUPR_TRAPEZOIDAL_HEADER
 
 __all__ = ["aggregate", "main_table_values", "results_table", "load_runs", "main",
            "RESULTS_FILENAME"]
@@ -214,7 +215,20 @@ def results_table(results: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[M
     parts = t.main() + t.methods()
     if extra:
         parts += t.calibration() + t.details()
+        parts += (t.selective() + t.conformal() + t.ood_groups() + t.trapezoidal()
+                  + t.posthoc())
     return "\n\n".join(parts) + "\n"
+
+
+def _calibrated_label(name: str, runs: Sequence[Mapping[str, Any]]) -> str | None:
+    """The row name of a method's calibrated predictions ("gedl (calibrated: evidence_scale)"),
+    or None where its results have none (calibrate=False)."""
+    fits = [r["posthoc_calibration"]["fit"].get("calibrator") for r in runs
+            if isinstance(r.get("posthoc_calibration"), Mapping)
+            and isinstance(r.get("calibrated"), Mapping)]
+    if not fits:
+        return None
+    return f"{name} (calibrated: {'/'.join(dict.fromkeys(str(f) for f in fits))})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,6 +243,8 @@ class _Tables:
     datasets_known: bool
     seeds: str
 
+    calibrated_rows: tuple[str, ...] = ()
+
     @classmethod
     def build(cls, groups, latex: bool, ood_names) -> _Tables:
         if ood_names is None:
@@ -236,9 +252,26 @@ class _Tables:
                                            for k in (r.get("ood") or {})))
         datasets = {r.get("dataset") for runs in groups.values() for r in runs} - {None}
         known = len(datasets) == 1
-        return cls(groups, {name: aggregate(runs) for name, runs in groups.items()}, latex,
-                   list(ood_names), datasets.pop() if known else "ID", known,
-                   _seed_phrase({name: len(runs) for name, runs in groups.items()}))
+        seeds = _seed_phrase({name: len(runs) for name, runs in groups.items()})
+        rows, aggregates, calibrated = {}, {}, []
+        for name, runs in groups.items():   # calibrate=True: a calibrated row after each method
+            rows[name], aggregates[name] = runs, aggregate(runs)
+            label = _calibrated_label(name, runs)
+            if label is not None and "calibrated" in aggregates[name]:
+                rows[label] = [r for r in runs if isinstance(r.get("calibrated"), Mapping)]
+                aggregates[label] = {**aggregates[name]["calibrated"],
+                                     "scores": aggregates[name].get("scores")}
+                calibrated.append(label)
+        return cls(rows, aggregates, latex, list(ood_names), datasets.pop() if known else "ID",
+                   known, seeds, tuple(calibrated))
+
+    @property
+    def calibrated_note(self) -> str:
+        if not self.calibrated_rows:
+            return ""
+        return (" Rows '<method> (calibrated: ...)': the same predictions after post-hoc "
+                "calibration fitted on the validation split (temperature: p = softmax(log p / "
+                "T); evidence_scale: alpha = s e + W a).")
 
     @property
     def comment(self) -> str:
@@ -279,7 +312,7 @@ class _Tables:
                 "= more confident: MP = max_k p_k (alpha_k/S for a Dirichlet); UM = the method's "
                 "precision score: -u = -W/S for the EDL family, log alpha_0 for KL-PN, RKL-PN, "
                 "PostNet and DAEDL (a constant W: ranks as -W/S), log(alpha_0 + tau) for F-EDL; "
-                "– for a method without one (MC Dropout, DUQ, ensembles).",
+                "– for a method without one (MC Dropout, DUQ, ensembles)." + self.calibrated_note,
                 _render(header, rows, self.latex, group_titles if self.latex else None)]
 
     def methods(self) -> list[str]:
@@ -287,7 +320,7 @@ class _Tables:
         protocol or source, and a Prior Network's OOD training data); nothing for results
         written before they recorded it."""
         described = {name: list(dict.fromkeys(str(r["method"]) for r in runs if r.get("method")))
-                     for name, runs in self.groups.items()}
+                     for name, runs in self.groups.items() if name not in self.calibrated_rows}
         if not any(described.values()):
             return []
         lines = [f"{self.comment}Rows: what each method ran (as its runs' results record it)."]
@@ -330,6 +363,150 @@ class _Tables:
                 "AUROC: in-distribution positive; AUPR-out: OOD positive with the negated score; "
                 "FPR95: fraction of OOD accepted at the first threshold keeping >= 95% of ID "
                 "(lower is better).", _render(header, rows, self.latex)]
+
+
+    def _has(self, *path: str) -> bool:
+        return any(_get(agg, path) is not None or _node(agg, path) is not None
+                   for agg in self.aggregates.values())
+
+    def _score_labels(self, agg: Mapping[str, Any], section: Sequence[str]
+                      ) -> list[tuple[str, str]]:
+        node = _node(agg, section) or {}
+        return [(s, label) for s, label in _PAPER_SCORES if s in node]
+
+    def selective(self) -> list[str]:
+        """Selective prediction of MP and UM on the test set (every score is in the JSON)."""
+        if not self._has("id", "selective"):
+            return []
+        keys = [("aurc", "AURC"), ("e_aurc", "E-AURC"), ("augrc", "AUGRC"),
+                ("risk_at_coverage_0.8", "Risk@80%"), ("risk_at_coverage_0.9", "Risk@90%"),
+                ("risk_at_coverage_0.95", "Risk@95%"), ("coverage_at_risk_0.01", "Cov@1%"),
+                ("coverage_at_risk_0.05", "Cov@5%")]
+        rows = []
+        for name, agg in self.aggregates.items():
+            pct = self.pct(name)
+            for s, label in self._score_labels(agg, ("id", "selective")):
+                rows.append([self.esc(name), label] + [
+                    pct(_get(agg, ("id", "selective", s, k))) for k, _ in keys])
+        return [self.comment + f"Selective prediction on the {self.id_name} test set (abstain "
+                f"on the least confident), mean ± sample std (ddof=1) over {self.seeds}; in %, "
+                "lower is better except Cov. Risk = error rate among the accepted; ties "
+                "accepted together; AURC / AUGRC = mean selective / generalized risk at "
+                "coverages 1/N..N/N; E-AURC = AURC - oracle AURC; Risk@c: first point with "
+                "coverage >= c; Cov@r: largest coverage with risk <= r.",
+                _render([self.esc(h) for h in ["Method", "Score"] + [h for _, h in keys]], rows,
+                        self.latex)]
+
+    def conformal(self) -> list[str]:
+        """Conformal sets: coverage and mean set size of LAC, APS and RAPS."""
+        if not self._has("conformal", "sets"):
+            return []
+        methods = (("lac", "LAC"), ("aps", "APS"), ("raps", "RAPS"))
+        header = ["Method", "alpha"] + [f"{m} {what}" for _, m in methods
+                                        for what in ("coverage (%)", "set size")]
+        rows = []
+        for name, agg in self.aggregates.items():
+            fmt = functools.partial(_fmt, latex=self.latex, runs=len(self.groups[name]))
+            cells = [fmt(_get(agg, ("conformal", "alpha")), 1, 3)]
+            for m, _ in methods:
+                cells += [fmt(_get(agg, ("conformal", "sets", m, "coverage")), 100, 2),
+                          fmt(_get(agg, ("conformal", "sets", m, "mean_set_size")), 1, 3)]
+            rows.append([self.esc(name)] + cells)
+        return [self.comment + f"Conformal prediction sets on the {self.id_name} test set, "
+                f"calibrated on the validation split, mean ± sample std (ddof=1) over "
+                f"{self.seeds}. Target coverage >= 1 - alpha; set size = mean number of labels "
+                "(smaller is better at the same coverage). LAC: E = 1 - p_y; APS (randomized): "
+                "cumulative mass; RAPS: APS + 0.01 (rank - 1)^+.",
+                _render([self.esc(h) for h in header], rows, self.latex)]
+
+    def ood_groups(self) -> list[str]:
+        """Near / far OOD: unweighted means over each group's sets (OpenOOD protocol)."""
+        groups = [g for g in ("near", "far") if self._has("ood_groups", g)]
+        if not groups:
+            return []
+        keys = (("aupr_in", "AUPR-in"), ("auroc", "AUROC"), ("fpr95", "FPR95"))
+        header = ["Method", "Score"] + [f"{g.capitalize()} {h}" for g in groups for _, h in keys]
+        rows = []
+        for name, agg in self.aggregates.items():
+            pct = self.pct(name)
+            for s, label in _PAPER_SCORES:
+                cells = [pct(_get(agg, ("ood_groups", g, "detection", s, k)))
+                         for g in groups for k, _ in keys]
+                if any(c not in ("–", "--") for c in cells):
+                    rows.append([self.esc(name), label] + cells)
+        members = {g: list(dict.fromkeys(n for runs in self.groups.values() for r in runs
+                                         for n in ((r.get("ood_groups") or {}).get(g) or {})
+                                         .get("sets", [])))
+                   for g in groups}
+        sets = "; ".join(f"{g}: {', '.join(members[g])}" for g in groups)
+        return [self.comment + f"Near / far OOD (OpenOOD protocol), unweighted mean over the "
+                f"sets of each group ({self.esc(sets)}), mean ± sample std (ddof=1) over "
+                f"{self.seeds}; in %. In-distribution positive; FPR95 lower is better.",
+                _render(header, rows, self.latex)]
+
+    def trapezoidal(self) -> list[str]:
+        """OpenOOD's trapezoidal AUPR, only where the results hold it (aupr_trapezoidal=True)."""
+        present = any(_get(agg, ("ood", o, "detection", s, "aupr_in_trapezoidal")) is not None
+                      for agg in self.aggregates.values() for o in self.ood_names
+                      for s, _ in _PAPER_SCORES)
+        if not present:
+            return []
+        header = ["Method", "Set", "Score", f"AUPR-in, {AUPR_TRAPEZOIDAL_HEADER}",
+                  f"AUPR-out, {AUPR_TRAPEZOIDAL_HEADER}"]
+        header = [self.esc(h) for h in header]
+        rows = []
+        for name, agg in self.aggregates.items():
+            pct = self.pct(name)
+            for o in self.ood_names:
+                for s, label in _PAPER_SCORES:
+                    cells = [pct(_get(agg, ("ood", o, "detection", s, k)))
+                             for k in ("aupr_in_trapezoidal", "aupr_out_trapezoidal")]
+                    rows.append([self.esc(name), self.esc(o), label] + cells)
+        return [self.comment + f"{AUPR_TRAPEZOIDAL_HEADER}: sklearn.metrics.auc(recall, "
+                "precision) through precision_recall_curve's points, as OpenOOD v1.5 computes "
+                "it (the other tables' AUPR is average precision); mean ± sample std (ddof=1) "
+                f"over {self.seeds}; in %.", _render(header, rows, self.latex)]
+
+    def posthoc(self) -> list[str]:
+        """Post-hoc calibration: fitted value, NLL / ECE / Brier before and after on the test
+        set, and the scores whose OOD ranking changed."""
+        names = [n for n in self.aggregates if n not in self.calibrated_rows
+                 and _node(self.aggregates[n], ("posthoc_calibration",)) is not None]
+        if not names:
+            return []
+        header = ["Method", "Calibrator", "Fitted", "NLL before", "NLL after", "ECE before",
+                  "ECE after", "Brier before", "Brier after", "OOD ranking changed"]
+        rows = []
+        for name in names:
+            agg, runs = self.aggregates[name], self.groups[name]
+            fmt = functools.partial(_fmt, latex=self.latex, runs=len(runs))
+            fits = [r["posthoc_calibration"]["fit"] for r in runs if "posthoc_calibration" in r]
+            kind = "/".join(dict.fromkeys(str(f.get("calibrator")) for f in fits))
+            param = "temperature" if "temperature" in kind else "scale"
+            changed = sorted({s for r in runs for s in
+                              r.get("posthoc_calibration", {}).get("ood_ranking_changed", [])})
+            cells = [self.esc(kind), f"{param} " + fmt(_get(agg, ("posthoc_calibration", "fit",
+                                                                  param)), 1, 4)]
+            for k in ("nll", "ece", "brier"):
+                cells += [fmt(_get(agg, ("posthoc_calibration", "test", when, k)), 1, 4)
+                          for when in ("before", "after")]
+            cells.append(self.esc(", ".join(changed) or "none"))
+            rows.append([self.esc(name)] + cells)
+        return [self.comment + f"Post-hoc calibration fitted on the validation split (never the "
+                f"test set); {self.id_name} test set before / after, mean ± sample std (ddof=1) "
+                f"over {self.seeds}; fractions. temperature: p = softmax(log p / T); "
+                "evidence_scale: alpha = s e + W a (keeps the UM ranking). Last column: the "
+                "scores whose pooled ID+OOD ranking changed on some set (any seed).",
+                _render(header, rows, self.latex)]
+
+
+def _node(tree: Mapping[str, Any], path: Sequence[str]) -> Any:
+    node: Any = tree
+    for key in path:
+        if not isinstance(node, Mapping) or key not in node:
+            return None
+        node = node[key]
+    return node
 
 
 # ------------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ so it has no UM score ("–" in the tables), whatever its members are.
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 from collections.abc import Sequence
 from typing import Any
@@ -47,8 +48,9 @@ def restore_members(dirs: Sequence[pathlib.Path], overrides: dict[str, Any] | No
 def evaluate_ensemble_and_write(config, dirs: Sequence[pathlib.Path], ensemble_dir,
                                 overrides: dict[str, Any] | None = None,
                                 extra_ood: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Evaluate the members in `dirs` as one model on the test and OOD sets; write the results
-    (JSON, table, plots) into `ensemble_dir`."""
+    """Evaluate the members in `dirs` as one model on the test, validation and OOD sets (an
+    ensemble's mean probabilities are calibrated by temperature scaling); write the results
+    (JSON, table, predictions.npz, plots) into `ensemble_dir`."""
     members = restore_members(dirs, overrides)
     exp = members[0].experiment
     ood_sets = dict(exp.data.ood)
@@ -56,13 +58,23 @@ def evaluate_ensemble_and_write(config, dirs: Sequence[pathlib.Path], ensemble_d
         ood_sets[name] = data.load_ood(name, **experiment.DataSources.from_config(
             exp.config).kwargs())
     id_pred = combine([workdir.predict(m, exp.data.test) for m in members])
+    # Members trained on different train/validation splits (seeds seed*N + m) have no
+    # validation split that none of them trained on: no conformal sets / calibration then.
+    shared = all(np.array_equal(m.experiment.data.train_index, exp.data.train_index)
+                 for m in members)
+    val_pred = (combine([workdir.predict(m, exp.data.validation) for m in members])
+                if shared else None)
     ood_preds = {name: combine([workdir.predict(m, split, with_labels=False) for m in members])
                  for name, split in ood_sets.items()}
-    results = core.evaluate_predictions(id_pred, ood_preds)
+    options = workdir.evaluation_options(exp, ood_preds)
+    options = dataclasses.replace(options, calibrate=options.calibrate and shared,
+                                  calibrator="temperature", base_rate=None)
+    results = core.evaluate_predictions(id_pred, ood_preds, validation=val_pred,
+                                        options=options)
     results.update({"variant": config.variant,
                     "method": f"deep ensemble of {len(members)} x {exp.method.describe()}",
                     "dataset": config.dataset, "seed": int(config.seed),
                     "ensemble_members": [str(d) for d in dirs],
                     "workdir": str(ensemble_dir)})
     return workdir.write_results(results, pathlib.Path(ensemble_dir), id_pred, ood_preds,
-                                 config.plots)
+                                 config.plots, validation=val_pred)

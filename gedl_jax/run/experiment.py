@@ -58,8 +58,8 @@ def obtain_inputs(config) -> None:
     one error. Under jax.distributed only process 0 downloads; the others wait at a barrier and
     then verify the files as they load them."""
     wanted = [(config.dataset, "train"), (config.dataset, "test")] + [
-        (name, "test") for name in configuration.parse_list(config.ood_datasets)
-        if name in data.DATASETS]
+        data.source_split(name) for name in configuration.parse_list(config.ood_datasets)
+        if data.is_ood_name(name)]   # a derived OOD set (cifar10_gray28): its source's files
     fetching = dict(download=config.get("download", "auto"),
                     mirror=config.get("data_mirror", "") or None)
     sources = DataSources.from_config(config).kwargs()

@@ -15,9 +15,11 @@ import time
 from typing import Any
 
 import jax
+import numpy as np
 
 from gedl_jax import configuration, data, files
-from gedl_jax.evaluation import core, report
+from gedl_jax.evaluation import core, report, saved
+from gedl_jax.methods.evidential import Evidential
 from gedl_jax.run import (
     checkpointing,
     experiment,
@@ -29,8 +31,11 @@ from gedl_jax.run import (
 )
 from gedl_jax.run.progress import format_eta
 
-__all__ = ["RestoredRun", "config_from_saved", "evaluate_and_write", "evaluate_run", "fitted",
-           "predict", "predict_outputs", "restore_run", "saved_config", "write_results"]
+__all__ = ["PREDICTIONS_FILENAME", "RestoredRun", "config_from_saved", "evaluate_and_write",
+           "evaluate_run", "evaluation_options", "fitted", "predict", "predict_outputs",
+           "restore_run", "saved_config", "write_results"]
+
+PREDICTIONS_FILENAME = "predictions.npz"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,9 +124,27 @@ class _EvalProgress:
              f"{f' | {len(self.sizes)} set(s) left, ETA {eta}' if self.sizes else ''}")
 
 
+def evaluation_options(exp: experiment.Experiment,
+                       ood_names=()) -> core.EvaluationOptions:
+    """The run's `EvaluationOptions`: config.conformal_alpha / calibrate / aupr_trapezoidal,
+    near/far groups of its OOD sets (`data.ood_group`), and the calibrator of its method (the
+    evidence scale for the EDL family, whose alpha = e + W a; temperature scaling otherwise)."""
+    config = exp.config
+    groups = {name: data.ood_group(config.dataset, name) for name in ood_names}
+    evidential = isinstance(exp.method, Evidential)
+    base_rate = exp.method.spec.base_rate if evidential else None
+    return core.EvaluationOptions(
+        conformal_alpha=float(config.get("conformal_alpha", 0.1)), conformal_seed=0,
+        calibrate=bool(config.get("calibrate", False)),
+        calibrator="evidence_scale" if evidential else "temperature", base_rate=base_rate,
+        ood_groups={k: v for k, v in groups.items() if v is not None},
+        aupr_trapezoidal=bool(config.get("aupr_trapezoidal", False)))
+
+
 def evaluate_run(run: RestoredRun, workdir, extra_ood: tuple[str, ...] = (),
                  trained: bool = False) -> dict[str, Any]:
-    """Score the test set and every OOD set with a restored run; write its results."""
+    """Score the test set, the validation split and every OOD set with a restored run; write
+    its results."""
     exp = run.experiment
     ood_sets = dict(exp.data.ood)
     for name in extra_ood:
@@ -129,26 +152,35 @@ def evaluate_run(run: RestoredRun, workdir, extra_ood: tuple[str, ...] = (),
             exp.config).kwargs())
     if jax.process_index() == 0:
         files.check_writable(workdir, "the results folder")   # before the work, not after
-    progress = _EvalProgress({"test": exp.data.test, **ood_sets}, workdir, trained)
+    progress = _EvalProgress({"test": exp.data.test, "validation": exp.data.validation,
+                              **ood_sets}, workdir, trained)
     id_pred = predict(run, exp.data.test, on_batch=progress.batch("test"))
     progress.done("test")
+    val_pred = predict(run, exp.data.validation, on_batch=progress.batch("validation"))
+    progress.done("validation")
     ood_preds = {}
     for name, split in ood_sets.items():
         ood_preds[name] = predict(run, split, with_labels=False, on_batch=progress.batch(name))
         progress.done(name)
-    results = core.evaluate_predictions(id_pred, ood_preds)
+    results = core.evaluate_predictions(id_pred, ood_preds, validation=val_pred,
+                                        options=evaluation_options(exp, ood_preds))
     results.update({"variant": exp.config.variant, "method": exp.method.describe(),
                     "dataset": exp.config.dataset, "seed": exp.seed, "workdir": str(workdir)})
-    return write_results(results, pathlib.Path(workdir), id_pred, ood_preds, exp.config.plots)
+    return write_results(results, pathlib.Path(workdir), id_pred, ood_preds, exp.config.plots,
+                         validation=val_pred)
 
 
 def write_results(results: dict[str, Any], workdir: pathlib.Path, id_pred: core.Predictions,
-                  ood_preds: dict[str, core.Predictions], plots: bool) -> dict[str, Any]:
-    """eval_results.json, eval_table.md and (with `plots`) the PNG figures, on process 0."""
+                  ood_preds: dict[str, core.Predictions], plots: bool,
+                  validation: core.Predictions | None = None) -> dict[str, Any]:
+    """eval_results.json, eval_table.md, predictions.npz (`evaluation.saved`: the
+    per-example outputs every number is computed from) and (with `plots`) the PNG figures, on
+    process 0."""
     if jax.process_index() != 0:
         return results
     if plots:   # first, so eval_results.json is written once, complete
         results["plots"] = _write_plots(workdir, id_pred, ood_preds)
+    saved.save_predictions(workdir / PREDICTIONS_FILENAME, id_pred, ood_preds, validation)
     files.write_text(workdir / "eval_results.json", json.dumps(results, indent=2))
     table = report.results_table([results], fmt="markdown")
     files.write_text(workdir / "eval_table.md", table + "\n")
@@ -160,6 +192,7 @@ def _write_plots(results_dir: pathlib.Path, id_pred: core.Predictions,
                  ood_preds: dict[str, core.Predictions]) -> list[str]:
     from gedl_jax.evaluation import metrics  # noqa: PLC0415
     from gedl_jax.evaluation import plots  # noqa: PLC0415 (matplotlib only when plotting)
+    from gedl_jax.evaluation import selective_plot  # noqa: PLC0415
 
     written = [plots.reliability_diagram(
         metrics.expected_calibration_error(id_pred.probs, id_pred.labels),
@@ -169,6 +202,10 @@ def _write_plots(results_dir: pathlib.Path, id_pred: core.Predictions,
             written.append(plots.score_histograms(
                 id_pred.scores[score], {name: p.scores[score] for name, p in ood_preds.items()},
                 results_dir / f"hist_{score}.png", score))
+    written.append(selective_plot.risk_coverage_plot(
+        np.argmax(id_pred.probs, axis=1) == id_pred.labels,
+        {s: id_pred.scores[s] for s in id_pred.scores},
+        results_dir / "risk_coverage.png", title="risk-coverage (test set)"))
     if id_pred.is_dirichlet:
         written.append(plots.distributional_uncertainty_study(
             id_pred.alpha, id_pred.prior_strength,

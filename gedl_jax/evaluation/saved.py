@@ -1,0 +1,86 @@
+"""Per-example outputs saved beside the results: ``predictions.npz``, and reading them back.
+
+Every evaluation of a workdir writes ``predictions.npz`` (atomically): for each split, the
+arrays every number of ``eval_results.json`` is computed from, float64 as the evaluation used
+them. Keys are ``<split>/<field>`` with split "test", "validation" (where evaluated) and
+"ood/<name>" for each OOD set, and fields
+
+  labels           (N,) int64 class indices (test, validation; absent for OOD sets)
+  probs            (N, K) float64 predictive probabilities
+  score/<name>     (N,) float64 each confidence score (higher = more confident; "mp", "um", ...)
+  alpha            (N, K) float64 Dirichlet parameters (methods with a Dirichlet only)
+  prior_strength   (N,) float64 the prior strength W of each example (idem)
+  strength         (N,) float64 S = sum_k alpha_k (idem)
+
+plus ``meta/splits``, the split names in order. ``load_predictions`` gives back the
+``Predictions`` of each split, so ``evaluate_predictions(test, ood, validation=...,
+options=...)`` recomputes the results exactly (docs/evaluation.md).
+
+>>> import numpy as np, tempfile, pathlib
+>>> from gedl_jax.evaluation.core import Predictions
+>>> p = Predictions(np.array([[0.75, 0.25]]), {"mp": np.array([0.75])}, np.array([0]))
+>>> path = pathlib.Path(tempfile.mkdtemp()) / "predictions.npz"
+>>> _ = save_predictions(path, p, {})
+>>> loaded = load_predictions(path)
+>>> sorted(loaded), loaded["test"].scores["mp"].tolist()
+(['test'], [0.75])
+"""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Mapping
+
+import numpy as np
+
+from gedl_jax import files
+from gedl_jax.evaluation.core import Predictions
+
+__all__ = ["load_predictions", "predictions_arrays", "save_predictions"]
+
+
+def predictions_arrays(predictions: Mapping[str, Predictions]) -> dict[str, np.ndarray]:
+    """{"<split>/<field>": array} of named `Predictions` (the module docstring's layout)."""
+    arrays: dict[str, np.ndarray] = {"meta/splits": np.array(list(predictions), dtype=str)}
+    for split, p in predictions.items():
+        arrays[f"{split}/probs"] = p.probs
+        if p.labels is not None:
+            arrays[f"{split}/labels"] = p.labels
+        for name, score in p.scores.items():
+            arrays[f"{split}/score/{name}"] = score
+        if p.is_dirichlet:
+            arrays[f"{split}/alpha"] = p.alpha
+            arrays[f"{split}/prior_strength"] = p.prior_strength
+            arrays[f"{split}/strength"] = p.alpha.sum(axis=1)
+    return arrays
+
+
+def save_predictions(path, test: Predictions, ood: Mapping[str, Predictions],
+                     validation: Predictions | None = None) -> pathlib.Path:
+    """Writes ``predictions.npz`` at `path` atomically (temporary file, then rename)."""
+    splits = {"test": test}
+    if validation is not None:
+        splits["validation"] = validation
+    splits.update({f"ood/{name}": p for name, p in ood.items()})
+    arrays = predictions_arrays(splits)
+
+    def write(tmp: pathlib.Path) -> None:
+        with open(tmp, "wb") as f:   # a file object: np.savez appends no ".npz" to it
+            np.savez(f, **arrays)
+
+    return files.write_with(path, write)
+
+
+def load_predictions(path) -> dict[str, Predictions]:
+    """{split: Predictions} of a ``predictions.npz`` ("test", "validation", "ood/<name>")."""
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    out = {}
+    for split in arrays["meta/splits"].tolist():
+        prefix = f"{split}/score/"
+        out[split] = Predictions(
+            probs=arrays[f"{split}/probs"],
+            scores={k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)},
+            labels=arrays.get(f"{split}/labels"), alpha=arrays.get(f"{split}/alpha"),
+            prior_strength=arrays.get(f"{split}/prior_strength"))
+    return out
