@@ -200,6 +200,7 @@ def restore_run(workdir, overrides: dict[str, Any] | None = None, *,
     workdir = pathlib.Path(workdir)
     config = saved_config(workdir, overrides)
     mesh = sharding.make_mesh()
+    experiment.resolve_own_data(config)
     configuration.validate_config(config, mesh.size)
     official = official or experiment.OfficialData.load(config)
     exp = experiment.Experiment.from_config(config, official.for_seed(config, int(config.seed)))
