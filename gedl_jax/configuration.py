@@ -231,7 +231,7 @@ def is_user_model(model: str) -> bool:
 
 
 def model_kwargs(c: ml_collections.ConfigDict) -> dict[str, Any]:
-    """`config.model_kwargs` (a JSON object) as a dict; {} when empty."""
+    """`config.model_kwargs` (a JSON object) as a dict, lists as tuples; {} when empty."""
     text = str(c.get("model_kwargs", "") or "").strip()
     if not text:
         return {}
@@ -243,14 +243,16 @@ def model_kwargs(c: ml_collections.ConfigDict) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValueError(f"config.model_kwargs={text!r} must be a JSON object of constructor "
                          f"keywords, e.g. '{{\"width\": 64}}'")
-    return value
+    # JSON lists as tuples: a module's fields must be hashable (e.g. MLP's hidden=(64, 64))
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in value.items()}
 
 
 def _own_choice(field: str, value: Any) -> bool:
     """Values allowed beyond `ALLOWED`: own data and own networks."""
     if field == "dataset":
         return is_custom_dataset(value) or value == "custom"
-    return field == "model" and isinstance(value, str) and bool(_MODEL_SPEC.fullmatch(value))
+    return field == "model" and isinstance(value, str) and (
+        value == "" or bool(_MODEL_SPEC.fullmatch(value)))   # "": from the data (_validate_own)
 
 
 def _validate_own(c: ml_collections.ConfigDict) -> None:
@@ -611,6 +613,7 @@ def validate_config(c: ml_collections.ConfigDict, num_devices: int = 1) -> None:
         if not isinstance(value, tuple) or not all(isinstance(v, item_type) for v in value):
             raise ValueError(f"config.{field}={value!r} must be a tuple of {item_type.__name__}"
                              f" (configuration.normalize_lists turns \"a,b\" into one)")
+    _validate_own(c)
     for field, allowed in {**ALLOWED, "method": method_names()}.items():
         value = c.get(field)
         if value not in allowed and not _own_choice(field, value):
@@ -669,7 +672,6 @@ def validate_config(c: ml_collections.ConfigDict, num_devices: int = 1) -> None:
                          "set config.split_seed to an integer, or config.vmap_seeds=False")
     _validate_distributed(c)
     _validate_methods(c)
-    _validate_own(c)
     expected_model = DATASET_DEFAULTS[defaults_key(c.dataset)]["model"]
     if c.model != expected_model:
         # Not an error (a user may try VGG on MNIST) but the input shape must suit the model.
