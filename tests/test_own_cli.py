@@ -7,7 +7,7 @@ an NNX CNN, an MLP), `.npz` image and vector datasets and OOD sets, and
 trained, preempted (SIGTERM: a checkpoint, exit 75), resumed by the same command, evaluated at
 the end, then re-evaluated by `gedl_jax.evaluate` to the same results. One case (GEDL with the
 NNX network) in the default suite; the matrix over presets and networks is `slow`. Also
-`--config.model=resnet18` for a few CIFAR-10 steps per preset (real data, `slow` but one).
+`--config.model=resnet18` for a few CIFAR-10 steps per preset (real data, `slow`).
 """
 
 from __future__ import annotations
@@ -129,12 +129,12 @@ def _cifar_dir() -> pathlib.Path | None:
 
 
 PRESETS = sorted(v for v in configuration.VARIANTS if v != "ablation_full")
-CHEAP = "gedl"
 
 
+# ~50 s of CPU per preset (ResNet-18's compile dominates): all slow.
+@pytest.mark.slow
 @pytest.mark.skipif(_cifar_dir() is None, reason="needs GEDL_DATA_DIR with CIFAR-10")
-@pytest.mark.parametrize("preset", [pytest.param(p, marks=() if p == CHEAP else pytest.mark.slow)
-                                    for p in PRESETS])
+@pytest.mark.parametrize("preset", PRESETS)
 def test_resnet18_trains_a_few_cifar10_steps_for_every_preset(tmp_path, preset):
     import sys
 
