@@ -108,11 +108,7 @@ class OfficialData:
         ood = {}
         for name in configuration.parse_list(config.ood_datasets) + configuration.parse_list(
                 config.extra_ood):
-            if data.is_own(name):
-                ood[name] = data.load_own_ood(name, official, config.tfds_data_dir or None)
-            else:
-                ood[name] = data.load_ood(name, **sources)
-            _check_ood_shape(name, ood[name], official)
+            ood[name] = load_ood_set(config, name, official, download="never")
             ood[name] = ood[name].subset(config.eval_examples)
         return cls(official, test.subset(config.eval_examples), ood, validation)
 
@@ -138,6 +134,18 @@ class OfficialData:
         return RunData(train=self.train.take(train_idx, f"{config.dataset}/train"),
                        validation=val_source.take(val_idx, f"{config.dataset}/validation"),
                        test=self.test, ood=self.ood, train_index=train_idx)
+
+
+def load_ood_set(config, name: str, train: data.Split, **fetching) -> data.Split:
+    """The OOD set `name` (a built-in or derived name, an IDX folder, "npz:<path>" or
+    "tfds:<name>"), checked to have the shape of the `train` examples. `fetching`: `download`
+    / `mirror` for `data.load_ood` (its defaults: fetch what is missing)."""
+    if data.is_own(name):
+        ood = data.load_own_ood(name, train, config.tfds_data_dir or None)
+    else:
+        ood = data.load_ood(name, **DataSources.from_config(config).kwargs(), **fetching)
+    _check_ood_shape(name, ood, train)
+    return ood
 
 
 def _check_labels_fit(config, split: data.Split) -> None:

@@ -125,8 +125,7 @@ def evaluate_run(run: RestoredRun, workdir, extra_ood: tuple[str, ...] = (),
     exp = run.experiment
     ood_sets = dict(exp.data.ood)
     for name in extra_ood:
-        ood_sets[name] = data.load_ood(name, **experiment.DataSources.from_config(
-            exp.config).kwargs())
+        ood_sets[name] = experiment.load_ood_set(exp.config, name, exp.data.train)
     if jax.process_index() == 0:
         files.check_writable(workdir, "the results folder")   # before the work, not after
     progress = _EvalProgress({"test": exp.data.test, **ood_sets}, workdir, trained)
