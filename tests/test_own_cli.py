@@ -100,6 +100,17 @@ def test_gedl_with_an_nnx_network_on_npz_images(outside, tmp_path):
     assert set(results["ood"]) == {f"npz:{images_ood}"}, results["ood"].keys()
 
 
+def test_a_network_that_breaks_the_contract_is_one_error_line_exit_2(outside, tmp_path):
+    """DUQ reads features; a class without them is refused before anything is written."""
+    env, (images, images_ood), _ = outside
+    args = _args("duq", "userpkg.nets:NoFeatures", images, images_ood, tmp_path / "w")
+    proc = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "features" in errors[0], proc.stderr
+    assert not (tmp_path / "w" / "config.json").exists()
+
+
 MATRIX = [
     ("gedl", "userpkg.nets:LinenCNN", "images", {}),
     ("edl", "userpkg.nets:NNXCNN", "images", {}),
