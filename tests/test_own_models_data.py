@@ -229,3 +229,12 @@ def test_the_library_docs_trainer_example_runs_as_written(tmp_path, monkeypatch,
     assert list(evaluation["ood"]) == ["npz:toy_ood.npz"]
     alpha = np.asarray(namespace["alpha"])
     assert alpha.shape == (5, 3) and np.all(alpha > 0)
+
+
+def test_a_file_written_again_is_read_again(tmp_path):
+    x = np.zeros((20, 3), np.float32)
+    for k in (2, 4):
+        y = np.arange(20) % k
+        np.savez(tmp_path / "d.npz", train_images=x, train_labels=y, test_images=x[:4],
+                 test_labels=y[:4] % 2)
+        assert data.load_own(f"npz:{tmp_path / 'd.npz'}").num_classes == k

@@ -72,7 +72,11 @@ def _tfds_split(tfds_name: str, split: str, tfds_data_dir) -> Split:
 
 
 @functools.lru_cache(maxsize=4)
-def _load_own(name: str, tfds_data_dir: str | None) -> OwnDataset:
+def _load_own(name: str, tfds_data_dir: str | None, stamp: tuple[int, int] | None
+              ) -> OwnDataset:
+    """Read once per process and file version (`stamp`: an .npz file's mtime and size, so a
+    file written again, e.g. by a notebook cell run twice, is read again)."""
+    del stamp
     path = npz_lib.parse_spec(name)
     if path is not None:
         ds = npz_lib.read_npz(path)
@@ -100,7 +104,12 @@ def load_own(name: str, tfds_data_dir: str | os.PathLike | None = None) -> OwnDa
     """
     if not is_own(name):
         raise ValueError(f"{name!r} is not your own data ('npz:<path>' or 'tfds:<name>')")
-    return _load_own(str(name), str(tfds_data_dir) if tfds_data_dir else None)
+    path = npz_lib.parse_spec(name)
+    stamp = None
+    if path is not None and path.is_file():
+        stat = path.stat()
+        stamp = (stat.st_mtime_ns, stat.st_size)
+    return _load_own(str(name), str(tfds_data_dir) if tfds_data_dir else None, stamp)
 
 
 def load_own_ood(name: str, like: Split | tuple[int, ...] | None = None,
