@@ -17,6 +17,7 @@ import os
 import pathlib
 import signal
 import subprocess
+import sys
 
 import pytest
 from own_fixtures import write_image_data, write_user_package, write_vector_data
@@ -42,8 +43,6 @@ def outside(tmp_path_factory):
 
 def _args(preset: str, model: str, dataset: pathlib.Path, ood: pathlib.Path,
           workdir: pathlib.Path, **extra) -> list[str]:
-    import sys
-
     fields = {**FIELDS, **extra}
     return [sys.executable, "-m", "gedl_jax.train", f"--config=configs/custom.py:{preset},quick",
             f"--config.dataset=npz:{dataset}", f"--config.ood_datasets=npz:{ood}",
@@ -147,8 +146,6 @@ PRESETS = sorted(v for v in configuration.VARIANTS if v != "ablation_full")
 @pytest.mark.skipif(_cifar_dir() is None, reason="needs GEDL_DATA_DIR with CIFAR-10")
 @pytest.mark.parametrize("preset", PRESETS)
 def test_resnet18_trains_a_few_cifar10_steps_for_every_preset(tmp_path, preset):
-    import sys
-
     env = subprocess_env(tmp_path / "cache", GEDL_DATA_DIR=str(_cifar_dir()))
     args = [sys.executable, "-m", "gedl_jax.train", f"--config=configs/cifar10.py:{preset},quick",
             "--config.model=resnet18", f"--workdir={tmp_path / 'w'}",
