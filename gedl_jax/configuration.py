@@ -12,7 +12,9 @@ optional modifiers (`quick`).
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from typing import Any
 
 import ml_collections
@@ -23,7 +25,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "dataset": ("mnist", "fashion_mnist", "cifar10", "cifar100"),
     "data_source": ("auto", "raw", "tfds"),
     "download": ("auto", "never", "force"),
-    "model": ("convnet", "vgg16"),
+    "model": ("convnet", "vgg16", "resnet18", "mlp"),   # or "<importable.module>:<Name>"
     "recipe": ("protocol", "source"),
     "pn_ood": ("noise_uniform", "noise_smoothed"),
     "pn_target_form": ("pnet", "smoothed"),
@@ -59,6 +61,12 @@ DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
     "cifar100": dict(model="vgg16", num_classes=100, learning_rate=1e-4, weight_decay=5e-4,
                      val_fraction=0.05, augment=True, ood_datasets=("svhn_cropped",),
                      warmup_epochs=5, fisher_logdet_weight_iedl=0.05, red_exp_clip=10.0),
+    # Your own data (`configs/custom.py`, `--config.dataset=npz:<path>` or `tfds:<name>`): the
+    # MNIST family's optimiser settings; K comes from the data; the model must be named
+    # (`--config.model=...`), else the MLP for vectors (`custom_model`); no OOD sets unless named.
+    "custom": dict(model="", num_classes=0, learning_rate=1e-3, weight_decay=0.0,
+                   val_fraction=0.2, augment=False, ood_datasets=(),
+                   fisher_logdet_weight_iedl=0.005, red_exp_clip=80.0),
 }
 
 
@@ -198,13 +206,80 @@ RESUME_SAFE_FIELDS = frozenset({
 # config.json that lacks such a field is read with this value (to resume or evaluate it).
 LEGACY_DEFAULTS: dict[str, Any] = {"init": "torch"}
 
+# --- Your own network and data (docs/library.md) -------------------------------------------
+# `config.model` beyond the protocol networks: "resnet18", "mlp" or "<importable.module>:<Name>"
+# (gedl_jax.networks.user); `config.dataset` / an OOD set: "npz:<path>" or "tfds:<name>".
+PROTOCOL_MODELS = ("convnet", "vgg16")   # networks.Backbone; every other model is a user network
+DATA_PREFIXES = ("npz:", "tfds:")
+_MODEL_SPEC = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*")
+
+
+def is_custom_dataset(name: Any) -> bool:
+    """Whether a dataset name is your own data ("npz:<path>", "tfds:<name>")."""
+    return str(name).startswith(DATA_PREFIXES)
+
+
+def defaults_key(dataset: str) -> str:
+    """The `DATASET_DEFAULTS` entry of a dataset: "custom" for npz:/tfds: data."""
+    return "custom" if is_custom_dataset(dataset) else dataset
+
+
+def is_user_model(model: str) -> bool:
+    """Whether `config.model` is loaded by `networks.user.load_network` (not the protocol
+    ConvNet / VGG16)."""
+    return model not in PROTOCOL_MODELS
+
+
+def model_kwargs(c: ml_collections.ConfigDict) -> dict[str, Any]:
+    """`config.model_kwargs` (a JSON object) as a dict, lists as tuples; {} when empty."""
+    text = str(c.get("model_kwargs", "") or "").strip()
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise ValueError(f"config.model_kwargs={text!r} is not JSON ({e}); give an object, "
+                         f"e.g. '{{\"width\": 64}}'") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"config.model_kwargs={text!r} must be a JSON object of constructor "
+                         f"keywords, e.g. '{{\"width\": 64}}'")
+    # JSON lists as tuples: a module's fields must be hashable (e.g. MLP's hidden=(64, 64))
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in value.items()}
+
+
+def _own_choice(field: str, value: Any) -> bool:
+    """Values allowed beyond `ALLOWED`: own data and own networks."""
+    if field == "dataset":
+        return is_custom_dataset(value) or value == "custom"
+    return field == "model" and isinstance(value, str) and (
+        value == "" or bool(_MODEL_SPEC.fullmatch(value)))   # "": from the data (_validate_own)
+
+
+def _validate_own(c: ml_collections.ConfigDict) -> None:
+    """The config-only checks of own data and networks (the network's contract and the arrays
+    are checked when they load, before any step)."""
+    if c.dataset == "custom":
+        raise ValueError("config.dataset='custom' names no data: give --config.dataset="
+                         "npz:<path to .npz> or tfds:<prepared TFDS name>")
+    if c.model == "" and not is_custom_dataset(c.dataset):
+        raise ValueError("config.model is empty: give --config.model=convnet, vgg16, resnet18, "
+                         "mlp or <importable.module>:<Name>")
+    model_kwargs(c)
+    if c.model_kwargs and not is_user_model(c.model):
+        raise ValueError(f"config.model_kwargs is for own networks (resnet18, mlp, "
+                         f"<module>:<Name>); config.model={c.model!r} takes none")
+    if c.recipe == "source" and c.model not in PROTOCOL_MODELS:
+        raise ValueError(f"config.recipe='source' rebuilds the reference's own networks; "
+                         f"config.model={c.model!r} is not one of them: use "
+                         f"config.recipe='protocol'")
+
 
 def default_config(dataset: str) -> ml_collections.ConfigDict:
     """All fields with their defaults (GEDL on `dataset`). Each field documents its meaning."""
-    if dataset not in DATASET_DEFAULTS:
+    if defaults_key(dataset) not in DATASET_DEFAULTS:
         raise ValueError(f"config.dataset={dataset!r} is not supported; allowed: "
                          f"{sorted(DATASET_DEFAULTS)}")
-    d = DATASET_DEFAULTS[dataset]
+    d = DATASET_DEFAULTS[defaults_key(dataset)]
     c = ml_collections.ConfigDict()
     c.variant = "gedl"                 # name of the variant preset applied (recorded in outputs)
     c.run_name = f"{dataset}_gedl"     # default workdir name: runs/<run_name> (set by the preset)
@@ -275,6 +350,9 @@ def _model_fields(c: ml_collections.ConfigDict, d: dict[str, Any]) -> None:
                                        # VGG16's classifier dropout is always 0.5 (protocol)
     c.dropout_placement = "dense"      # ConvNet dropout after the hidden Dense layers only, or
                                        # "all": after every conv ReLU too
+    c.model_kwargs = ""                # own networks (model "resnet18", "mlp", "pkg.mod:Name"):
+                                       # further constructor keywords as a JSON object, e.g.
+                                       # '{"width": 64}' (docs/library.md)
 
 
 def _method_fields(c: ml_collections.ConfigDict) -> None:
@@ -410,9 +488,9 @@ def apply_variant(c: ml_collections.ConfigDict, name: str) -> None:
         raise ValueError(f"unknown variant {name!r}; allowed: {sorted(VARIANTS)}")
     for key, value in VARIANTS[name].items():
         if key == "fisher_logdet_weight" and value == "iedl":
-            value = DATASET_DEFAULTS[c.dataset]["fisher_logdet_weight_iedl"]
+            value = DATASET_DEFAULTS[defaults_key(c.dataset)]["fisher_logdet_weight_iedl"]
         if key == "exp_clip" and value == "red":
-            value = DATASET_DEFAULTS[c.dataset]["red_exp_clip"]
+            value = DATASET_DEFAULTS[defaults_key(c.dataset)]["red_exp_clip"]
         c[key] = value
     c.variant = name
 
@@ -422,6 +500,8 @@ def apply_quick(c: ml_collections.ConfigDict) -> None:
     c.num_epochs = 2
     c.train_examples = 6400 if c.dataset in ("mnist", "fashion_mnist") else 2560
     c.val_examples = 2000
+    if defaults_key(c.dataset) == "custom":   # own data: all of it (its size is unknown here)
+        c.train_examples = c.val_examples = 0
     c.log_every_steps = 10
     c.warmup_epochs = min(c.warmup_epochs, 1)
 
@@ -546,18 +626,22 @@ def validate_config(c: ml_collections.ConfigDict, num_devices: int = 1) -> None:
         if not isinstance(value, tuple) or not all(isinstance(v, item_type) for v in value):
             raise ValueError(f"config.{field}={value!r} must be a tuple of {item_type.__name__}"
                              f" (configuration.normalize_lists turns \"a,b\" into one)")
+    _validate_own(c)
     for field, allowed in {**ALLOWED, "method": method_names()}.items():
         value = c.get(field)
-        if value not in allowed:
+        if value not in allowed and not _own_choice(field, value):
+            own = {"model": " or '<importable.module>:<Name>'",
+                   "dataset": " or 'npz:<path>', 'tfds:<name>'"}.get(field, "")
             raise ValueError(f"config.{field}={value!r} is not allowed; allowed values: "
-                             f"{list(allowed)}")
+                             f"{list(allowed)}{own}")
     for field, value in c.items():
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError(f"config.{field}={value!r} must be a finite number")
-    if c.num_classes < 2:
+    k_from_data = is_custom_dataset(c.dataset) and c.num_classes == 0   # set from the data
+    if c.num_classes < 2 and not k_from_data:
         raise ValueError(f"config.num_classes={c.num_classes} must be >= 2")
     positive = ("learning_rate", "batch_size", "num_epochs", "eval_batch_size",
-                "eval_every_epochs", "log_every_steps", "num_classes", "c_tau", "exp_clip",
+                "eval_every_epochs", "log_every_steps", "c_tau", "exp_clip",
                 "annealing_epochs", "mc_samples")
     for field in positive:
         if not c[field] > 0:
@@ -588,7 +672,7 @@ def validate_config(c: ml_collections.ConfigDict, num_devices: int = 1) -> None:
         raise ValueError(f"config.eval_batch_size={c.eval_batch_size} is not divisible by the "
                          f"number of devices ({num_devices})")
     w = resolved_prior_strength(c)
-    if c.prior_strength == "fixed" and not w > 0:
+    if c.prior_strength == "fixed" and not w > 0 and not k_from_data:
         raise ValueError(f"config.prior_strength_value={c.prior_strength_value!r} must give W > 0")
     if c.warmup_epochs >= c.num_epochs:
         raise ValueError(f"config.warmup_epochs={c.warmup_epochs} must be < num_epochs="
@@ -603,7 +687,7 @@ def validate_config(c: ml_collections.ConfigDict, num_devices: int = 1) -> None:
                          "set config.split_seed to an integer, or config.vmap_seeds=False")
     _validate_distributed(c)
     _validate_methods(c)
-    expected_model = DATASET_DEFAULTS[c.dataset]["model"]
+    expected_model = DATASET_DEFAULTS[defaults_key(c.dataset)]["model"]
     if c.model != expected_model:
         # Not an error (a user may try VGG on MNIST) but the input shape must suit the model.
         if c.model == "vgg16" and c.dataset in ("mnist", "fashion_mnist"):

@@ -50,8 +50,9 @@ def shrink(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     examples, every evaluation set cut to a few hundred evenly spaced examples, small batches (so an
     epoch still has several steps), no warm-up."""
     family = "mnist" if config.dataset in ("mnist", "fashion_mnist") else "cifar"
-    for key, value in SMOKE_EXAMPLES[family].items():
-        configuration.set_fields(config, **{key: value})
+    if not configuration.is_custom_dataset(config.dataset):   # your own data: all of it
+        for key, value in SMOKE_EXAMPLES[family].items():
+            configuration.set_fields(config, **{key: value})
     config.num_epochs = 1
     config.warmup_epochs = 0
     config.batch_size = 64

@@ -15,7 +15,7 @@ folder), download.py (verified download, mirror, offline switch), fetch.py (its 
 `python -m gedl_jax.data.fetch`), readers.py (official formats), cache.py (verification, cache),
 loading.py (sources, the run's pre-flight), splits.py (protocol), tfds_source.py (TFDS),
 derived.py (OOD sets converted from another dataset's test split), npz.py (a user's dataset in
-one .npz file). Device
+one .npz file), own.py (`npz:<path>` / `tfds:<name>` by name). Device
 side (pure JAX, jit-able): device.py. Nothing here imports TensorFlow; tensorflow_datasets is
 optional (registered checksums, the TFDS source).
 """
@@ -60,7 +60,8 @@ from gedl_jax.data.registry import (
     source_split,
 )
 from gedl_jax.data.splits import load_train_val_test, split_indices, train_val_split
-from gedl_jax.data import npz
+from gedl_jax.data import npz, own
+from gedl_jax.data.own import OwnDataset, is_own, load_own, load_own_ood
 from gedl_jax.data.npz import NpzDataset, load_npz_ood, load_npz_train_val_test, read_npz
 from gedl_jax.data.tfds_source import prepare_tfds
 
@@ -68,12 +69,12 @@ __all__ = [
     "CORRUPTIONS", "DATASETS", "DERIVED_OOD", "DOWNLOAD_MODES", "ENV_DATA_DIR",
     "EXTRA_CORRUPTIONS", "OOD_GROUPS", "SEVERITIES", "SOURCES", "ChecksumError",
     "CorruptDataError", "DataError", "DatasetInfo", "DerivedSpec", "DownloadError", "FileSpec",
-    "MissingDataError", "NpzDataset", "Split",
+    "MissingDataError", "NpzDataset", "OwnDataset", "Split",
     "apply_geometry", "augment_cifar", "channel_stats", "default_data_dir",
     "default_ood_sets", "ensure_available", "epoch_permutation", "fetch_datasets", "get_info",
     "load_corrupted",
     "load_npz_ood", "load_npz_train_val_test", "load_ood", "load_split", "load_train_val_test",
-    "npz", "pad_for_eval", "prepare_tfds", "read_npz",
+    "is_own", "load_own", "load_own_ood", "npz", "own", "pad_for_eval", "prepare_tfds", "read_npz",
     "read_idx_folder", "registered_files", "resolve_cache_dir",
     "resolve_data_dir", "sha256_file", "source_split", "split_indices", "is_ood_name",
     "ood_group", "ood_sets_by_group",

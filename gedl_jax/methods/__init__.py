@@ -20,9 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from gedl_jax import configuration
 from gedl_jax.methods import daedl, duq, evidential, fedl, postnet, prior_networks, softmax
 from gedl_jax.methods.base import LossOutput, Method, MethodSetup, StepContext
-from gedl_jax.methods.common import AXIS, build_models
+from gedl_jax.methods.common import AXIS, build_models, check_user_network
 from gedl_jax.methods.objective import EvidentialObjective, ObjectiveState
 
 __all__ = ["AXIS", "METHODS", "EvidentialObjective", "LossOutput", "Method", "MethodSetup",
@@ -52,4 +53,6 @@ def from_config(config, setup: MethodSetup) -> Method:
     name = config.method
     if name not in METHODS:
         raise ValueError(f"config.method={name!r} is not known; allowed: {sorted(METHODS)}")
+    if configuration.is_user_model(config.model):
+        check_user_network(config, setup.num_classes, setup.image_shape)
     return METHODS[name](config, setup)

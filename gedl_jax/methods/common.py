@@ -10,7 +10,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gedl_jax import networks
+from gedl_jax import configuration, networks
+from gedl_jax.networks import user
 from gedl_jax.evaluation.core import Predictions
 from gedl_jax.evaluation.scores import DIRICHLET_SCORE_NAMES, confidence_scores
 
@@ -78,6 +79,9 @@ def compute_dtype(config):
 def build_models(config) -> tuple[nn.Module, nn.Module]:
     """(train_model, eval_model) of the config, as logits: the same architecture and parameters,
     the training one averaging BatchNorm statistics over the data-parallel axis."""
+    if configuration.is_user_model(config.model):
+        return (user_network(config, config.num_classes, axis_name=AXIS).module,
+                user_network(config, config.num_classes, axis_name=None).module)
     kwargs = dict(dtype=compute_dtype(config), init=config.init,
                   dropout_rate=float(config.dropout_rate),
                   dropout_placement=config.dropout_placement)
@@ -86,13 +90,90 @@ def build_models(config) -> tuple[nn.Module, nn.Module]:
 
 
 def backbone(config, num_outputs: int, *, axis_name: str | None, spectral_norm: bool = False,
-             hidden: tuple[int, ...] | None = None, dropout_rate: float | None = None
-             ) -> networks.Backbone:
+             hidden: tuple[int, ...] | None = None, dropout_rate: float | None = None,
+             reads: tuple[str, ...] = ("features", "logits")) -> nn.Module:
     """The config's protocol network (`config.model`) with feature outputs and the method's
-    head width (`num_outputs`; 0 = none)."""
+    head width (`num_outputs`; 0 = none). A user network (`config.model` "resnet18", "mlp" or
+    "<module>:<Name>") comes as a `UserBackbone` giving what the method `reads` ("features":
+    its `features` method, as "encoder" and "hidden"; "logits": its output, built with
+    num_classes = `num_outputs`); `spectral_norm`, `hidden` and `dropout_rate` shape only the
+    protocol networks (a user network is taken as it is)."""
+    if configuration.is_user_model(config.model):
+        net = user_network(config, num_outputs or config.num_classes, axis_name=axis_name)
+        return UserBackbone(net.module, with_features="features" in reads,
+                            with_logits="logits" in reads and bool(num_outputs),
+                            pass_dropout=net.mc_dropout)
     if dropout_rate is None:   # the protocol: VGG16's classifier dropout, none in the ConvNet
         dropout_rate = 0.5 if config.model == "vgg16" else float(config.dropout_rate)
     return networks.Backbone(arch=config.model, num_outputs=num_outputs, hidden=hidden,
                              spectral_norm=spectral_norm, dropout_rate=dropout_rate,
                              axis_name=axis_name, dtype=compute_dtype(config),
                              param_init=config.init)
+
+
+# ---------------------------------------------------------------------- user networks
+# What each method reads from a user network: "features" (its `features` method), the logits
+# (K outputs; PostNet: latent_dim outputs as its latent z), MC Dropout's `dropout` switch.
+FEATURE_METHODS = ("duq", "daedl", "fedl")
+
+
+def user_network(config, num_outputs: int, *, axis_name: str | None,
+                 input_shape: tuple[int, ...] | None = None,
+                 need_features: bool = False) -> user.Network:
+    """`config.model` loaded by `networks.user.load_network` for `num_outputs` classes (and,
+    given `input_shape`, checked against the contract), with the config's settings the class
+    takes (`dtype` from compute_dtype, `param_init` from init, `dropout_rate` when > 0) and
+    `config.model_kwargs`."""
+    cls = user.resolve(config.model)
+    try:
+        user.kind_of(cls)
+    except ValueError as e:
+        raise ValueError(f"network {config.model!r}: {e}") from None
+    offered = {"param_init": config.init}
+    if config.compute_dtype != "float32":
+        offered["dtype"] = compute_dtype(config)
+    if config.dropout_rate > 0:
+        offered["dropout_rate"] = float(config.dropout_rate)
+    kwargs = {k: v for k, v in offered.items() if user.accepts(cls, k)}
+    kwargs.update(configuration.model_kwargs(config))
+    return user.load_network(config.model, num_outputs, input_shape,
+                             need_features=need_features, axis_name=axis_name, **kwargs)
+
+
+def check_user_network(config, num_classes: int, input_shape: tuple[int, ...]) -> None:
+    """Before any step: the user network `config.model` meets the contract for the method
+    (one-line ValueError otherwise): built for data-parallel training, its outputs checked on a
+    batch of zeros, `features` where the method reads them, the `dropout` switch for MC
+    Dropout."""
+    method = config.method
+    width = int(config.postnet_latent_dim) if method == "postnet" else int(num_classes)
+    net = user_network(config, width, axis_name=AXIS, input_shape=tuple(input_shape),
+                       need_features=method in FEATURE_METHODS)
+    if method == "mc_dropout" and not net.mc_dropout:
+        raise ValueError(f"network {config.model!r}: MC Dropout needs dropout switched on at "
+                         f"test time, i.e. `__call__(x, train=..., dropout=None)` (a keyword "
+                         f"turning its dropout layers on alone), which this Linen class lacks")
+
+
+class UserBackbone(nn.Module):
+    """A user network (`networks.user`) in the form the feature-reading methods take from
+    `networks.Backbone`: {"encoder", "hidden"} = its `features(x, train)` (when
+    `with_features`), "logits" = its output (when `with_logits`). With both, the network runs
+    twice per call (its batch statistics then move twice per training step)."""
+
+    net: nn.Module
+    with_features: bool = True
+    with_logits: bool = True
+    pass_dropout: bool = False
+
+    @nn.compact
+    def __call__(self, images_BxHxWxC: jax.Array, train: bool = False,
+                 dropout: bool | None = None) -> dict[str, jax.Array]:
+        out = {}
+        if self.with_features:
+            f = self.net.features(images_BxHxWxC, train=train).astype(jnp.float32)
+            out.update(encoder=f, hidden=f)
+        if self.with_logits:
+            kw = {"dropout": dropout} if self.pass_dropout and dropout is not None else {}
+            out["logits"] = self.net(images_BxHxWxC, train=train, **kw).astype(jnp.float32)
+        return out

@@ -75,6 +75,7 @@ from gedl_jax.methods.common import (
     AXIS,
     apply_train,
     backbone,
+    UserBackbone,
     check_recipe,
     log_dirichlet_predictions,
 )
@@ -297,6 +298,10 @@ class DAEDL(Method):
     def describe(self) -> str:
         clip = (f"logits clipped to +-{self.logit_clip:g}" if np.isfinite(self.logit_clip)
                 else "logits unclipped")
+        if isinstance(self.eval_model, UserBackbone):   # a user network is taken as it is
+            return (f"DAEDL (your network, without spectral norm: it cannot be imposed on a "
+                    f"user network; KL weight {self.kl_weight:g}, {clip}; features = its "
+                    f"`features`)")
         return (f"DAEDL (spectral norm, KL weight {self.kl_weight:g}, {clip}, {self.recipe} "
                 f"reading)")
 

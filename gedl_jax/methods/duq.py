@@ -268,7 +268,8 @@ def build(config, setup: MethodSetup) -> DUQ:
                          "config.recipe='protocol'")
     k = setup.num_classes
     sigma = float(config.duq_length_scale)
-    train_model, eval_model = (DUQNet(backbone(config, 0, axis_name=axis), RBFHead(k, 0, sigma))
-                               for axis in (AXIS, None))
+    train_model, eval_model = (
+        DUQNet(backbone(config, 0, axis_name=axis, reads=("features",)), RBFHead(k, 0, sigma))
+        for axis in (AXIS, None))
     return DUQ(train_model, eval_model, k, length_scale=sigma, gamma=float(config.duq_gamma),
                gradient_penalty=float(config.duq_gradient_penalty), recipe=config.recipe)

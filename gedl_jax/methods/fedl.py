@@ -57,7 +57,14 @@ from gedl_jax.methods.base import (
     Variables,
     correct_B,
 )
-from gedl_jax.methods.common import AXIS, apply_train, backbone, check_recipe, log_softmax64
+from gedl_jax.methods.common import (
+    AXIS,
+    UserBackbone,
+    apply_train,
+    backbone,
+    check_recipe,
+    log_softmax64,
+)
 from gedl_jax.networks import layer_inits
 
 
@@ -226,6 +233,9 @@ class FEDL(Method):
     def describe(self) -> str:
         arch = ("protocol backbone, no spectral norm" if self.recipe == "protocol"
                 else "reference backbone with spectral norm")
+        if isinstance(self.eval_model.backbone, UserBackbone):
+            arch = ("your network: g_alpha its logits, g_p and g_tau on its `features`; no "
+                    "spectral norm (it cannot be imposed on a user network)")
         return (f"F-EDL (Flexible Dirichlet heads; {arch}; UM = log(alpha_0 + tau); "
                 f"{self.recipe} reading)")
 

@@ -248,8 +248,8 @@ def build(config, setup: MethodSetup) -> PostNet:
     """`config.method="postnet"`: the protocol backbone to a latent z, one flow per class."""
     latent, layers = int(config.postnet_latent_dim), int(config.postnet_flow_layers)
     train_model, eval_model = (
-        PostNetModel(backbone(config, latent, axis_name=axis), setup.num_classes, layers,
-                     axis_name=axis) for axis in (AXIS, None))
+        PostNetModel(backbone(config, latent, axis_name=axis, reads=("logits",)),
+                     setup.num_classes, layers, axis_name=axis) for axis in (AXIS, None))
     return PostNet(train_model, eval_model, setup.num_classes, class_counts=setup.class_counts,
                    entropy_weight=float(config.postnet_entropy_weight), latent_dim=latent,
                    flow_layers=layers, recipe=check_recipe(config.recipe))

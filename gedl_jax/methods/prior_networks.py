@@ -196,7 +196,8 @@ def ood_noise(key: jax.Array, images_BxHxWxC: ArrayLike, kind: str = "noise_unif
               ) -> jax.Array:
     """Synthetic OOD training images, one per in-distribution image, drawn from `key`.
 
-    "noise_uniform": i.i.d. uniform pixels; "noise_smoothed": the same, Gaussian-blurred
+    "noise_uniform": i.i.d. uniform pixels (vectors (B, D): uniform per feature);
+    "noise_smoothed": the same, Gaussian-blurred
     (sigma = 1 px) and stretched back to the full range per image (spatially correlated
     blobs, closer to natural-image statistics). Either spans each channel's [min, max] over the
     in-distribution batch: U[0, 1] for [0, 1] images, and the same pixels after any input
@@ -204,8 +205,13 @@ def ood_noise(key: jax.Array, images_BxHxWxC: ArrayLike, kind: str = "noise_unif
     if kind not in OOD_NOISE:
         raise ValueError(f"kind={kind!r}; allowed: {OOD_NOISE}")
     x = jnp.asarray(images_BxHxWxC)
-    lo_1x1x1xC = jax.lax.stop_gradient(jnp.min(x, axis=(0, 1, 2), keepdims=True))
-    hi_1x1x1xC = jax.lax.stop_gradient(jnp.max(x, axis=(0, 1, 2), keepdims=True))
+    if kind == "noise_smoothed" and x.ndim != 4:
+        raise ValueError(f"pn_ood='noise_smoothed' blurs images (B, H, W, C); these inputs have "
+                         f"shape {x.shape}: use pn_ood='noise_uniform' for vectors")
+    # Per channel (images) or per feature (vectors (B, D)): the range over all other axes.
+    axes = tuple(range(x.ndim - 1))
+    lo_1x1x1xC = jax.lax.stop_gradient(jnp.min(x, axis=axes, keepdims=True))
+    hi_1x1x1xC = jax.lax.stop_gradient(jnp.max(x, axis=axes, keepdims=True))
     u = jax.random.uniform(key, x.shape, x.dtype)
     if kind == "noise_smoothed":
         u = gaussian_blur(u)
@@ -302,6 +308,10 @@ class RKLPriorNetwork(PriorNetwork):
 
 
 def _build(cls, config, setup: MethodSetup) -> PriorNetwork:
+    if config.pn_ood == "noise_smoothed" and len(setup.image_shape) != 3:
+        raise ValueError(f"config.pn_ood='noise_smoothed' blurs images (H, W, C); the inputs "
+                         f"have shape {setup.image_shape}: use config.pn_ood='noise_uniform' "
+                         f"(per-feature uniform noise) for vectors")
     return cls(*build_models(config), setup.num_classes, ood=config.pn_ood,
                ood_weight=float(config.pn_ood_weight), target_form=config.pn_target_form,
                target_concentration=float(config.pn_target_concentration),

@@ -118,5 +118,5 @@ def build_mc_dropout(config, setup: MethodSetup) -> MCDropout:
     ConvNet's `config.dropout_rate`, VGG16's own 0.5."""
     return MCDropout(*build_models(config), setup.num_classes,
                      num_samples=int(config.mc_samples),
-                     dropout_rate=float(config.dropout_rate) if config.model == "convnet"
-                     else 0.5)
+                     dropout_rate=0.5 if config.model == "vgg16"
+                     else float(config.dropout_rate))

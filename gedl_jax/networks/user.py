@@ -134,6 +134,12 @@ def kind_of(cls: Any) -> str:
     raise ValueError(f"{what} is neither a flax.linen.Module nor a flax.nnx.Module subclass")
 
 
+def accepts(cls: type, name: str) -> bool:
+    """Whether the Flax module class `cls` takes the constructor keyword `name` (for passing a
+    network only the settings it has)."""
+    return _accepts(cls, kind_of(cls), name)
+
+
 def _accepts(cls: type, kind: str, name: str) -> bool:
     """Whether the constructor of `cls` takes the keyword `name`."""
     if kind == "linen":

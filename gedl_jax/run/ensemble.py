@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from gedl_jax import data
 from gedl_jax.evaluation import core, scores
 from gedl_jax.run import experiment, workdir
 
@@ -55,8 +54,7 @@ def evaluate_ensemble_and_write(config, dirs: Sequence[pathlib.Path], ensemble_d
     exp = members[0].experiment
     ood_sets = dict(exp.data.ood)
     for name in extra_ood:
-        ood_sets[name] = data.load_ood(name, **experiment.DataSources.from_config(
-            exp.config).kwargs())
+        ood_sets[name] = experiment.load_ood_set(exp.config, name, exp.data.train)
     id_pred = combine([workdir.predict(m, exp.data.test) for m in members])
     # Members trained on different train/validation splits (seeds seed*N + m) have no
     # validation split that none of them trained on: no conformal sets / calibration then.

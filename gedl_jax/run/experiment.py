@@ -57,9 +57,12 @@ def obtain_inputs(config) -> None:
     downloaded and verified (config.download, config.data_mirror), or all missing files named in
     one error. Under jax.distributed only process 0 downloads; the others wait at a barrier and
     then verify the files as they load them."""
-    wanted = [(config.dataset, "train"), (config.dataset, "test")] + [
+    own_id = data.is_own(config.dataset)   # npz:/tfds: data is read where it is, no fetching
+    wanted = ([] if own_id else [(config.dataset, "train"), (config.dataset, "test")]) + [
         data.source_split(name) for name in configuration.parse_list(config.ood_datasets)
         if data.is_ood_name(name)]   # a derived OOD set (cifar10_gray28): its source's files
+    if not wanted:
+        return
     fetching = dict(download=config.get("download", "auto"),
                     mirror=config.get("data_mirror", "") or None)
     sources = DataSources.from_config(config).kwargs()
@@ -87,29 +90,37 @@ class OfficialData:
     train: data.Split
     test: data.Split
     ood: dict[str, data.Split]
+    validation: data.Split | None = None   # own data's val_* arrays (else cut from train)
 
     @classmethod
     def load(cls, config, *, obtain: bool = True) -> OfficialData:
         if obtain:
             obtain_inputs(config)
         sources = dict(DataSources.from_config(config).kwargs(), download="never")
-        official = data.load_split(config.dataset, "train", **sources)
-        test = data.load_split(config.dataset, "test", **sources)
+        validation = None
+        if data.is_own(config.dataset):
+            own = data.load_own(config.dataset, config.tfds_data_dir or None)
+            official, test, validation = own.train, own.test, own.validation
+        else:
+            official = data.load_split(config.dataset, "train", **sources)
+            test = data.load_split(config.dataset, "test", **sources)
         for split in (official, test):
             _check_labels_fit(config, split)
         ood = {}
         for name in configuration.parse_list(config.ood_datasets) + configuration.parse_list(
                 config.extra_ood):
-            ood[name] = data.load_ood(name, **sources)
-            _check_ood_shape(name, ood[name], official)
+            ood[name] = load_ood_set(config, name, official, download="never")
             ood[name] = ood[name].subset(config.eval_examples)
-        return cls(official, test.subset(config.eval_examples), ood)
+        return cls(official, test.subset(config.eval_examples), ood, validation)
 
     def for_seed(self, config, seed: int) -> RunData:
         """Seed `seed`'s splits (the protocol split of `data.split_indices`, shortened to
         config.train_examples / val_examples when those are set)."""
         split_seed = seed if config.split_seed < 0 else config.split_seed
         train_idx, val_idx = data.split_indices(len(self.train), config.val_fraction, split_seed)
+        if self.validation is not None:   # the file's own validation set
+            train_idx = np.arange(len(self.train))
+            val_idx = np.arange(len(self.validation))
         for field, idx, part in (("train_examples", train_idx, "training"),
                                  ("val_examples", val_idx, "validation")):
             if config[field] > len(idx):
@@ -120,9 +131,22 @@ class OfficialData:
             train_idx = train_idx[:config.train_examples]
         if config.val_examples:
             val_idx = val_idx[:config.val_examples]
+        val_source = self.train if self.validation is None else self.validation
         return RunData(train=self.train.take(train_idx, f"{config.dataset}/train"),
-                       validation=self.train.take(val_idx, f"{config.dataset}/validation"),
+                       validation=val_source.take(val_idx, f"{config.dataset}/validation"),
                        test=self.test, ood=self.ood, train_index=train_idx)
+
+
+def load_ood_set(config, name: str, train: data.Split, **fetching) -> data.Split:
+    """The OOD set `name` (a built-in or derived name, an IDX folder, "npz:<path>" or
+    "tfds:<name>"), checked to have the shape of the `train` examples. `fetching`: `download`
+    / `mirror` for `data.load_ood` (its defaults: fetch what is missing)."""
+    if data.is_own(name):
+        ood = data.load_own_ood(name, train, config.tfds_data_dir or None)
+    else:
+        ood = data.load_ood(name, **DataSources.from_config(config).kwargs(), **fetching)
+    _check_ood_shape(name, ood, train)
+    return ood
 
 
 def _check_labels_fit(config, split: data.Split) -> None:
@@ -137,6 +161,28 @@ def _check_ood_shape(name: str, ood: data.Split, train: data.Split) -> None:
         raise ValueError(f"OOD set {name!r} has images of shape {ood.images.shape[1:]}, but the "
                          f"model reads {train.images.shape[1:]} ({train.name}): an OOD set must "
                          f"have the in-distribution image size and channels")
+
+
+def resolve_own_data(config) -> None:
+    """For your own data (`config.dataset` "npz:<path>" / "tfds:<name>"), in place and before
+    validation: config.num_classes from the labels, config.model "mlp" where none is named and
+    the inputs are vectors; one-line errors for what the data rules out (no model for images,
+    augmentation of vectors). Nothing for the built-in datasets."""
+    if not data.is_own(config.dataset):
+        return
+    own = data.load_own(config.dataset, config.tfds_data_dir or None)
+    shape = own.train.image_shape
+    config.num_classes = int(own.num_classes)
+    if not config.model:
+        if len(shape) != 1:
+            raise ValueError(f"{config.dataset} holds images {shape}: name a network, "
+                             f"--config.model=resnet18, or <importable.module>:<Name> "
+                             f"(the MLP is the default only for vectors)")
+        config.model = "mlp"
+    if config.augment and len(shape) != 3:
+        raise ValueError(f"config.augment=True flips and crops images (H, W, C); "
+                         f"{config.dataset} holds inputs of shape {shape}: set "
+                         f"--config.augment=False")
 
 
 def load_run_data(config) -> RunData:

@@ -78,6 +78,7 @@ def train_and_evaluate(config, workdir: str | pathlib.Path, *,
     `stop_after_steps` ends the loop early as if the process had been killed after that many
     steps (tests of resumption); checkpoints written before that point stay.
     """
+    experiment.resolve_own_data(config)
     configuration.validate_config(config, jax.device_count())
     run_ = SeedRun(experiment.Experiment.from_config(config), pathlib.Path(workdir))
     return _train_seeds([run_], stop_after_steps=stop_after_steps)[0]
@@ -94,6 +95,7 @@ def train_and_evaluate_vmapped(config, workdir: str | pathlib.Path, seeds: list[
     `vmap_seeds` is part of the recorded config. Killed and restarted, it resumes from the
     newest checkpoint step that every seed saved.
     """
+    experiment.resolve_own_data(config)
     configuration.validate_config(config, jax.device_count())
     official = experiment.OfficialData.load(config)
     runs = []
@@ -472,6 +474,7 @@ def train_ensemble(config, workdir: str | pathlib.Path) -> dict[str, Any]:
 def run(config, workdir: str | pathlib.Path) -> list[dict[str, Any]]:
     """One run per seed of `config.seeds` (workdir/seed_<s>), or a single run in `workdir`;
     a deep ensemble per seed when `config.ensemble_size` is set."""
+    experiment.resolve_own_data(config)   # K and the default model, before any copy of config
     seeds = configuration.parse_seeds(config)
     workdir = pathlib.Path(workdir)
     single_dir = not configuration.as_tuple("seeds", config.seeds)

@@ -148,8 +148,7 @@ def evaluate_run(run: RestoredRun, workdir, extra_ood: tuple[str, ...] = (),
     exp = run.experiment
     ood_sets = dict(exp.data.ood)
     for name in extra_ood:
-        ood_sets[name] = data.load_ood(name, **experiment.DataSources.from_config(
-            exp.config).kwargs())
+        ood_sets[name] = experiment.load_ood_set(exp.config, name, exp.data.train)
     if jax.process_index() == 0:
         files.check_writable(workdir, "the results folder")   # before the work, not after
     progress = _EvalProgress({"test": exp.data.test, "validation": exp.data.validation,
@@ -242,6 +241,7 @@ def restore_run(workdir, overrides: dict[str, Any] | None = None, *,
     workdir = pathlib.Path(workdir)
     config = saved_config(workdir, overrides)
     mesh = sharding.make_mesh()
+    experiment.resolve_own_data(config)
     configuration.validate_config(config, mesh.size)
     official = official or experiment.OfficialData.load(config)
     exp = experiment.Experiment.from_config(config, official.for_seed(config, int(config.seed)))
