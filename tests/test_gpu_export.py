@@ -6,8 +6,9 @@ A preset is a variant of `configuration.VARIANTS`, and `<variant>,source` where 
 source recipe (`configuration.SOURCE_RECIPES`; it can change the model). The other modifiers
 (quick, ensemble) change sizes and counts, not the step program. Each network is reached through
 the dataset whose preset selects it (`NETWORKS`); a network a config field selects is one more
-entry there (ResNet-18: `"resnet18": ("cifar10", {"model": "resnet18"})` once
-`--config.model=resnet18` exists). The VGG16 half is marked slow (about 4 s a preset).
+entry there (ResNet-18: `"resnet18": ("cifar10", {"model": "resnet18"})`). The VGG16 and
+ResNet-18 halves are marked slow (about 4 s a preset). MC Dropout on ResNet-18 (no dropout
+layer to switch on) is refused before any program exists: that refusal is what the case checks.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from gedl_jax.run import experiment, optimizer, sharding, steps
 NETWORKS: dict[str, tuple[str, dict]] = {
     "convnet": ("mnist", {}),
     "vgg16": ("cifar10", {}),
+    "resnet18": ("cifar10", {"model": "resnet18"}),
 }
-SLOW_NETWORKS = {"vgg16"}
+SLOW_NETWORKS = {"vgg16", "resnet18"}
 BATCH = 8
 
 
@@ -80,6 +82,10 @@ def test_train_and_eval_steps_lower_for_cuda(network, dataset, fields, preset):
     config = configuration.set_fields(configuration.build_config(dataset, preset), **fields)
     if network != "convnet" or fields:   # the preset really runs the network named
         assert config.model == network
+    if network == "resnet18" and config.method == "mc_dropout":
+        with pytest.raises(ValueError, match="MC Dropout needs dropout"):
+            _lower(config, network)
+        return
     train, predict = _lower(config, network)
     for exported in (train, predict):
         assert exported.platforms == ("cuda",)
