@@ -75,6 +75,27 @@ def test_evaluating_the_exported_model_reproduces_the_runs_results(exported, tmp
     assert (tmp_path / "eval_table.md").read_text().count("| gedl |") >= 1
 
 
+def test_without_the_training_files_the_validation_sections_are_left_out(exported, tmp_path,
+                                                                           capsys):
+    """The validation split is cut from the training split: without its files (a user holding
+    only the test sets) the evaluation still runs, leaves out what needs the validation split
+    (conformal sets, post-hoc calibration), says so, and every other number is the run's."""
+    test_only = tmp_path / "data"
+    shutil.copytree(exported.root, test_only,
+                    ignore=lambda d, names: [n for n in names if n.startswith("train")])
+    assert not list(test_only.rglob("train*")) and list(test_only.rglob("t10k*"))
+    results = pretrained.evaluate("tiny/gedl", tmp_path / "out", registry=exported.registry,
+                                  overrides={"data_dir": str(test_only), "download": "never",
+                                             "cache_dir": str(tmp_path / "cache")})
+    assert "no validation split" in capsys.readouterr().err
+    committed = json.loads((exported.run / "eval_results.json").read_text())
+    needs_validation = {"validation", "conformal", "posthoc_calibration", "calibrated"}
+    assert needs_validation & set(committed) and not needs_validation & set(results)
+    assert ({k: v for k, v in _comparable(results).items() if k != "evaluation_options"}
+            == {k: v for k, v in _comparable(committed).items()
+                if k not in needs_validation | {"evaluation_options"}})
+
+
 def test_an_extra_ood_set_scores_as_in_the_workdir_evaluation(exported, tmp_path):
     """--ood=NAME on a pretrained model = --ood=NAME on the run's workdir."""
     overrides = {"data_dir": str(exported.root)}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import sys
 from typing import Any
 
 import jax
@@ -143,8 +144,11 @@ def load(name: str, *, registry: PathLike | None = None, overrides: dict[str, An
 
 
 def evaluation_data(model: Pretrained) -> experiment.RunData:
-    """The model's test set and OOD sets (config.ood_datasets and extra_ood), loaded from the
-    data folder (fetched when missing and allowed, as for a run)."""
+    """The model's test set and OOD sets (config.ood_datasets and extra_ood), and the validation
+    split its run held out (the same seeded split of the official training split, for the
+    conformal sets and the post-hoc calibration), loaded from the data folder (fetched when
+    missing and allowed, as for a run). Without the training split's files the validation
+    split is empty and the sections that need it are left out, with a note saying so."""
     config = model.config
     sources = dict(experiment.DataSources.from_config(config).kwargs(),
                    download=config.get("download", "auto"),
@@ -155,9 +159,16 @@ def evaluation_data(model: Pretrained) -> experiment.RunData:
                  + configuration.parse_list(config.extra_ood)):
         ood[name] = data.load_ood(name, **sources).subset(config.eval_examples)
         _check_shape(model, ood[name].image_shape, f"the OOD set {name!r}")
-    empty = _no_data(model).train
-    return experiment.RunData(train=empty, validation=empty, test=test, ood=ood,
-                              train_index=np.zeros(0, np.int64))
+    try:
+        train = data.load_split(config.dataset, "train", **sources)
+    except data.DataError as e:
+        print(f"note: no validation split ({e}); the conformal sets and the post-hoc "
+              f"calibration need it and are left out", file=sys.stderr)
+        empty = _no_data(model).train
+        return experiment.RunData(train=empty, validation=empty, test=test, ood=ood,
+                                  train_index=np.zeros(0, np.int64))
+    seed = int(model.eval_results.get("seed", 0))
+    return experiment.OfficialData(train, test, ood).for_seed(config, seed)
 
 
 def evaluate(name: str, results_dir: PathLike, extra_ood: tuple[str, ...] = (), *,

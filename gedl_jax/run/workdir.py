@@ -151,12 +151,15 @@ def evaluate_run(run: RestoredRun, workdir, extra_ood: tuple[str, ...] = (),
         ood_sets[name] = experiment.load_ood_set(exp.config, name, exp.data.train)
     if jax.process_index() == 0:
         files.check_writable(workdir, "the results folder")   # before the work, not after
-    progress = _EvalProgress({"test": exp.data.test, "validation": exp.data.validation,
-                              **ood_sets}, workdir, trained)
+    validation = {"validation": exp.data.validation} if len(exp.data.validation) else {}
+    progress = _EvalProgress({"test": exp.data.test, **validation, **ood_sets}, workdir,
+                             trained)
     id_pred = predict(run, exp.data.test, on_batch=progress.batch("test"))
     progress.done("test")
-    val_pred = predict(run, exp.data.validation, on_batch=progress.batch("validation"))
-    progress.done("validation")
+    val_pred = None   # no validation split (a pretrained model without its training files)
+    if len(exp.data.validation):
+        val_pred = predict(run, exp.data.validation, on_batch=progress.batch("validation"))
+        progress.done("validation")
     ood_preds = {}
     for name, split in ood_sets.items():
         ood_preds[name] = predict(run, split, with_labels=False, on_batch=progress.batch(name))
