@@ -4,7 +4,9 @@
   default data folder is empty), unless it clears them itself, as the download tests do against
   a server on 127.0.0.1.
 - Tests marked `network` reach the real dataset URLs; they are skipped unless pytest runs with
-  `--run-network`.
+  `--run-network`. Tests marked `extended` are the rest of a preset x network matrix whose
+  representative cases run by default (every preset on VGG16 / ResNet-18, every user network
+  with every method); they run with `--run-extended` (or GEDL_RUN_EXTENDED=1).
 - Every test runs with `jax_numpy_rank_promotion="raise"`: a (B,) vs (B, K) broadcasting slip
   raises instead of silently broadcasting. A test that must allow it is marked
   `allow_rank_promotion`.
@@ -20,6 +22,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 from collections.abc import Iterator
@@ -37,6 +40,11 @@ def pytest_addoption(parser):
     parser.addoption("--run-network", action="store_true", default=False,
                      help="also run the tests marked `network` (they download from the official "
                           "dataset URLs)")
+    parser.addoption("--run-extended", action="store_true",
+                     default=os.environ.get("GEDL_RUN_EXTENDED", "") == "1",
+                     help="also run the tests marked `extended`: the full preset x network "
+                          "matrices whose representative cases the default suite runs "
+                          "(also GEDL_RUN_EXTENDED=1)")
 
 
 def pytest_configure(config):
@@ -45,12 +53,16 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    if config.getoption("--run-network"):
-        return
-    skip = pytest.mark.skip(reason="reaches the internet: run with --run-network")
+    skips = {}
+    if not config.getoption("--run-network"):
+        skips["network"] = pytest.mark.skip(reason="reaches the internet: run with --run-network")
+    if not config.getoption("--run-extended"):
+        skips["extended"] = pytest.mark.skip(
+            reason="a case of an extended matrix: run with --run-extended")
     for item in items:
-        if "network" in item.keywords:
-            item.add_marker(skip)
+        for marker, skip in skips.items():
+            if marker in item.keywords:
+                item.add_marker(skip)
 
 
 @pytest.fixture(autouse=True)

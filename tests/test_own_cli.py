@@ -123,9 +123,15 @@ MATRIX = [
 ]
 
 
+# The default suite runs PostNet on vectors here (a features-and-latent method on (N, D) data)
+# beside GEDL with the NNX network above; the rest is `extended` (pytest --run-extended).
+DEFAULT_CASES = {("postnet", "userpkg.nets:MLP", "vectors")}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("preset, model, kind, extra", MATRIX,
-                         ids=[f"{p}-{m.split(':')[-1]}-{k}" for p, m, k, _ in MATRIX])
+@pytest.mark.parametrize("preset, model, kind, extra", [
+    pytest.param(*case, marks=[] if case[:3] in DEFAULT_CASES else [pytest.mark.extended],
+                 id=f"{case[0]}-{case[1].split(':')[-1]}-{case[2]}") for case in MATRIX])
 def test_presets_with_user_networks_on_npz_data(outside, tmp_path, preset, model, kind, extra):
     env, image_files, vector_files = outside
     dataset, ood = image_files if kind == "images" else vector_files
@@ -141,10 +147,12 @@ def _cifar_dir() -> pathlib.Path | None:
 PRESETS = sorted(v for v in configuration.VARIANTS if v != "ablation_full")
 
 
-# ~50 s of CPU per preset (ResNet-18's compile dominates): all slow.
+# ~50 s of CPU per preset (ResNet-18's compile dominates): the default suite trains GEDL, the
+# other presets are `extended` (pytest --run-extended).
 @pytest.mark.slow
 @pytest.mark.skipif(_cifar_dir() is None, reason="needs GEDL_DATA_DIR with CIFAR-10")
-@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("preset", [
+    pytest.param(p, marks=[] if p == "gedl" else [pytest.mark.extended]) for p in PRESETS])
 def test_resnet18_trains_a_few_cifar10_steps_for_every_preset(tmp_path, preset):
     env = subprocess_env(tmp_path / "cache", GEDL_DATA_DIR=str(_cifar_dir()))
     args = [sys.executable, "-m", "gedl_jax.train", f"--config=configs/cifar10.py:{preset},quick",
