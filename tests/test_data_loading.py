@@ -338,7 +338,7 @@ def test_tfds_source_with_mock_data(tmp_path):
 def test_auto_falls_back_to_a_prepared_tfds_dataset(tmp_path, monkeypatch):
     tfds = pytest.importorskip("tensorflow_datasets")
     monkeypatch.setattr(tfds_source, "is_prepared",
-                        lambda name, d=None, split=None: name == "svhn_cropped")
+                        lambda name, d=None, split=None, **_: name == "svhn_cropped")
     (tmp_path / "data").mkdir()
     with tfds.testing.mock_data(num_examples=9):
         s = data.load_ood("svhn_cropped", data_dir=tmp_path / "data")

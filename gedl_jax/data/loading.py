@@ -249,7 +249,8 @@ def load_split(name: str, split: str = "train", data_dir: PathLike | None = None
     cached = _from_cache_only(info, split, cache_root)
     if cached is not None:
         return cached
-    if source == "auto" and tfds_source.is_prepared(info.name, tfds_data_dir, split):
+    if source == "auto" and tfds_source.is_prepared(info.name, tfds_data_dir, split,
+                                                           skip_without_folder=True):
         return _from_tfds(info, split, cache_root, tfds_data_dir)
     if mode == "auto":
         root = _fetch(info, split, data_dir, mirror, cache_dir, force=False)
@@ -278,7 +279,8 @@ def _available_offline(info: DatasetInfo, split: str, root: Path | None, cache_r
             return True
     except CorruptDataError:
         return False
-    return source == "auto" and tfds_source.is_prepared(info.name, tfds_data_dir, split)
+    return source == "auto" and tfds_source.is_prepared(info.name, tfds_data_dir, split,
+                                                           skip_without_folder=True)
 
 
 def ensure_available(wanted: list[tuple[str, str]], data_dir: PathLike | None = None,
@@ -467,7 +469,7 @@ def load_corrupted(corruption: str, severity: int, data_dir: PathLike | None = N
         if hit is not None:
             return Split(hit[0], hit[1], name, "official+cache")
     if source == "auto" and tfds_source.is_prepared(f"cifar10_corrupted/{split_name}",
-                                                    tfds_data_dir):
+                                                    tfds_data_dir, skip_without_folder=True):
         return _from_tfds(info, "test", cache_root, tfds_data_dir,
                           f"cifar10_corrupted/{split_name}", name)
     if root is not None:  # the official release is absent: a regenerated set, if there is one

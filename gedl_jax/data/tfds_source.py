@@ -66,17 +66,18 @@ def _no_local_folder(tfds_name: str, tfds_data_dir: str | os.PathLike | None) ->
 
 
 def is_prepared(tfds_name: str, tfds_data_dir: str | os.PathLike | None = None,
-                split: str | None = None) -> bool:
+                split: str | None = None, *, skip_without_folder: bool = False) -> bool:
     """Whether TFDS has `tfds_name` prepared under `tfds_data_dir` (its default if None), or at
     least `tfds.data_source` (what `read_tfds` uses) can open `split` of it with examples in it.
     (Without a split, data_source opens even an empty or half-written folder, so it proves
-    nothing.) False at once, without asking TFDS, when no data dir has a folder for it
-    (`tfds.testing.mock_data` needs source='tfds', which does not ask)."""
+    nothing.) `skip_without_folder` (the source='auto' fallback, asked on every run that reads
+    the raw files): False at once, without asking TFDS, when no data dir has a folder for it.
+    source='tfds' always asks TFDS, so `tfds.testing.mock_data` (no folder) still answers."""
     try:
         tfds = _tfds()
     except DataError:
         return False
-    if _no_local_folder(tfds_name, tfds_data_dir):
+    if skip_without_folder and _no_local_folder(tfds_name, tfds_data_dir):
         return False
     try:
         if tfds.builder(tfds_name, data_dir=tfds_data_dir).is_prepared():
