@@ -147,12 +147,13 @@ def _cifar_dir() -> pathlib.Path | None:
 PRESETS = sorted(v for v in configuration.VARIANTS if v != "ablation_full")
 
 
-# ~50 s of CPU per preset (ResNet-18's compile dominates): the default suite trains GEDL, the
-# other presets are `extended` (pytest --run-extended).
+# ~50-90 s of CPU per preset (ResNet-18's compile dominates): `extended` (pytest
+# --run-extended). The default suite covers ResNet-18 in the train step in-process
+# (test_networks_resnet.py) and lowers its GEDL steps for CUDA (test_gpu_export.py).
 @pytest.mark.slow
+@pytest.mark.extended
 @pytest.mark.skipif(_cifar_dir() is None, reason="needs GEDL_DATA_DIR with CIFAR-10")
-@pytest.mark.parametrize("preset", [
-    pytest.param(p, marks=[] if p == "gedl" else [pytest.mark.extended]) for p in PRESETS])
+@pytest.mark.parametrize("preset", PRESETS)
 def test_resnet18_trains_a_few_cifar10_steps_for_every_preset(tmp_path, preset):
     env = subprocess_env(tmp_path / "cache", GEDL_DATA_DIR=str(_cifar_dir()))
     args = [sys.executable, "-m", "gedl_jax.train", f"--config=configs/cifar10.py:{preset},quick",
