@@ -4,6 +4,7 @@
 # bin/setup.sh uses) and runs from there:
 #   python -m gedl_jax.train --config=mnist:gedl,quick     (data from $GEDL_DATA_DIR)
 #   python -m gedl_jax.evaluate --help
+#   python -m gedl_jax.evaluate --pretrained=mnist/gedl       (the committed numbers, offline)
 # and checks that the sdist holds what its tests need (it collects them and runs a few).
 #   bash bin/check_wheel.sh                   # with .venv/bin/python (PYTHON=... to choose)
 #   GEDL_SKIP_TRAIN=1 bash bin/check_wheel.sh # everything but the training run
@@ -54,6 +55,12 @@ if [ "${GEDL_SKIP_TRAIN:-0}" != 1 ]; then
     > train.log 2>&1 || { tail -30 train.log; fail "the quick MNIST run"; }
   tail -15 train.log
   [ -f run/eval_results.json ] || fail "the quick MNIST run wrote no eval_results.json"
+  echo "check_wheel: python -m gedl_jax.evaluate --pretrained=mnist/gedl (the shipped weights)"
+  "$work/venv/bin/python" -m gedl_jax.evaluate --pretrained=mnist/gedl > pretrained.log 2>&1 \
+    || { tail -30 pretrained.log; fail "evaluate --pretrained=mnist/gedl"; }
+  # The committed headline numbers of the run the weights come from (registry.json).
+  grep -q "| gedl | 99.41 | 99.93 | 91.34 | 90.15 | 98.86 | 96.49 |" pretrained.log \
+    || { tail -30 pretrained.log; fail "evaluate --pretrained=mnist/gedl printed other numbers"; }
 fi
 
 echo "check_wheel: the sdist holds what its tests need"
