@@ -149,6 +149,32 @@ def environment() -> dict:
             "flax": flax.__version__, "optax": optax.__version__}
 
 
+def environment_text(env: dict) -> str:
+    return (f"{env['device']} x{env['device_count']}, {env['cpu_count']} CPU cores "
+            f"({env['machine']}); Python {env['python']}, jax {env['jax']}, flax {env['flax']}, "
+            f"optax {env['optax']}; commit {env['commit'] or '?'}"
+            f"{' (uncommitted changes)' if env['dirty'] else ''}")
+
+
+def record_environment(seed_dir: pathlib.Path, env: dict) -> None:
+    """Each run keeps the environment that trained it (environment.json), so a table made later,
+    on another machine, from reused runs still says where its numbers were computed."""
+    path = seed_dir / "environment.json"
+    if seed_dir.is_dir() and not path.exists():
+        files.write_text(path, json.dumps(env, indent=2) + "\n")
+
+
+def trained_on(run_dirs: list[pathlib.Path]) -> list[str]:
+    """'<environment> (N runs)' for each distinct recorded environment of `run_dirs`."""
+    counts: dict[str, int] = {}
+    for d in run_dirs:
+        path = d / "environment.json"
+        text = (environment_text(json.loads(path.read_text())) if path.exists()
+                else "not recorded (runs trained before environment.json existed)")
+        counts[text] = counts.get(text, 0) + 1
+    return [f"{text} ({n} run{'s' if n > 1 else ''})" for text, n in counts.items()]
+
+
 def paper_table(dataset: str, names: list[str]) -> str:
     ref = PAPER.get(dataset)
     if not ref:
@@ -321,6 +347,8 @@ def _main(args: argparse.Namespace, argv) -> int:
                 seeded.seed = seed
                 train.train_and_evaluate(seeded, run_dir / f"seed_{seed}")
         num_runs += len(seeds)
+        for seed in pending:
+            record_environment(run_dir / f"seed_{seed}", env)
         for seed in seeds:
             result = json.loads((run_dir / f"seed_{seed}" / "eval_results.json").read_text())
             result["variant"] = name
@@ -336,10 +364,9 @@ def _main(args: argparse.Namespace, argv) -> int:
         "Command: `python bin/reproduce.py "
         f"{' '.join(argv if argv is not None else sys.argv[1:])}`",
         f"Settings on top of each variant's config: `{settings_text}`; seeds {seeds}.",
-        f"Hardware: {env['device']} x{env['device_count']}, {env['cpu_count']} CPU cores "
-        f"({env['machine']}); Python {env['python']}, jax {env['jax']}, flax {env['flax']}, "
-        f"optax {env['optax']}; commit {env['commit']}"
-        f"{' (uncommitted changes)' if env['dirty'] else ''}.",
+        f"Table made on: {environment_text(env)}.",
+        "Runs trained on: " + "; ".join(trained_on(
+            [out / "runs" / name / f"seed_{s}" for name, _ in configs for s in seeds])) + ".",
         f"Wall time: {wall / 60:.1f} min for {num_runs} runs "
         f"(runs reused from an earlier invocation count ~0 s)"
         f"{vmap_note}.",

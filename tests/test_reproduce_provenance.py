@@ -1,0 +1,43 @@
+"""bin/reproduce.py: each run records the environment that trained it, and a table made later
+from reused runs names those environments, not only the machine that wrote the table."""
+import importlib.util
+import json
+import pathlib
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+ENV_GPU = {"commit": "abc1234", "dirty": False, "device": "NVIDIA H100 80GB HBM3",
+           "device_count": 1, "cpu_count": 16, "machine": "x86_64", "python": "3.12.3",
+           "jax": "0.11.2", "flax": "0.12.10", "optax": "0.2.8"}
+ENV_CPU = dict(ENV_GPU, device="cpu", cpu_count=2, commit="def5678", dirty=True)
+
+
+def _reproduce():
+    spec = importlib.util.spec_from_file_location("reproduce_provenance",
+                                                  REPO / "bin" / "reproduce.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_each_run_keeps_its_environment_and_the_table_lists_them(tmp_path):
+    reproduce = _reproduce()
+    dirs = [tmp_path / "runs" / "gedl" / f"seed_{s}" for s in range(4)]
+    for d in dirs[:3]:
+        d.mkdir(parents=True)
+    reproduce.record_environment(dirs[0], ENV_GPU)
+    reproduce.record_environment(dirs[1], ENV_GPU)
+    reproduce.record_environment(dirs[2], ENV_CPU)
+    reproduce.record_environment(dirs[2], ENV_GPU)       # an existing record is never replaced
+    reproduce.record_environment(dirs[3], ENV_GPU)       # no run there: nothing is created
+    assert json.loads((dirs[2] / "environment.json").read_text()) == ENV_CPU
+    assert not dirs[3].exists()
+
+    lines = reproduce.trained_on(dirs)
+    assert lines == [
+        "NVIDIA H100 80GB HBM3 x1, 16 CPU cores (x86_64); Python 3.12.3, jax 0.11.2, "
+        "flax 0.12.10, optax 0.2.8; commit abc1234 (2 runs)",
+        "cpu x1, 2 CPU cores (x86_64); Python 3.12.3, jax 0.11.2, flax 0.12.10, optax 0.2.8; "
+        "commit def5678 (uncommitted changes) (1 run)",
+        "not recorded (runs trained before environment.json existed) (1 run)",
+    ]
