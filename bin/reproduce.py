@@ -175,6 +175,21 @@ def trained_on(run_dirs: list[pathlib.Path]) -> list[str]:
     return [f"{text} ({n} run{'s' if n > 1 else ''})" for text, n in counts.items()]
 
 
+def runs_at_chance(grouped: dict[str, list[dict]]) -> list[str]:
+    """One line per run whose test accuracy is not above 1.5/K: a run that learnt nothing
+    (diverged, or collapsed to the prior) is averaged into its row like any other seed, so the
+    table names it rather than leave a mean of 70 ± 50 unexplained."""
+    lines = []
+    for name, results in grouped.items():
+        for r in results:
+            acc, k = r["id"]["accuracy"], r["id"]["num_classes"]
+            if acc <= 1.5 / k:
+                lines.append(f"{name} seed {r.get('seed', '?')}: test accuracy {100 * acc:.2f} % "
+                             f"(chance: {100 / k:.1f} %); the run did not learn (see its "
+                             f"metrics.jsonl)")
+    return lines
+
+
 def paper_table(dataset: str, names: list[str]) -> str:
     ref = PAPER.get(dataset)
     if not ref:
@@ -376,6 +391,12 @@ def _main(args: argparse.Namespace, argv) -> int:
         table,
         "",
     ]
+    at_chance = runs_at_chance(grouped)
+    if at_chance:
+        for line in at_chance:
+            print(f"warning: {line}", file=sys.stderr, flush=True)
+        lines += ["## Runs at chance level (included in the means above)", "",
+                  *[f"- {line}" for line in at_chance], ""]
     ref = paper_table(args.dataset, list(grouped))
     if ref:
         lines += ["## The paper's numbers (200 epochs, 5 seeds)", "", ref, ""]

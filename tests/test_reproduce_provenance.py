@@ -41,3 +41,15 @@ def test_each_run_keeps_its_environment_and_the_table_lists_them(tmp_path):
         "commit def5678 (uncommitted changes) (1 run)",
         "not recorded (runs trained before environment.json existed) (1 run)",
     ]
+
+
+def test_a_seed_at_chance_level_is_named_under_the_table():
+    reproduce = _reproduce()
+    def result(seed, accuracy):
+        return {"seed": seed, "id": {"accuracy": accuracy, "num_classes": 10}}
+    grouped = {"gedl": [result(0, 0.994), result(1, 0.1173), result(2, 0.15)],
+               "edl": [result(0, 0.151)]}
+    lines = reproduce.runs_at_chance(grouped)
+    assert len(lines) == 2
+    assert lines[0].startswith("gedl seed 1: test accuracy 11.73 % (chance: 10.0 %)")
+    assert lines[1].startswith("gedl seed 2: test accuracy 15.00 %")
