@@ -4,21 +4,25 @@
 # run under OUT. Paths of the machine that ran them are replaced by RUNS_DIR (the folder holding
 # OUT) and DATA_DIR (GEDL_DATA_DIR), so the copies name no machine.
 #   bash docs/results/gedl_convergence/collect.sh            # OUT=~/gedl_runs/gedl_convergence
+# DEST: the folder to fill (default: this one). Runs trained on another machine and copied here:
+# TRAINED_RUNS_DIR / TRAINED_DATA_DIR are the paths they were trained under (default: OUT's
+# parent and GEDL_DATA_DIR).
 set -eu
 cd "$(dirname "$0")/../../.."
-here=docs/results/gedl_convergence
+here="${DEST:-docs/results/gedl_convergence}"
 OUT="${OUT:-$HOME/gedl_runs/gedl_convergence}"
 PY="${PYTHON:-.venv/bin/python}"
 [ -d "$OUT/runs" ] || { echo "error: $OUT/runs does not exist: set OUT to run_queue.sh's OUT" >&2; exit 2; }
-runs_parent="$(cd "$OUT/.." && pwd)"
-data_dir="${GEDL_DATA_DIR:-}"
+runs_parent="${TRAINED_RUNS_DIR:-$(cd "$OUT/.." && pwd)}"
+data_dir="${TRAINED_DATA_DIR:-${GEDL_DATA_DIR:-}}"
 for run in "$OUT"/runs/*/seed_*; do
   [ -f "$run/eval_results.json" ] || continue          # still training
   reading="$(basename "$(dirname "$run")")"
   seed="${run##*seed_}"
   dest="$here/${reading}_seed${seed}"
   mkdir -p "$dest"
-  for f in eval_results.json metrics.jsonl config.json; do
+  for f in eval_results.json metrics.jsonl config.json environment.json; do
+    [ -f "$run/$f" ] || continue
     if [ -n "$data_dir" ]; then
       sed -e "s#$runs_parent#RUNS_DIR#g" -e "s#$data_dir#DATA_DIR#g" "$run/$f" > "$dest/$f"
     else
@@ -31,7 +35,7 @@ for run in "$OUT"/runs/*/seed_*; do
   if grep -q -- "--variants=$reading --seeds=$seed " "$OUT/results.md" 2>/dev/null \
       && ! grep -q "^Wall time: 0.0 min" "$OUT/results.md"; then
     sed -e "s#$runs_parent#RUNS_DIR#g" "$OUT/results.md" > "$dest/results.md"
-  elif [ ! -f "$dest/results.md" ]; then
+  elif [ ! -f "$dest/results.md" ] && [ -f "$run/eval_table.md" ]; then
     cp "$run/eval_table.md" "$dest/results.md"
   fi
   echo "collected $reading seed $seed -> $dest"
