@@ -18,6 +18,10 @@
   `benchmarks` (run as `python -m benchmarks.<name>` from the root). `python -m pytest` from the
   root has it already; this covers a bare `pytest` and other working directories. It is
   appended, so an installed gedl_jax still comes first.
+- On a GPU, XLA's default kernels (atomic adds in reductions and convolution gradients) differ
+  from run to run in the last bits; the tests that compare a resumed run with an uninterrupted
+  one need bit-reproducible kernels, so `--xla_gpu_deterministic_ops=true` is added to
+  $XLA_FLAGS before jax starts (ignored on a CPU).
 """
 
 from __future__ import annotations
@@ -28,7 +32,11 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import jax
+if "xla_gpu_deterministic_ops" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = " ".join(
+        filter(None, [os.environ.get("XLA_FLAGS"), "--xla_gpu_deterministic_ops=true"]))
+
+import jax  # noqa: E402  (after XLA_FLAGS: the flags are read when the backend starts)
 import pytest
 from data_fixtures import GeneratedData, write_generated_data
 

@@ -37,7 +37,7 @@ def outside(tmp_path_factory):
     root = tmp_path_factory.mktemp("own")
     write_user_package(root / "pkg")
     env = subprocess_env(root / "cache")
-    env["PYTHONPATH"] = os.pathsep.join([str(root / "pkg"), str(REPO)])
+    env["PYTHONPATH"] = os.pathsep.join([str(root / "pkg"), env["PYTHONPATH"]])
     return env, write_image_data(root / "data"), write_vector_data(root / "data")
 
 

@@ -61,7 +61,9 @@ def subprocess_env(cache_dir: pathlib.Path, devices: int = 1, **extra: str) -> d
         "GEDL_OFFLINE": "1",
         "GEDL_CACHE_DIR": str(cache_dir),
         "JAX_DISABLE_MOST_OPTIMIZATIONS": "1",
-        "PYTHONPATH": str(REPO),
+        # the repository first; what the caller had on PYTHONPATH (packages installed with
+        # --target, say) stays reachable
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
         "PYTHONWARNINGS": "ignore",
     })
     env.pop("GEDL_DATA_DIR", None)
