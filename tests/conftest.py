@@ -6,7 +6,10 @@
 - Tests marked `network` reach the real dataset URLs; they are skipped unless pytest runs with
   `--run-network`. Tests marked `extended` are the rest of a preset x network matrix whose
   representative cases run by default (every preset on VGG16 / ResNet-18, every user network
-  with every method); they run with `--run-extended` (or GEDL_RUN_EXTENDED=1).
+  with every method); they run with `--run-extended` (or GEDL_RUN_EXTENDED=1). Tests marked
+  `notebooks` execute a notebook top to bottom in its smoke setting (about 5 CPU-minutes for
+  the four); they run with `--run-notebooks` (or GEDL_RUN_NOTEBOOKS=1), as CI does in its own
+  step after the default suite.
 - Every test runs with `jax_numpy_rank_promotion="raise"`: a (B,) vs (B, K) broadcasting slip
   raises instead of silently broadcasting. A test that must allow it is marked
   `allow_rank_promotion`.
@@ -53,6 +56,10 @@ def pytest_addoption(parser):
                      help="also run the tests marked `extended`: the full preset x network "
                           "matrices whose representative cases the default suite runs "
                           "(also GEDL_RUN_EXTENDED=1)")
+    parser.addoption("--run-notebooks", action="store_true",
+                     default=os.environ.get("GEDL_RUN_NOTEBOOKS", "") == "1",
+                     help="also execute the notebooks (tests marked `notebooks`; CI runs them "
+                          "in a step of their own; also GEDL_RUN_NOTEBOOKS=1)")
 
 
 def pytest_configure(config):
@@ -67,6 +74,9 @@ def pytest_collection_modifyitems(config, items):
     if not config.getoption("--run-extended"):
         skips["extended"] = pytest.mark.skip(
             reason="a case of an extended matrix: run with --run-extended")
+    if not config.getoption("--run-notebooks"):
+        skips["notebooks"] = pytest.mark.skip(
+            reason="executes a notebook (minutes): run with --run-notebooks")
     for item in items:
         for marker, skip in skips.items():
             if marker in item.keywords:

@@ -123,6 +123,7 @@ def kernel_env(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.notebooks
 @pytest.mark.parametrize("name", NAMES)
 def test_notebook_runs(name, tmp_path, kernel_env):
     """Every cell of the notebook runs without an error in the smoke setting (a failing cell
