@@ -3,10 +3,11 @@
 Every text file git tracks (`git ls-files`: committed or staged, as it is in the working tree) is
 read, and the test fails naming `file:line` for:
 
-(a) **An absolute machine path**: a string starting with /tmp/, /work/, /home/, /root/ or /Users/
-    that is not the tail of a longer path or URL. Use an environment variable
-    (`$GEDL_DATA_DIR`, `$TORCH_PYTHON`), a required argument, a placeholder (`PATH/TO/...`,
-    `DATA_DIR`, `RUNS_DIR`) or a path relative to the repository (`--workdir=runs/quick`).
+(a) **An absolute machine path**: a string starting with a slash, one of the folder names in
+    `MACHINE_ROOTS` and a slash, that is not the tail of a longer path or URL. Use an
+    environment variable (`$GEDL_DATA_DIR`, `$TORCH_PYTHON`), a required argument, a
+    placeholder (`PATH/TO/...`, `DATA_DIR`, `RUNS_DIR`) or a path relative to the repository
+    (`--workdir=runs/quick`).
 (b) **A reference to a file the repository does not hold**:
     1. the team's private notes, which users do not have (the Markdown notes named in
        `NOTE_STEMS`, any note under a `spec` folder, and the shared folder beside the checkout;
@@ -53,7 +54,12 @@ SELF = "tests/test_repository_hygiene.py"
 # {file: {the exact text the checks report}}: known references to be fixed elsewhere.
 PENDING: dict[str, set[str]] = {}
 
-ABSOLUTE_PATH = re.compile(r"(?<![\w.~}$-])/(?:tmp|work|home|root|Users)/[^\s`'\")\]]*")
+# The top-level folders that make a path machine-specific. This file spells no such path out:
+# its planted examples are built from these names (`_machine_path`), so that it passes its own
+# rule and any other scanner for machine paths.
+MACHINE_ROOTS = ("tmp", "work", "home", "root", "Users")
+ABSOLUTE_PATH = re.compile(r"(?<![\w.~}$-])/(?:" + "|".join(MACHINE_ROOTS)
+                           + r")/[^\s`'\")\]]*")
 # The private notes' file stems and the shared folder's name, joined into patterns below (so
 # that this file names no file outside the repository itself).
 NOTE_STEMS = ("variants", "platform", "ecosystem", "architecture_review", "style")
@@ -207,19 +213,28 @@ def test_no_machine_paths_and_no_references_to_files_the_repository_lacks(checko
     assert not unexpected + stale, "\n".join(unexpected + stale)
 
 
+def _machine_path(root: str, *rest: str) -> str:
+    """An absolute path under one of `MACHINE_ROOTS`, for the planted examples."""
+    assert root in MACHINE_ROOTS
+    return "/" + "/".join((root, *rest))
+
+
 def test_the_checks_catch_what_they_are_for(tmp_path):
     """Each rule fires on a planted example and stays quiet on the allowed forms."""
+    tmp_data = _machine_path("tmp", "data")
+    work_data = _machine_path("work", "data")
+    home_venv = _machine_path("home", "me", "venv")
     files = ["docs/a.md", "docs/results/run/results.md", "docs/results/run/README.md",
              "bin/tool.py", "benchmarks/x.py"]
     planted = {
-        "docs/a.md": ("data in /tmp/data\n"                      # (a)
+        "docs/a.md": (f"data in {tmp_data}\n"                    # (a)
                       f"see {NOTE_STEMS[0]}.md 9.2 and ../{SHARED}/data\n"  # (b1) twice
                       "[b](missing.md) [c](a.md) [d](https://x.org/tmp/y) [e](#anchor)\n"
                       "`bin/gone.py` and `benchmarks/x.py` and `python -m benchmarks.y`\n"
                       "write `--out=docs/results/new.json`, `docs/*.md`, `bin/${X}`\n"
                       "~/runs and $HOME/work/x and runs/tmp/x are not absolute\n"),
-        "docs/results/run/results.md": "Command: --data_dir=/work/data\n",   # recorded: exempt
-        "docs/results/run/README.md": "run with /home/me/venv\n",           # by hand: checked
+        "docs/results/run/results.md": f"Command: --data_dir={work_data}\n",   # recorded: exempt
+        "docs/results/run/README.md": f"run with {home_venv}\n",            # by hand: checked
         "bin/tool.py": "", "benchmarks/x.py": "",
     }
     for name, text in planted.items():
@@ -227,11 +242,11 @@ def test_the_checks_catch_what_they_are_for(tmp_path):
         (tmp_path / name).write_text(text)
     found = {(path, number, text) for path, number, text, _ in violations(files, tmp_path)}
     assert found == {
-        ("docs/a.md", 1, "/tmp/data"),
+        ("docs/a.md", 1, tmp_data),
         ("docs/a.md", 2, f"{NOTE_STEMS[0]}.md"),
         ("docs/a.md", 2, f"../{SHARED}"),
         ("docs/a.md", 3, "missing.md"),
         ("docs/a.md", 4, "bin/gone.py"),
         ("docs/a.md", 4, "benchmarks.y"),
-        ("docs/results/run/README.md", 1, "/home/me/venv"),
+        ("docs/results/run/README.md", 1, home_venv),
     }, found
