@@ -5,6 +5,7 @@ import json
 import pathlib
 import subprocess
 import sys
+import warnings
 
 import chex
 import jax
@@ -435,6 +436,21 @@ def _assert_png(path):
     path = pathlib.Path(path)
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 2000
+
+
+def test_the_uncertainty_study_of_a_collapsed_model_plots_without_a_warning(tmp_path):
+    """A model collapsed to the prior (alpha = 1 everywhere: S = K) has constant measures: the
+    legend's rho is nan, and no SciPy warning interrupts the evaluation's output."""
+    alpha = np.ones((50, 10), np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _assert_png(plots.distributional_uncertainty_study(alpha, np.float32(10.0),
+                                                           tmp_path / "collapsed.png"))
+    assert np.isnan(plots._spearman(np.ones(5), np.arange(5.0)))
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=20)
+    np.testing.assert_allclose(plots._spearman(x, x ** 3), 1.0)
+    np.testing.assert_allclose(plots._spearman(x, -x), -1.0)
 
 
 def test_plots_write_pngs(tmp_path, synthetic_outputs):

@@ -110,6 +110,15 @@ def score_histograms(id_scores: Any, ood_scores: Mapping[str, Any], path: str | 
     return _save(fig, path)
 
 
+def _spearman(x_N: np.ndarray, y_N: np.ndarray) -> float:
+    """Spearman's rho, nan where it is undefined: fewer than 2 examples, or a constant input
+    (a run collapsed to the prior has S = K everywhere). SciPy returns nan there too, but warns
+    with a traceback-like line in the middle of an evaluation's output."""
+    if x_N.size < 2 or np.ptp(x_N) == 0 or np.ptp(y_N) == 0:
+        return float("nan")
+    return float(stats.spearmanr(x_N, y_N).statistic)
+
+
 def distributional_uncertainty_study(alpha_NxK: Any, prior_strength_N: Any, path: str | Path,
                                      mask_N: Any = None, max_points: int = 4000, seed: int = 0,
                                      title: str | None = None) -> Path:
@@ -138,7 +147,7 @@ def distributional_uncertainty_study(alpha_NxK: Any, prior_strength_N: Any, path
     ax_rank, ax_value = axes[0, 0], axes[0, 1]
     rank_s = stats.rankdata(log_s) / n
     for name in names:
-        rho = stats.spearmanr(m[name], log_s).statistic if n > 1 else float("nan")
+        rho = _spearman(m[name], log_s)
         label = f"{_MEASURE_LABELS[name]} (rho={rho:+.3f})"
         kw = dict(s=4, alpha=0.5, color=_MEASURE_COLORS[name], label=label, rasterized=True,
                   zorder=3 if name == "u" else 2)   # u on top: it is the thinnest curve
