@@ -25,23 +25,40 @@
   from run to run in the last bits; the tests that compare a resumed run with an uninterrupted
   one need bit-reproducible kernels, so `--xla_gpu_deterministic_ops=true` is added to
   $XLA_FLAGS before jax starts (ignored on a CPU).
+- Compiled programs go to a persistent compilation cache shared by the run's processes (the
+  pytest workers and the training subprocesses they start; removed when the run ends): a
+  resumed run, a re-evaluation or a second test of the same preset loads the executable
+  instead of compiling it again. The executable is the one XLA built for the same program, so
+  results are unchanged; the one test that times a compile opts out.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import socket
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
+_CACHE_VAR = "JAX_COMPILATION_CACHE_DIR"
+if _CACHE_VAR not in os.environ:
+    # Set here, in the process that starts the pytest workers (they inherit it), and removed by
+    # this process alone when it exits.
+    os.environ[_CACHE_VAR] = tempfile.mkdtemp(prefix="gedl_jax_tests_xla_cache_")
+    atexit.register(shutil.rmtree, os.environ[_CACHE_VAR], ignore_errors=True)
+# every program, not only those that compile for over a second (the default threshold)
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 if "xla_gpu_deterministic_ops" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = " ".join(
         filter(None, [os.environ.get("XLA_FLAGS"), "--xla_gpu_deterministic_ops=true"]))
 
 import jax  # noqa: E402  (after XLA_FLAGS: the flags are read when the backend starts)
-import pytest
-from data_fixtures import GeneratedData, write_generated_data
+import pytest  # noqa: E402
+from data_fixtures import GeneratedData, write_generated_data  # noqa: E402
 
 if str(Path(__file__).resolve().parents[1]) not in sys.path:
     sys.path.append(str(Path(__file__).resolve().parents[1]))

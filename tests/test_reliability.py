@@ -404,6 +404,7 @@ def test_sigterm_while_compiling_stops_within_seconds(tmp_path):
     data = write_tiny_mnist(tmp_path / "data")
     env = subprocess_env(tmp_path / "cli_cache")
     env.pop("JAX_DISABLE_MOST_OPTIMIZATIONS")   # a real compile: seconds long
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)  # compiled here, not loaded from the tests' cache
     proc = subprocess.Popen(
         [sys.executable, "-u", "-m", "gedl_jax.train", f"--workdir={tmp_path}/w",
          "--config=configs/mnist.py:gedl", f"--config.data_dir={data}",

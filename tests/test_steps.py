@@ -4,6 +4,7 @@ The scripts are tests/multidevice/*.py (a fresh process each: the device count m
 before JAX initialises).
 """
 
+import pytest
 from multidevice import run_script
 
 
@@ -11,7 +12,11 @@ def test_data_parallel_step_equals_single_device():
     run_script("data_parallel_step.py", devices=4)
 
 
-def test_multi_seed_step_equals_each_seed_alone():
+@pytest.mark.parametrize("model", [
+    "small", pytest.param("vgg16", marks=[pytest.mark.slow, pytest.mark.extended])])
+def test_multi_seed_step_equals_each_seed_alone(model):
     """vmap over seeds inside shard_map (4 devices): each seed's batch, normalisation,
-    augmentation, dropout, synchronised batch-norm statistics and update equal its own step."""
-    run_script("multi_seed_step.py", devices=4)
+    augmentation, dropout, synchronised batch-norm statistics and update equal its own step.
+    A small network with all of these by default; the CIFAR VGG16-bn (2.5 CPU-minutes in
+    float64) with --run-extended."""
+    assert f"OK {model}" in run_script("multi_seed_step.py", devices=4, args=(model,))

@@ -26,9 +26,11 @@ def multidevice_env(devices: int) -> dict[str, str]:
     return env
 
 
-def run_script(script: str, devices: int = 4, timeout: float = 600) -> str:
-    """Run tests/multidevice/<script> on `devices` fake CPU devices; returns its stdout."""
-    proc = subprocess.run([sys.executable, str(HERE / script)], cwd=REPO,
+def run_script(script: str, devices: int = 4, timeout: float = 600, args: tuple[str, ...] = ()
+               ) -> str:
+    """Run tests/multidevice/<script> [args] on `devices` fake CPU devices; returns its
+    stdout."""
+    proc = subprocess.run([sys.executable, str(HERE / script), *args], cwd=REPO,
                           env=multidevice_env(devices), capture_output=True, text=True,
                           timeout=timeout)
     assert proc.returncode == 0, f"{script}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"

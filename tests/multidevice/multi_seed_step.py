@@ -1,6 +1,10 @@
 """vmap over seeds inside shard_map (4 fake CPU devices): each seed's batch, normalisation,
 augmentation, dropout, synchronised batch-norm statistics and update equal its own step.
 
+The network: `small` (the default suite's: one conv, synchronised batch norm, dropout, a Dense
+head; every mechanism above, compiled in seconds) or `vgg16` (the CIFAR protocol's VGG16-bn,
+about 2.5 CPU-minutes in float64: `pytest --run-extended`), given as the first argument.
+
 float64 model: in float32 the two programs differ by rounding that a VGG16 on a few images
 amplifies (measured: float32 single-seed and vmapped steps both stay within ~1e-6 of the
 float64 result). With float64 weights (logits and loss stay float32) they agree to ~1e-8, and a
@@ -8,6 +12,9 @@ real difference (a wrong batch, key, statistic or reduction) moves the parameter
 Run by tests/test_steps.py (tests/multidevice/__init__.py: run_script).
 """
 
+import sys
+
+import flax.linen as nn
 import jax
 
 jax.config.update("jax_enable_x64", True)   # before any array exists
@@ -24,7 +31,34 @@ from gedl_jax.methods.evidential import spec_from_config  # noqa: E402
 from gedl_jax.methods.evidential import Evidential  # noqa: E402
 
 
-def main() -> None:
+class SmallBNDropoutNet(nn.Module):
+    """Conv -> batch norm (statistics over `axis_name`) -> ReLU -> pool -> dropout -> Dense."""
+
+    num_classes: int = 10
+    axis_name: str | None = None
+    dtype: jnp.dtype = jnp.float64
+
+    @nn.compact
+    def __call__(self, x_BxHxWxC: jax.Array, train: bool = False) -> jax.Array:
+        x = nn.Conv(8, (3, 3), dtype=self.dtype, name="conv0")(x_BxHxWxC)
+        x = nn.BatchNorm(use_running_average=not train, momentum=0.9, axis_name=self.axis_name,
+                         dtype=self.dtype, name="bn0")(x)
+        x = nn.avg_pool(nn.relu(x), (4, 4), strides=(4, 4))
+        x = nn.Dropout(0.5, deterministic=not train)(x.reshape(x.shape[0], -1))
+        return nn.Dense(self.num_classes, dtype=self.dtype, name="dense0")(x).astype(jnp.float32)
+
+
+def build_pair(model: str):
+    """(the network trained inside shard_map, the one that predicts) for `model`."""
+    if model == "small":
+        return SmallBNDropoutNet(axis_name=sharding.AXIS), SmallBNDropoutNet()
+    if model == "vgg16":
+        return (models.build_model("vgg16", 10, dtype=jnp.float64, axis_name=sharding.AXIS),
+                models.build_model("vgg16", 10, dtype=jnp.float64))
+    raise SystemExit(f"unknown model {model!r}: small or vgg16")
+
+
+def main(model: str) -> None:
     assert jax.device_count() == 4, jax.devices()
     config = configuration.build_config("cifar10", "gedl")
     spec = spec_from_config(config)
@@ -38,10 +72,8 @@ def main() -> None:
     stds = [tuple(rng.uniform(0.2, 0.3, 3)) for _ in range(seeds)]
     keys = [dict(zip(("augment", "dropout"), jax.random.split(jax.random.PRNGKey(10 + s))))
             for s in range(seeds)]
-    # Batch norm (synchronised over the 4 devices) and dropout.
-    method = Evidential(models.build_model("vgg16", 10, dtype=jnp.float64,
-                                           axis_name=sharding.AXIS),
-                        models.build_model("vgg16", 10, dtype=jnp.float64), 10, spec=spec)
+    # Batch norm (synchronised over the 4 devices) and dropout in both networks.
+    method = Evidential(*build_pair(model), 10, spec=spec)
     tx = optax.sgd(0.05)
 
     def init(s):
@@ -87,8 +119,8 @@ def main() -> None:
         moved = max(float(np.max(np.abs(a - b))) for a, b in
                     zip(jax.tree.leaves(init(s).params), jax.tree.leaves(one.params)))
         assert moved > 1e-2, moved  # the steps really trained
-    print("OK", got_losses[-1])
+    print("OK", model, got_losses[-1])
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1] if len(sys.argv) > 1 else "small")
