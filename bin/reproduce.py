@@ -19,7 +19,8 @@ images) runs on a 2-core CPU in well under an hour for 5 variants x 5 seeds: 3 e
 first 12,000 examples of the training split, 2,000 validation examples. The test and OOD sets are
 always evaluated in full. `--help` lists every study, its run names and every setting.
 
-Each run's workdir keeps its checkpoints and eval_results.json; the script writes `results.md`
+Each run's workdir keeps its checkpoints, eval_results.json and environment.json (the machine,
+versions and commit that started it, and any other that resumed it); the script writes `results.md`
 (tables with mean ± std, the paper's numbers, commit, versions, hardware, seeds, wall time) and
 `results.json` into --out. Runs already complete in --out are reused (the workdir resumes), so an
 interrupted reproduction continues. Bad input (an unknown study, setting or run name, bad seeds,
@@ -156,21 +157,44 @@ def environment_text(env: dict) -> str:
             f"{' (uncommitted changes)' if env['dirty'] else ''}")
 
 
-def record_environment(seed_dir: pathlib.Path, env: dict) -> None:
+def record_environment(seed_dir: pathlib.Path, env: dict, *, continuing: bool = False) -> None:
     """Each run keeps the environment that trained it (environment.json), so a table made later,
-    on another machine, from reused runs still says where its numbers were computed."""
+    on another machine, from reused runs still says where its numbers were computed.
+
+    Called before a run trains (`continuing=True`): the first machine is recorded when the run
+    starts, and a different machine that resumes it later is appended to "resumed_on" (a run
+    preempted on a GPU and finished on a CPU names both). An existing record is never replaced.
+    """
     path = seed_dir / "environment.json"
-    if seed_dir.is_dir() and not path.exists():
+    if not seed_dir.is_dir():
+        return
+    if not path.exists():
         files.write_text(path, json.dumps(env, indent=2) + "\n")
+        return
+    if not continuing:
+        return
+    recorded = json.loads(path.read_text())
+    machines = [{k: v for k, v in recorded.items() if k != "resumed_on"},
+                *recorded.get("resumed_on", [])]
+    if machines[-1] != env:
+        recorded["resumed_on"] = [*recorded.get("resumed_on", []), env]
+        files.write_text(path, json.dumps(recorded, indent=2) + "\n")
 
 
 def trained_on(run_dirs: list[pathlib.Path]) -> list[str]:
-    """'<environment> (N runs)' for each distinct recorded environment of `run_dirs`."""
+    """'<environment> (N runs)' for each distinct recorded environment of `run_dirs` (with the
+    machines that resumed a run, if any)."""
     counts: dict[str, int] = {}
     for d in run_dirs:
         path = d / "environment.json"
-        text = (environment_text(json.loads(path.read_text())) if path.exists()
-                else "not recorded (runs trained before environment.json existed)")
+        if path.exists():
+            recorded = json.loads(path.read_text())
+            text = environment_text(recorded)
+            if recorded.get("resumed_on"):
+                text += "; resumed on " + "; then ".join(
+                    environment_text(e) for e in recorded["resumed_on"])
+        else:
+            text = "not recorded (runs trained before environment.json existed)"
         counts[text] = counts.get(text, 0) + 1
     return [f"{text} ({n} run{'s' if n > 1 else ''})" for text, n in counts.items()]
 
@@ -346,6 +370,9 @@ def _main(args: argparse.Namespace, argv) -> int:
     for name, c in configs:
         run_dir = out / "runs" / name
         pending = [s for s in seeds if not (run_dir / f"seed_{s}" / "eval_results.json").exists()]
+        for seed in pending:   # the machine that starts (or resumes) each run, before it trains
+            (run_dir / f"seed_{seed}").mkdir(parents=True, exist_ok=True)
+            record_environment(run_dir / f"seed_{seed}", env, continuing=True)
         if c.ensemble_size:   # each seed: N members trained, scored as one model
             for seed in pending:
                 print(f"=== {name} seed {seed} ===", flush=True)
@@ -362,8 +389,6 @@ def _main(args: argparse.Namespace, argv) -> int:
                 seeded.seed = seed
                 train.train_and_evaluate(seeded, run_dir / f"seed_{seed}")
         num_runs += len(seeds)
-        for seed in pending:
-            record_environment(run_dir / f"seed_{seed}", env)
         for seed in seeds:
             result = json.loads((run_dir / f"seed_{seed}" / "eval_results.json").read_text())
             result["variant"] = name

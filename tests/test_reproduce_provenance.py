@@ -43,6 +43,26 @@ def test_each_run_keeps_its_environment_and_the_table_lists_them(tmp_path):
     ]
 
 
+def test_a_run_resumed_on_another_machine_names_both(tmp_path):
+    """Recorded when the run starts; a different machine that resumes it is appended (once per
+    change of machine), and the table names the first machine and each one that resumed it."""
+    reproduce = _reproduce()
+    run = tmp_path / "runs" / "gedl" / "seed_0"
+    run.mkdir(parents=True)
+    reproduce.record_environment(run, ENV_GPU, continuing=True)    # started on the GPU
+    reproduce.record_environment(run, ENV_GPU, continuing=True)    # resumed there: no entry
+    reproduce.record_environment(run, ENV_CPU, continuing=True)    # preempted, resumed on a CPU
+    reproduce.record_environment(run, ENV_CPU, continuing=True)
+    recorded = json.loads((run / "environment.json").read_text())
+    assert recorded["resumed_on"] == [ENV_CPU]
+    assert {k: v for k, v in recorded.items() if k != "resumed_on"} == ENV_GPU
+    assert reproduce.trained_on([run]) == [
+        "NVIDIA H100 80GB HBM3 x1, 16 CPU cores (x86_64); Python 3.12.3, jax 0.11.2, "
+        "flax 0.12.10, optax 0.2.8; commit abc1234; resumed on cpu x1, 2 CPU cores (x86_64); "
+        "Python 3.12.3, jax 0.11.2, flax 0.12.10, optax 0.2.8; commit def5678 (uncommitted "
+        "changes) (1 run)"]
+
+
 def test_a_seed_at_chance_level_is_named_under_the_table():
     reproduce = _reproduce()
     def result(seed, accuracy):
