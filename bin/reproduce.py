@@ -174,10 +174,11 @@ def record_environment(seed_dir: pathlib.Path, env: dict, *, continuing: bool = 
     if not continuing:
         return
     recorded = json.loads(path.read_text())
-    machines = [{k: v for k, v in recorded.items() if k != "resumed_on"},
-                *recorded.get("resumed_on", [])]
-    if machines[-1] != env:
-        recorded["resumed_on"] = [*recorded.get("resumed_on", []), env]
+    resumed_on = recorded.get("resumed_on", [])
+    last = resumed_on[-1] if resumed_on else {k: v for k, v in recorded.items()
+                                              if k != "resumed_on"}
+    if last != env:
+        recorded["resumed_on"] = [*resumed_on, env]
         files.write_text(path, json.dumps(recorded, indent=2) + "\n")
 
 
