@@ -3,8 +3,9 @@ in a temporary registry and evaluated again, and its results must equal the run'
 eval_results.json exactly (all but `export.PATH_RESULT_KEYS`: "workdir" and "plots", which
 name paths); the file's bytes are deterministic; `load(...).predict` scores like the evaluation;
 clear errors (unknown name, checksum, not a model file); a model that is not shipped is fetched
-from a loopback server (its url, or the mirror) and refused offline; the shipped `mnist/gedl`
-verifies and carries its committed results, and (with the real data) evaluates to them.
+from a loopback server (its url, or the mirror) and refused offline; every shipped model
+verifies and carries its committed results, and (with the real data) evaluates to them:
+`mnist/gedl` by default, the others with --run-extended.
 """
 
 from __future__ import annotations
@@ -229,12 +230,46 @@ def test_the_shipped_models_verify_and_carry_their_committed_results():
     for name, entry in models.items():
         path = registry.PACKAGE_REGISTRY.parent / entry["file"]
         assert hashlib.sha256(path.read_bytes()).hexdigest() == entry["sha256"], name
+        assert path.stat().st_size == entry["size"], name
         assert not any(str(v).startswith(("/", "~")) for v in entry.values()), name
-    model = pretrained.load("mnist/gedl")
-    assert model.metadata["source"]["checkpoint"] == "best"
-    if COMMITTED.is_file():   # a checkout (an installed wheel has no docs/)
-        assert model.eval_results == _comparable(json.loads(COMMITTED.read_text()))
-        assert models["mnist/gedl"]["headline"] == export.headline(model.eval_results)
+        model = pretrained.load(name)
+        assert model.metadata["source"]["checkpoint"] == "best", name
+        assert model.config.variant == entry["variant"] and model.config.seed == entry["seed"]
+        assert entry["headline"] == export.headline(model.eval_results), name
+        committed = REPO / entry["results_dir"] / "eval_results.json"
+        if (REPO / "docs").is_dir():   # a checkout (an installed wheel has no docs/)
+            assert model.eval_results == _comparable(json.loads(committed.read_text())), name
+
+
+def test_the_documented_table_is_the_registry():
+    """docs/pretrained.md holds `python -m gedl_jax.pretrained list --markdown`'s output."""
+    doc = REPO / "docs" / "pretrained.md"
+    if not doc.is_file():
+        pytest.skip("an installed wheel has no docs/")
+    text = doc.read_text()
+    start = text.index("list --markdown` (a test keeps them equal) -->\n")
+    table = text[text.index("\n", start) + 1:text.index("\n<!-- end of the generated table")]
+    assert table == pretrained.markdown_table(), (
+        "docs/pretrained.md's table is not the registry's: paste the output of "
+        "`python -m gedl_jax.pretrained list --markdown` between its markers")
+
+
+def test_the_markdown_table_has_a_table_per_dataset_with_its_ood_columns(tmp_path):
+    reg = tmp_path / "registry.json"
+    registry.write_entry(reg, "mnist/x", {"dataset": "mnist", "setting": "long (20 epochs)",
+                                          "checkpoint": "best checkpoint, step 9 (epoch 3, "
+                                          "validation accuracy 99.00%)", "hardware": "cpu x1",
+                                          "headline": {"accuracy": 99.0, "conf_mp": 98.0,
+                                                       "fashion_mnist_mp": 97.0,
+                                                       "kmnist_mp": 96.0, "kmnist_um": 95.0}})
+    registry.write_entry(reg, "cifar10/y", {"dataset": "cifar10", "headline": {
+        "accuracy": 90.0, "svhn_mp": 80.0, "svhn_um": 81.0, "cifar100_mp": 70.0}})
+    mnist_table, cifar_table = pretrained.markdown_table(reg).split("\n\n")[::-1]
+    assert "| Acc | Conf. MP | KMNIST MP / UM | FMNIST MP / UM | results |" in mnist_table
+    assert ("| `mnist/x` | long | epoch 3 (val. 99.00%) | cpu x1 | 99.00 | 98.00 | 96.00 / 95.00 "
+            "| 97.00 / - | - |") in mnist_table
+    assert "| Acc | SVHN MP / UM | CIFAR-100 MP / UM | results |" in cifar_table
+    assert "| 90.00 | 80.00 / 81.00 | 70.00 / - | - |" in cifar_table
 
 
 @pytest.mark.slow
@@ -252,6 +287,23 @@ def test_evaluate_pretrained_mnist_gedl_prints_the_committed_numbers(tmp_path):
     assert "| gedl | 99.41 | 99.93 | 91.34 | 90.15 | 98.86 | 96.49 |" in proc.stdout
     written = json.loads((tmp_path / "eval_results.json").read_text())
     assert _missing_or_different(_comparable(json.loads(COMMITTED.read_text())), written) == []
+
+
+@pytest.mark.extended
+@pytest.mark.skipif(not (REAL_DATA_DIR and (pathlib.Path(REAL_DATA_DIR) / "kmnist").is_dir()),
+                    reason="needs the real MNIST, KMNIST and Fashion-MNIST test sets "
+                           "($GEDL_DATA_DIR)")
+@pytest.mark.parametrize("name", sorted(n for n in pretrained.available() if n != "mnist/gedl"))
+def test_every_shipped_model_evaluates_to_its_committed_results(name, tmp_path):
+    """As the mnist/gedl test above, for the other shipped models (about 25 s each)."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "GEDL_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "gedl_jax.evaluate", f"--pretrained={name}",
+                           f"--out={tmp_path}"], capture_output=True, text=True, env=env,
+                          cwd=REPO, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    committed = REPO / pretrained.available()[name]["results_dir"] / "eval_results.json"
+    written = json.loads((tmp_path / "eval_results.json").read_text())
+    assert _missing_or_different(_comparable(json.loads(committed.read_text())), written) == []
 
 
 def _missing_or_different(committed, new, where: str = "") -> list[str]:

@@ -4,7 +4,7 @@
         --out=gedl_jax/pretrained/mnist_gedl.msgpack --register \
         --setting="long (...)" --commit=c0b3e04 --versions="..." --hardware="..." \
         --wall_time="77.5 min" --results_dir=docs/results/...
-    python -m gedl_jax.pretrained list
+    python -m gedl_jax.pretrained list [--markdown]
 
 `--register` adds the entry to the registry beside the file (`--registry=PATH`, default the
 registry.json in the file's folder) and prints it; the file is written with sorted keys, so the
@@ -41,6 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     listing = sub.add_parser("list", help="the registered models")
     listing.add_argument("--registry", default=None, help="registry JSON (default: the "
                          "package's, or $GEDL_PRETRAINED_REGISTRY)")
+    listing.add_argument("--markdown", action="store_true", help="as Markdown tables, one per "
+                         "dataset (the table of docs/pretrained.md)")
     return parser
 
 
@@ -51,7 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         if args.command == "list":
-            print(pretrained.list_table(args.registry))
+            print(pretrained.markdown_table(args.registry) if args.markdown
+                  else pretrained.list_table(args.registry))
             return 0
         out = pathlib.Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,153 @@
+#!/usr/bin/env python
+"""Export one seed of a study's runs as pretrained models, each evaluated on this machine.
+
+    python bin/export_pretrained.py --study=OUT --variants=edl,iedl --setting=long \
+        --results_dir=docs/results/mnist_long/pretrained
+
+OUT is a `bin/reproduce.py --out` folder (runs/<variant>/seed_<s>/). For each variant, the run's
+best checkpoint is
+1. evaluated here (`python -m gedl_jax.evaluate --workdir=...`): a model trained on a GPU scores a
+   little differently on a CPU, and the numbers a model file carries must be the ones
+   `--pretrained=NAME` prints on the machines users evaluate it on. The evaluation (without its
+   machine paths) goes to RESULTS_DIR/<variant>_seed<s>/, with how far it is from the run's own;
+2. exported to gedl_jax/pretrained/<dataset>_<variant><suffix>.msgpack and registered as
+   <dataset>/<variant><suffix>, with the run's commit, versions and hardware (its
+   environment.json), its training time (from its metrics.jsonl) and the setting.
+
+Exporting the same checkpoint again writes the same bytes. A run that is not finished (no
+eval_results.json) is refused, as are deep ensembles (`gedl_jax.pretrained.export`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+SETTINGS = {
+    "long": "long (the whole training split, 20 epochs; bin/reproduce.py --setting=long)",
+    "paper": "paper (the paper's implementation details: the whole training split, 200 epochs, "
+             "cosine, batch 128; bin/reproduce.py --setting=paper)",
+}
+
+
+def numeric_leaves(tree, path: str = ""):
+    """{path: value} of every number in a results tree."""
+    if isinstance(tree, dict):
+        return {p: v for k, sub in tree.items()
+                for p, v in numeric_leaves(sub, f"{path}/{k}").items()}
+    if isinstance(tree, list):
+        return {p: v for i, sub in enumerate(tree)
+                for p, v in numeric_leaves(sub, f"{path}[{i}]").items()}
+    if isinstance(tree, (int, float)) and not isinstance(tree, bool):
+        return {path: float(tree)}
+    return {}
+
+
+def difference_text(own: dict, here: dict, headline_own: dict, headline_here: dict) -> str:
+    """How this machine's evaluation compares with the run's own, in words."""
+    a, b = numeric_leaves(own), numeric_leaves(here)
+    common = set(a) & set(b)
+    if all(a[k] == b[k] for k in common):
+        return f"identical to the run's own evaluation ({len(common)} numbers)"
+    relative = max(abs(a[k] - b[k]) / max(1.0, abs(a[k])) for k in common)
+    head = max(abs(headline_own[k] - headline_here[k]) for k in headline_own)
+    heads = ("the same headline numbers" if head == 0
+             else f"headline numbers within {head:.2f} points")
+    return (f"the run's own evaluation gives {heads}, every number within {relative:.1e} "
+            f"(relative where above 1)")
+
+
+def training_minutes(metrics: pathlib.Path) -> float | None:
+    """Minutes from the first to the last logged line of a run's metrics.jsonl."""
+    times = [json.loads(line)["time"] for line in metrics.read_text().splitlines()
+             if line.strip() and "time" in json.loads(line)]
+    return (times[-1] - times[0]) / 60 if len(times) > 1 else None
+
+
+def environment_fields(run: pathlib.Path) -> dict[str, str]:
+    env = json.loads((run / "environment.json").read_text())
+    fields = {"commit": env["commit"] + (" (uncommitted changes)" if env.get("dirty") else ""),
+              "versions": f"Python {env['python']}, jax {env['jax']}, flax {env['flax']}, "
+                          f"optax {env['optax']}",
+              "hardware": f"{env['device']} x{env['device_count']}, {env['cpu_count']} CPU cores "
+                          f"({env['machine']})"}
+    for later in env.get("resumed_on", []):
+        fields["hardware"] += (f"; resumed on {later['device']} x{later['device_count']} "
+                               f"(jax {later['jax']}, commit {later['commit']})")
+    return fields
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--study", required=True, help="a bin/reproduce.py --out folder")
+    p.add_argument("--variants", required=True, help="comma-separated, e.g. edl,iedl")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--setting", required=True, choices=sorted(SETTINGS))
+    p.add_argument("--suffix", default="", help="appended to the name, e.g. _paper")
+    p.add_argument("--results_dir", required=True, help="where each evaluation is kept")
+    p.add_argument("--wall_time_note", default="", help="appended to the training time")
+    args = p.parse_args(argv)
+
+    sys.path.insert(0, str(REPO))
+    from gedl_jax.pretrained import export, registry  # noqa: PLC0415
+
+    results_root = pathlib.Path(args.results_dir)
+    for variant in args.variants.split(","):
+        run = pathlib.Path(args.study) / "runs" / variant / f"seed_{args.seed}"
+        own_path = run / "eval_results.json"
+        if not own_path.is_file():
+            print(f"{variant}: {run} has no eval_results.json (not finished); skipped")
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            proc = subprocess.run([sys.executable, "-m", "gedl_jax.evaluate", f"--workdir={run}",
+                                   f"--out={tmp}"], capture_output=True, text=True, cwd=REPO,
+                                  env={**os.environ, "GEDL_OFFLINE": "1"})
+            if proc.returncode:
+                print(proc.stderr[-3000:], file=sys.stderr)
+                return 1
+            here = export.portable_results(
+                json.loads((pathlib.Path(tmp) / "eval_results.json").read_text()))
+        kept = results_root / f"{variant}_seed{args.seed}"
+        kept.mkdir(parents=True, exist_ok=True)
+        (kept / "eval_results.json").write_text(json.dumps(here, indent=2) + "\n")
+        own = export.portable_results(json.loads(own_path.read_text()))
+        evaluation_note = difference_text(own, here, export.headline(own), export.headline(here))
+
+        dataset = json.loads((run / "config.json").read_text())["dataset"]
+        name = f"{dataset}/{variant}{args.suffix}"
+        out = REPO / "gedl_jax" / "pretrained" / f"{dataset}_{variant}{args.suffix}.msgpack"
+        entry = export.export_workdir(run, out, results=kept / "eval_results.json")
+        minutes = training_minutes(run / "metrics.jsonl")
+        entry.update(environment_fields(run))
+        entry.update({
+            "setting": SETTINGS[args.setting],
+            "results_dir": kept.resolve().relative_to(REPO).as_posix(),
+            "wall_time": (f"{minutes:.1f} min from the first to the last logged step"
+                          if minutes is not None else "not recorded") + args.wall_time_note,
+            "evaluation": f"evaluated on {export_machine()} at export; {evaluation_note}",
+            "url": "",
+        })
+        registry.write_entry(registry.PACKAGE_REGISTRY, name, entry)
+        print(f"{name}: {entry['size'] / 1e6:.2f} MB, {entry['checkpoint']}; "
+              f"{entry['evaluation']}")
+    return 0
+
+
+def export_machine() -> str:
+    import platform  # noqa: PLC0415
+
+    import jax  # noqa: PLC0415
+
+    dev = jax.devices()[0]
+    return (f"{getattr(dev, 'device_kind', dev.platform)} x{jax.device_count()}, "
+            f"{os.cpu_count()} CPU cores ({platform.machine()}), jax {jax.__version__}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
