@@ -23,7 +23,9 @@ Each run's workdir keeps its checkpoints, eval_results.json and environment.json
 versions and commit that started it, and any other that resumed it); the script writes `results.md`
 (tables with mean ± std, the paper's numbers, commit, versions, hardware, seeds, wall time) and
 `results.json` into --out. Runs already complete in --out are reused (the workdir resumes), so an
-interrupted reproduction continues. Bad input (an unknown study, setting or run name, bad seeds,
+interrupted reproduction continues: SIGTERM or SIGINT (a cluster's preemption, Ctrl-C) stops the
+run in progress at its next step with a checkpoint and exits 75; the same command resumes it.
+Bad input (an unknown study, setting or run name, bad seeds,
 an override that is not a field) is one `error:` line and exit 2, before --out is created.
 """
 
@@ -41,6 +43,7 @@ import time
 import jax
 
 from gedl_jax import cli, configuration, evaluation, files, train
+from gedl_jax.run import preemption
 
 # The paper's numbers (AUPR %, accuracy %): main Table results and Table additional_baselines.
 PAPER = {
@@ -351,7 +354,8 @@ def plan(args: argparse.Namespace) -> tuple[list[int], list[tuple[str, object]]]
 def main(argv=None) -> int:
     """Bad input (an unknown study, setting or run name, bad seeds, an override that is not a
     field) is one `error:` line and exit 2 before anything is written (gedl_jax.cli)."""
-    return cli.run_argparse(_parser(), lambda args: _main(args, argv), argv)
+    return cli.run_argparse(_parser(), lambda args: _main(args, argv), argv, codes=[
+        ((preemption.Preempted, preemption.EvaluationInterrupted), cli.EXIT_INTERRUPTED)])
 
 
 def _main(args: argparse.Namespace, argv) -> int:
@@ -365,6 +369,9 @@ def _main(args: argparse.Namespace, argv) -> int:
     out.mkdir(parents=True, exist_ok=True)
     env = environment()
     print(f"# {env}", flush=True)
+    # A preemption (SIGTERM) or Ctrl-C checkpoints the run in progress and ends the study, as
+    # for `python -m gedl_jax.train`; without this a SIGTERM killed it mid-epoch.
+    preemption.install(prompt=True)
     start = time.time()
     grouped: dict[str, list[dict]] = {}
     num_runs = 0

@@ -1,12 +1,14 @@
 """Interrupted runs. SIGTERM/SIGINT to a real training process save a checkpoint at the next step
 boundary and exit with `EXIT_PREEMPTED` within seconds; SIGKILL at random points leaves the last
 complete checkpoint; a save cut off half-way is ignored. Each time the same command resumes to
-the parameters of an uninterrupted run, bit for bit. Generated data (tests/training_fixtures.py).
+the parameters of an uninterrupted run, bit for bit; so does bin/reproduce.py's study, preempted
+mid-run. Generated data (tests/training_fixtures.py).
 """
 
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import jax
@@ -185,3 +187,40 @@ def test_checkpoint_cut_off_while_written_is_never_used(tmp_path, fast_compile):
     resumed = train.train_and_evaluate(c, workdir)
     assert resumed["steps"] == full["steps"] == 16
     assert_same_tree(jax.device_get(full["state"]), jax.device_get(resumed["state"]))
+
+
+def test_a_reproduction_preempted_mid_run_checkpoints_and_the_same_command_finishes(
+        tmp_path, uninterrupted):
+    """bin/reproduce.py, the long-job driver: SIGTERM in a run's epoch 2 checkpoints it and
+    exits 75 (without it a preempted study lost everything since the last epoch's checkpoint);
+    the same command resumes the run to the uninterrupted run's parameters and writes the
+    table."""
+    data_dir, env, reference = uninterrupted
+    out = tmp_path / "study"
+    fields = {**TINY_FIELDS, **FIELDS, "evaluate_at_end": True}
+    args = [sys.executable, str(REPO / "bin" / "reproduce.py"), "--study=main",
+            "--variants=gedl", "--seeds=0", "--setting=short", f"--data_dir={data_dir}",
+            f"--out={out}", *(f"--override={k}={v}" for k, v in fields.items())]
+    proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_for_line(proc, f"epoch 2/4 step 10/{TOTAL}", timeout=180)
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == preemption.EXIT_PREEMPTED, output
+    assert "preempted (SIGTERM)" in output and "rerun the same command" in output, output
+    workdir = out / "runs" / "gedl" / "seed_0"
+    steps = checkpoint_steps(workdir)
+    assert steps and 10 <= steps[-1] < TOTAL, (steps, output)
+    assert not (workdir / "eval_results.json").exists() and not (out / "results.md").exists()
+
+    rerun = run_to_end(args, env)
+    assert f"resumed from {workdir}/checkpoints/last at step {steps[-1]}" in rerun.stdout
+    assert (out / "results.md").is_file()
+    full, _ = saved_state(reference)
+    resumed, _ = saved_state(workdir)
+    assert int(resumed["step"]) == TOTAL
+    assert_same_tree(full, resumed)
