@@ -8,7 +8,9 @@
                 ($GEDL_DATA_MIRROR: <mirror>/pretrained/<file>) and the offline switch
                 ($GEDL_OFFLINE=1) as for data; into <cache folder>/pretrained/
     dataset, variant, method, setting, seed, checkpoint, commit, versions, hardware, wall_time,
-    results, headline: what the model is and how it was made (see docs/pretrained.md)
+    results_dir, headline: what the model is and how it was made (see docs/pretrained.md)
+    evaluation  (optional) where the evaluation the file carries was computed, when not on the
+                machine that trained it, and how it compares with the run's own
 
 Another registry (e.g. a test's, or a lab's own models) is used with `registry=PATH` or
 $GEDL_PRETRAINED_REGISTRY.
