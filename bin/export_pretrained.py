@@ -10,9 +10,12 @@ best checkpoint is
    little differently on a CPU, and the numbers a model file carries must be the ones
    `--pretrained=NAME` prints on the machines users evaluate it on. The evaluation (without its
    machine paths) goes to RESULTS_DIR/<variant>_seed<s>/, with how far it is from the run's own;
-2. exported to gedl_jax/pretrained/<dataset>_<variant><suffix>.msgpack and registered as
-   <dataset>/<variant><suffix>, with the run's commit, versions and hardware (its
-   environment.json), its training time (from its metrics.jsonl) and the setting.
+2. exported to PACKAGE_DIR/<dataset>_<variant><suffix>.msgpack and registered in
+   PACKAGE_DIR/registry.json as <dataset>/<variant><suffix> (PACKAGE_DIR: gedl_jax/pretrained,
+   the models the package ships, unless --package_dir names another folder, e.g. a lab's own
+   registry), with the run's commit, versions and hardware (its environment.json; "not
+   recorded" for a run without one), its training time (from its metrics.jsonl) and the
+   setting.
 
 Exporting the same checkpoint again writes the same bytes. A run that is not finished (no
 eval_results.json) is refused, as are deep ensembles (`gedl_jax.pretrained.export`).
@@ -29,6 +32,9 @@ import sys
 import tempfile
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+# The evaluation command a model's numbers come from: the one users run (tests put the
+# generated-data launcher tests/fixture_cli.py before the module name).
+EVALUATE = (sys.executable, "-m", "gedl_jax.evaluate")
 SETTINGS = {
     "long": "long (the whole training split, 20 epochs; bin/reproduce.py --setting=long)",
     "paper": "paper (the paper's implementation details: the whole training split, 200 epochs, "
@@ -71,6 +77,10 @@ def training_minutes(metrics: pathlib.Path) -> float | None:
 
 
 def environment_fields(run: pathlib.Path) -> dict[str, str]:
+    """commit, versions and hardware from the run's environment.json, which
+    `bin/reproduce.py` writes; "not recorded" for a run without one (e.g. `gedl_jax.train`'s)."""
+    if not (run / "environment.json").is_file():
+        return dict.fromkeys(("commit", "versions", "hardware"), "not recorded")
     env = json.loads((run / "environment.json").read_text())
     fields = {"commit": env["commit"] + (" (uncommitted changes)" if env.get("dirty") else ""),
               "versions": f"Python {env['python']}, jax {env['jax']}, flax {env['flax']}, "
@@ -92,12 +102,17 @@ def main(argv=None) -> int:
     p.add_argument("--suffix", default="", help="appended to the name, e.g. _paper")
     p.add_argument("--results_dir", required=True, help="where each evaluation is kept")
     p.add_argument("--wall_time_note", default="", help="appended to the training time")
+    p.add_argument("--package_dir", default=str(REPO / "gedl_jax" / "pretrained"),
+                   help="where the model files and their registry.json go (default: the "
+                        "package's, i.e. the models gedl-jax ships)")
     args = p.parse_args(argv)
 
     sys.path.insert(0, str(REPO))
     from gedl_jax.pretrained import export, registry  # noqa: PLC0415
 
     results_root = pathlib.Path(args.results_dir)
+    package_dir = pathlib.Path(args.package_dir)
+    package_dir.mkdir(parents=True, exist_ok=True)
     for variant in args.variants.split(","):
         run = pathlib.Path(args.study) / "runs" / variant / f"seed_{args.seed}"
         own_path = run / "eval_results.json"
@@ -105,8 +120,8 @@ def main(argv=None) -> int:
             print(f"{variant}: {run} has no eval_results.json (not finished); skipped")
             continue
         with tempfile.TemporaryDirectory() as tmp:
-            proc = subprocess.run([sys.executable, "-m", "gedl_jax.evaluate", f"--workdir={run}",
-                                   f"--out={tmp}"], capture_output=True, text=True, cwd=REPO,
+            proc = subprocess.run([*EVALUATE, f"--workdir={run}", f"--out={tmp}"],
+                                  capture_output=True, text=True, cwd=REPO,
                                   env={**os.environ, "GEDL_OFFLINE": "1"})
             if proc.returncode:
                 print(proc.stderr[-3000:], file=sys.stderr)
@@ -121,22 +136,31 @@ def main(argv=None) -> int:
 
         dataset = json.loads((run / "config.json").read_text())["dataset"]
         name = f"{dataset}/{variant}{args.suffix}"
-        out = REPO / "gedl_jax" / "pretrained" / f"{dataset}_{variant}{args.suffix}.msgpack"
+        out = package_dir / f"{dataset}_{variant}{args.suffix}.msgpack"
         entry = export.export_workdir(run, out, results=kept / "eval_results.json")
-        minutes = training_minutes(run / "metrics.jsonl")
+        minutes = (training_minutes(run / "metrics.jsonl")
+                   if (run / "metrics.jsonl").is_file() else None)
         entry.update(environment_fields(run))
         entry.update({
             "setting": SETTINGS[args.setting],
-            "results_dir": kept.resolve().relative_to(REPO).as_posix(),
+            "results_dir": repository_relative(kept),
             "wall_time": (f"{minutes:.1f} min from the first to the last logged step"
                           if minutes is not None else "not recorded") + args.wall_time_note,
             "evaluation": f"evaluated on {export_machine()} at export; {evaluation_note}",
             "url": "",
         })
-        registry.write_entry(registry.PACKAGE_REGISTRY, name, entry)
+        registry.write_entry(package_dir / "registry.json", name, entry)
         print(f"{name}: {entry['size'] / 1e6:.2f} MB, {entry['checkpoint']}; "
               f"{entry['evaluation']}")
     return 0
+
+
+def repository_relative(path: pathlib.Path) -> str:
+    """`path` relative to the repository (as the registry names results), else as given."""
+    try:
+        return path.resolve().relative_to(REPO).as_posix()
+    except ValueError:
+        return path.as_posix()
 
 
 def export_machine() -> str:

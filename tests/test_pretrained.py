@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import http.server
 import json
 import os
@@ -224,6 +225,77 @@ def test_the_mirror_serves_models_and_a_wrong_file_is_not_kept(exported, tmp_pat
 
 
 # ------------------------------------------------------------------------------ shipped
+def _export_script():
+    spec = importlib.util.spec_from_file_location("export_pretrained",
+                                                  REPO / "bin" / "export_pretrained.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+ENVIRONMENT = {"commit": "abc1234", "dirty": True, "device": "NVIDIA H100 80GB HBM3",
+               "device_count": 1, "cpu_count": 16, "machine": "x86_64", "python": "3.12.3",
+               "jax": "0.11.2", "flax": "0.12.10", "optax": "0.2.8"}
+
+
+def test_bin_export_pretrained_evaluates_exports_and_registers_a_studys_runs(
+        exported, tmp_path, monkeypatch, capsys):
+    """bin/export_pretrained.py on a reproduce-style study (runs/<variant>/seed_<s>/): the
+    finished run is evaluated again through the command line, its evaluation kept, the model
+    exported to --package_dir and registered there with the run's provenance; an unfinished
+    run is skipped, saying so; the package's own registry is not touched."""
+    study = tmp_path / "study" / "runs"
+    shutil.copytree(exported.run, study / "gedl" / "seed_0",
+                    ignore=shutil.ignore_patterns("tensorboard"))
+    (study / "gedl" / "seed_0" / "environment.json").write_text(json.dumps(ENVIRONMENT))
+    (study / "edl" / "seed_0").mkdir(parents=True)                 # not finished
+    script = _export_script()
+    monkeypatch.setattr(script, "EVALUATE", (
+        sys.executable, str(REPO / "tests" / "fixture_cli.py"),
+        str(exported.root / "fixture_file_specs.json"), "gedl_jax.evaluate"))
+    monkeypatch.setenv("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")   # as the run was compiled
+    package_before = registry.PACKAGE_REGISTRY.read_bytes()
+
+    assert script.main([f"--study={tmp_path / 'study'}", "--variants=edl,gedl",
+                        "--setting=paper", "--suffix=_lab", f"--results_dir={tmp_path / 'kept'}",
+                        f"--package_dir={tmp_path / 'models'}"]) == 0
+
+    out = capsys.readouterr().out
+    assert "edl: " in out and "has no eval_results.json (not finished); skipped" in out
+    assert registry.PACKAGE_REGISTRY.read_bytes() == package_before
+    entry = registry.get_entry("mnist/gedl_lab", tmp_path / "models" / "registry.json")
+    model = tmp_path / "models" / "mnist_gedl_lab.msgpack"
+    assert entry["file"] == model.name
+    assert entry["sha256"] == hashlib.sha256(model.read_bytes()).hexdigest()
+    assert entry["commit"] == "abc1234 (uncommitted changes)"
+    assert entry["versions"] == "Python 3.12.3, jax 0.11.2, flax 0.12.10, optax 0.2.8"
+    assert entry["hardware"] == "NVIDIA H100 80GB HBM3 x1, 16 CPU cores (x86_64)"
+    assert entry["setting"].startswith("paper (")
+    assert entry["wall_time"].endswith("min from the first to the last logged step")
+    assert "identical to the run's own evaluation" in entry["evaluation"], entry["evaluation"]
+    kept = json.loads((tmp_path / "kept" / "gedl_seed0" / "eval_results.json").read_text())
+    own = json.loads((exported.run / "eval_results.json").read_text())
+    assert _comparable(kept) == _comparable(own)
+    assert entry["headline"] == export.headline(export.portable_results(own))
+    assert not any(k in kept for k in export.PATH_RESULT_KEYS)
+
+
+def test_bin_export_pretrained_provenance_and_its_comparison_can_fail(tmp_path):
+    script = _export_script()
+    assert script.environment_fields(tmp_path) == {
+        "commit": "not recorded", "versions": "not recorded", "hardware": "not recorded"}
+    own = {"id": {"accuracy": 0.99, "nll": 0.25}}
+    assert script.difference_text(own, own, {"Acc": 99.0}, {"Acc": 99.0}) == (
+        "identical to the run's own evaluation (2 numbers)")
+    differs = script.difference_text(own, {"id": {"accuracy": 0.99, "nll": 0.2500001}},
+                                     {"Acc": 99.0}, {"Acc": 99.0})
+    assert differs.startswith("the run's own evaluation gives the same headline numbers, "
+                              "every number within 1.0e-07"), differs
+    moved = script.difference_text(own, {"id": {"accuracy": 0.98, "nll": 0.25}},
+                                   {"Acc": 99.0}, {"Acc": 98.0})
+    assert "headline numbers within 1.00 points" in moved
+
+
 def test_the_shipped_models_verify_and_carry_their_committed_results():
     models = pretrained.available()
     assert "mnist/gedl" in models
