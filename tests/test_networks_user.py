@@ -165,6 +165,36 @@ class NNXNaNInTraining(nnx.Module):
 class BadFeatures(MLP):
     def features(self, x, train=False):
         return x          # (B, H, W, C), not (B, F)
+
+
+class LinenCNNOnePass(LinenCNN):
+    """LinenCNN with the optional one-pass method."""
+    def features_and_logits(self, x, train=False):
+        f = self.features(x, train)
+        return f, self.head(f)
+
+
+class NNXCNNOnePass(NNXCNN):
+    def features_and_logits(self, x):
+        f = self.features(x)
+        return f, self.head(f)
+
+
+class OnePassOffByOne(LinenCNN):
+    def features_and_logits(self, x, train=False):
+        f = self.features(x, train)
+        return f, self.head(f) + 1.0       # not what __call__ returns
+
+
+class OnePassSwapped(LinenCNN):
+    def features_and_logits(self, x, train=False):
+        f = self.features(x, train)
+        return self.head(f), f             # (logits, features)
+
+
+class OnePassNotAPair(LinenCNN):
+    def features_and_logits(self, x, train=False):
+        return self.features(x, train)
 '''
 
 
@@ -507,3 +537,69 @@ def test_as_a_submodule_calling_features_and_logits(name):
     (_, logits), updates = parent.apply(variables, x, train=True, mutable=["batch_stats"],
                                         rngs={"dropout": jax.random.PRNGKey(2)})
     assert logits.shape == (4, K) and list(updates["batch_stats"]) == ["backbone"]
+
+
+# ------------------------------------------------------------- features and logits in one pass
+@pytest.mark.parametrize("spec", [f"{PKG}.nets:LinenCNNOnePass", f"{PKG}.nets:NNXCNNOnePass",
+                                  "mlp", "resnet18"])
+def test_one_pass_gives_what_the_separate_calls_give(spec):
+    shape = (8, 8, 3) if spec == "resnet18" else SHAPE
+    net = user.load_network(spec, K, shape, need_features=True)
+    assert net.has_features_and_logits
+    variables = net.init(jax.random.PRNGKey(0))
+    x = jax.random.uniform(jax.random.PRNGKey(1), (4, *shape))
+    f, logits = net.features_and_logits(variables, x)
+    np.testing.assert_allclose(f, net.features(variables, x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(logits, net.apply(variables, x), rtol=1e-5, atol=1e-6)
+    assert (f.dtype, logits.dtype, logits.shape) == (jnp.float32, jnp.float32, (4, K))
+
+
+def test_without_one_pass_the_network_says_so():
+    net = user.load_network(f"{PKG}.nets:LinenCNN", K, SHAPE, need_features=True)
+    assert not net.has_features_and_logits
+    with pytest.raises(ValueError, match="has no `features_and_logits` method"):
+        net.features_and_logits(net.init(jax.random.PRNGKey(0)), _x())
+
+
+@pytest.mark.parametrize("name,message", [
+    ("OnePassOffByOne", r"features_and_logits returned logits other than the separate call's "
+                        r"\(values up to 1 apart on a random batch in eval mode\)"),
+    ("OnePassSwapped", r"features_and_logits's logits returned shape \(2, 8\) for a batch of "
+                       r"2; expected \(2, 10\)"),
+    ("OnePassNotAPair", r"features_and_logits returned a .*; `features_and_logits\(x, "
+                        r"train=bool\)` must return the tuple"),
+])
+def test_a_wrong_one_pass_method_is_one_clear_error(name, message):
+    with pytest.raises(ValueError, match=message) as info:
+        user.load_network(f"{PKG}.nets:{name}", K, SHAPE, need_features=True)
+    assert "\n" not in str(info.value) and f"network '{PKG}.nets:{name}'" in str(info.value)
+    # Only the methods that read features check it.
+    assert user.load_network(f"{PKG}.nets:{name}", K, SHAPE).has_features_and_logits
+
+
+@pytest.mark.parametrize("one_pass", [True, False])
+def test_the_feature_methods_backbone_runs_a_one_pass_network_once(one_pass):
+    """DAEDL's and F-EDL's view of a user network (features and logits): with
+    `features_and_logits` one forward pass per training step, so BatchNorm's running statistics
+    take one momentum step and the logits are the head of the very features returned (one
+    dropout mask); without it two passes, two momentum steps and two masks."""
+    from gedl_jax.methods.common import UserBackbone  # noqa: PLC0415
+
+    name = "LinenCNNOnePass" if one_pass else "LinenCNN"
+    net = user.load_network(f"{PKG}.nets:{name}", K, SHAPE, need_features=True)
+    backbone = UserBackbone(net.module, one_pass=net.has_features_and_logits)
+    x = _x(6)
+    variables = backbone.init({"params": jax.random.PRNGKey(0),
+                               "dropout": jax.random.PRNGKey(0)}, x)
+    out, updates = backbone.apply(variables, x, train=True, mutable=["batch_stats"],
+                                  rngs={"dropout": jax.random.PRNGKey(3)})
+    conv = flax.linen.Conv(8, (3, 3)).apply(
+        {"params": variables["params"]["net"]["conv"]}, x)
+    momentum_steps = 1 if one_pass else 2
+    bn = updates["batch_stats"]["net"]["bn"]
+    np.testing.assert_allclose(bn["mean"], (1 - 0.9 ** momentum_steps)
+                               * conv.mean(axis=(0, 1, 2)), rtol=1e-4, atol=1e-7)
+    head = variables["params"]["net"]["head"]
+    logits_of_features = (np.asarray(out["encoder"]) @ np.asarray(head["kernel"])
+                          + np.asarray(head["bias"]))
+    assert np.allclose(out["logits"], logits_of_features, rtol=1e-5, atol=1e-5) == one_pass

@@ -102,7 +102,8 @@ def backbone(config, num_outputs: int, *, axis_name: str | None, spectral_norm: 
         net = user_network(config, num_outputs or config.num_classes, axis_name=axis_name)
         return UserBackbone(net.module, with_features="features" in reads,
                             with_logits="logits" in reads and bool(num_outputs),
-                            pass_dropout=net.mc_dropout)
+                            pass_dropout=net.mc_dropout,
+                            one_pass=net.has_features_and_logits)
     if dropout_rate is None:   # the protocol: VGG16's classifier dropout, none in the ConvNet
         dropout_rate = 0.5 if config.model == "vgg16" else float(config.dropout_rate)
     return networks.Backbone(arch=config.model, num_outputs=num_outputs, hidden=hidden,
@@ -158,22 +159,31 @@ def check_user_network(config, num_classes: int, input_shape: tuple[int, ...]) -
 class UserBackbone(nn.Module):
     """A user network (`networks.user`) in the form the feature-reading methods take from
     `networks.Backbone`: {"encoder", "hidden"} = its `features(x, train)` (when
-    `with_features`), "logits" = its output (when `with_logits`). With both, the network runs
-    twice per call (its batch statistics then move twice per training step)."""
+    `with_features`), "logits" = its output (when `with_logits`). With both, a network with
+    `features_and_logits` (`one_pass`) runs once per call; another runs twice (its batch
+    statistics then move twice per training step, and the passes draw different dropout
+    masks). MC Dropout's `dropout` switch reaches the logits' pass alone, so with it the
+    network also runs twice."""
 
     net: nn.Module
     with_features: bool = True
     with_logits: bool = True
     pass_dropout: bool = False
+    one_pass: bool = False
 
     @nn.compact
     def __call__(self, images_BxHxWxC: jax.Array, train: bool = False,
                  dropout: bool | None = None) -> dict[str, jax.Array]:
+        switched = self.pass_dropout and dropout is not None
+        if self.with_features and self.with_logits and self.one_pass and not switched:
+            f, logits = self.net.features_and_logits(images_BxHxWxC, train=train)
+            f = f.astype(jnp.float32)
+            return {"encoder": f, "hidden": f, "logits": logits.astype(jnp.float32)}
         out = {}
         if self.with_features:
             f = self.net.features(images_BxHxWxC, train=train).astype(jnp.float32)
             out.update(encoder=f, hidden=f)
         if self.with_logits:
-            kw = {"dropout": dropout} if self.pass_dropout and dropout is not None else {}
+            kw = {"dropout": dropout} if switched else {}
             out["logits"] = self.net(images_BxHxWxC, train=train, **kw).astype(jnp.float32)
         return out

@@ -59,7 +59,7 @@ class MLP(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array, train: bool = False, *, features: bool = False,
-                 dropout: bool | None = None) -> jax.Array:
+                 dropout: bool | None = None, both: bool = False):
         """Logits (B, K), or with `features=True` the last hidden activation, float32.
 
         Args:
@@ -68,9 +68,11 @@ class MLP(nn.Module):
           features: return the input of the final Dense layer instead of the logits.
           dropout: dropout on or off regardless of `train` (MC Dropout: train=False,
             dropout=True); None follows `train`.
+          both: return (features, logits) of this one pass.
 
         Returns:
-          float32 `logits_BxK` or `features_BxF` (F = hidden[-1], or D without hidden layers).
+          float32 `logits_BxK` or `features_BxF` (F = hidden[-1], or D without hidden layers),
+          or the pair.
         """
         h_BxF = x.reshape(x.shape[0], -1)
         for i, width in enumerate(self.hidden):
@@ -82,10 +84,15 @@ class MLP(nn.Module):
         if features:
             return h_BxF.astype(jnp.float32)
         logits_BxK = _dense(self.num_classes, h_BxF.shape[-1], self.param_init, self.dtype,
-                            "head")(h_BxF)
-        return logits_BxK.astype(jnp.float32)
+                            "head")(h_BxF).astype(jnp.float32)
+        return (h_BxF.astype(jnp.float32), logits_BxK) if both else logits_BxK
 
     def features(self, x: jax.Array, train: bool = False) -> jax.Array:
         """The last hidden activation (B, F), float32: `module.apply(variables, x, train=...,
         method="features")` (the feature contract of `gedl_jax.networks.user`)."""
         return self(x, train=train, features=True)
+
+    def features_and_logits(self, x: jax.Array, train: bool = False):
+        """(features (B, F), logits (B, K)) of one forward pass: what DAEDL and F-EDL read
+        (`networks.user`'s one-pass contract)."""
+        return self(x, train=train, both=True)

@@ -123,16 +123,17 @@ class ResNet18(nn.Module):
 
     @nn.compact
     def __call__(self, images_BxHxWxC: jax.Array, train: bool = False, *,
-                 features: bool = False) -> jax.Array:
+                 features: bool = False, both: bool = False):
         """Logits (B, K), or with `features=True` the pooled features (B, 512), float32.
 
         Args:
           images_BxHxWxC: NHWC float images (any H, W >= 8 keeps every stage non-empty).
           train: batch statistics (and their update) instead of the running averages.
           features: return the global-average-pooled features instead of the logits.
+          both: return (features, logits) of this one pass.
 
         Returns:
-          float32 `logits_BxK` or `features_Bx512`.
+          float32 `logits_BxK` or `features_Bx512`, or the pair.
         """
         kw = dict(param_init=self.param_init, axis_name=self.axis_name, dtype=self.dtype)
         x = nn.relu(_ConvBN(STAGE_WIDTHS[0], 3, 1, name="stem", **kw)(images_BxHxWxC, train))
@@ -146,10 +147,15 @@ class ResNet18(nn.Module):
         kernel_init, bias_init = layer_inits(self.param_init, features_BxF.shape[-1])
         logits_BxK = nn.Dense(self.num_classes, dtype=self.dtype, param_dtype=jnp.float32,
                               kernel_init=kernel_init, bias_init=bias_init,
-                              name="head")(features_BxF)
-        return logits_BxK.astype(jnp.float32)
+                              name="head")(features_BxF).astype(jnp.float32)
+        return (features_BxF, logits_BxK) if both else logits_BxK
 
     def features(self, images_BxHxWxC: jax.Array, train: bool = False) -> jax.Array:
         """The pooled 512-d penultimate features (B, 512), float32: `module.apply(variables, x,
         train=..., method="features")` (the feature contract of `gedl_jax.networks.user`)."""
         return self(images_BxHxWxC, train=train, features=True)
+
+    def features_and_logits(self, images_BxHxWxC: jax.Array, train: bool = False):
+        """(features (B, 512), logits (B, K)) of one forward pass, so BatchNorm's statistics
+        move once per training step where a method reads both (DAEDL, F-EDL)."""
+        return self(images_BxHxWxC, train=train, both=True)

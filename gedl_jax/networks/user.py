@@ -53,6 +53,15 @@ F-EDL; see INTEGRATION notes) a method `features(x, train=bool)` (Linen: reached
 current mode) returning floating (B, F), the penultimate representation. Without it,
 `load_network(..., need_features=True)` fails with one line naming this contract.
 
+**Features and logits in one pass** (optional; DAEDL and F-EDL read both) a method
+`features_and_logits(x, train=bool)` (Linen: `apply(..., method="features_and_logits")`; NNX:
+`module.features_and_logits(x)`) returning the tuple `(features (B, F), logits (B, K))` of one
+forward pass, each what `features` and `__call__` return. With it, those methods run the
+network once per call; without it twice (features, then logits), so in training its BatchNorm
+statistics move twice per step and the two passes draw different dropout masks. `load_network`
+checks it when a method needs features: shapes, and on a random batch in eval mode the same
+values as the two separate calls. The built-in "resnet18" and "mlp" have it.
+
 So one code path serves both kinds: `Network.module` is a Linen module either way, and
 `Network.init` / `Network.apply` / `Network.features` are thin, pure conveniences over it (jit,
 vmap and shard_map safe; `Network` is hashable).
@@ -69,6 +78,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 from flax.core import FrozenDict, unfreeze
 from flax.nnx import variablelib
@@ -81,6 +91,8 @@ KINDS = ("linen", "nnx")
 FEATURES_CONTRACT = ("a method `features(x, train=bool)` returning the penultimate features "
                      "(B, F) (Linen: reached with apply(..., method='features'); NNX: "
                      "module.features(x))")
+FEATURES_AND_LOGITS_CONTRACT = ("`features_and_logits(x, train=bool)` must return the tuple "
+                                "(features(x, train), module(x, train)) of one forward pass")
 CHECK_BATCH = 2   # examples in the zeros batch of the checks (BatchNorm needs more than one)
 Variables = dict[str, Any]
 
@@ -196,9 +208,10 @@ class NNXAdapter(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array, train: bool = False, *, features: bool = False,
-                 dropout: bool | None = None) -> jax.Array:
-        """`module(x)` (or `module.features(x)`) in `train()` or `eval()` mode; `dropout`, if
-        given, then switches the dropout layers alone (MC Dropout: train=False, dropout=True)."""
+                 dropout: bool | None = None, both: bool = False):
+        """`module(x)` (or `module.features(x)`, or with `both` `module.features_and_logits(x)`)
+        in `train()` or `eval()` mode; `dropout`, if given, then switches the dropout layers
+        alone (MC Dropout: train=False, dropout=True)."""
         module = self._build()
         if self.variables:   # always in apply; in init once an earlier call stored them (a
             self._load(module)   # parent calling both `features` and `__call__`)
@@ -208,13 +221,21 @@ class NNXAdapter(nn.Module):
             module.eval()
         if dropout is not None:
             module.set_attributes(deterministic=not dropout, raise_if_not_found=False)
-        out = module.features(x) if features else module(x)
+        if both:
+            out = tuple(module.features_and_logits(x))
+        else:
+            out = module.features(x) if features else module(x)
         self._store(module)
         return out
 
     def features(self, x: jax.Array, train: bool = False) -> jax.Array:
         """The NNX network's `features(x)` in the mode `train` selects."""
         return self(x, train=train, features=True)
+
+    def features_and_logits(self, x: jax.Array, train: bool = False):
+        """The NNX network's `features_and_logits(x)` (where it has one) in the mode `train`
+        selects."""
+        return self(x, train=train, both=True)
 
 
 # ---------------------------------------------------------------------------------- Network
@@ -230,6 +251,8 @@ class Network:
       num_classes: K.
       input_shape: per-example input shape the checks ran on (None if unchecked).
       has_features: whether the class has a `features` method.
+      has_features_and_logits: whether it also has `features_and_logits` (one forward pass for
+        both; module docstring).
       syncs_batch_stats: whether `axis_name` was passed to the constructor (False where the
         class takes none: its BatchNorm, if any, then normalises per device).
       axis_name: the data-parallel axis it was loaded for (None: one device, no shard_map).
@@ -243,6 +266,7 @@ class Network:
     num_classes: int
     input_shape: tuple[int, ...] | None = None
     has_features: bool = False
+    has_features_and_logits: bool = False
     syncs_batch_stats: bool = False
     mc_dropout: bool = False
     axis_name: str | None = None
@@ -287,6 +311,18 @@ class Network:
         self.require_features()
         return self.module.apply(dict(variables), x, train=train, rngs=dict(rngs or {}),
                                  mutable=mutable, method="features")
+
+    def features_and_logits(self, variables: Mapping[str, Any], x: jax.Array, *,
+                            train: bool = False, rngs: Mapping[str, jax.Array] | None = None,
+                            mutable: bool | Sequence[str] = False):
+        """(features (B, F), logits (B, K)) of one forward pass, where the network has
+        `features_and_logits`; with `mutable`, as Linen's apply, also the updated collections."""
+        if not self.has_features_and_logits:
+            raise _fail(self.spec, f"the {self.kind} class has no `features_and_logits` "
+                                   f"method (optional: `features` and the logits separately "
+                                   f"serve every method)")
+        return self.module.apply(dict(variables), x, train=train, rngs=dict(rngs or {}),
+                                 mutable=mutable, method="features_and_logits")
 
     def require_features(self, needed_by: str = "this method") -> None:
         """ValueError (one line, naming the contract) unless the network has `features`."""
@@ -340,6 +376,7 @@ def build(spec: str, num_classes: int, *, axis_name: str | None = None,
     mc_dropout = kind == "nnx" or "dropout" in inspect.signature(cls.__call__).parameters
     return Network(spec, module, kind, int(num_classes),
                    has_features=callable(getattr(cls, "features", None)),
+                   has_features_and_logits=callable(getattr(cls, "features_and_logits", None)),
                    syncs_batch_stats=syncs, mc_dropout=mc_dropout,
                    axis_name=axis_name)
 
@@ -417,17 +454,18 @@ def check(network: Network, input_shape: Sequence[int], *, need_features: bool =
 
     init, abstract, state_names = _abstract_init(network, x, key, call)
 
-    def forward(variables, train, method=None):
+    def forward(variables, train, method=None, inputs=x):
         def run(x):
             out = module.apply(variables, x, train=train, rngs={"dropout": key},
                                mutable=state_names if train else False, method=method)
             return out[0] if train else out
 
         if not network.syncs_batch_stats:
-            return run(x)
+            return run(inputs)
         # A network built with an axis_name averages over it in training: bind the name (a
         # named vmap over one "device") as shard_map will.
-        return jax.vmap(run, axis_name=network.axis_name)(x[None])[0]
+        out = jax.vmap(run, axis_name=network.axis_name)(inputs[None])
+        return jax.tree.map(lambda a: a[0], out)
 
     outputs = {"logits (eval)": (lambda v: forward(v, False), network.num_classes),
                "logits (train)": (lambda v: forward(v, True), network.num_classes)}
@@ -457,7 +495,46 @@ def check(network: Network, input_shape: Sequence[int], *, need_features: bool =
             raise _fail(spec, f"{what} are not finite on a batch of zeros {tuple(x.shape)}: "
                               f"{int(jnp.sum(~jnp.isfinite(value)))} of {value.size} values "
                               f"are NaN or inf")
+    if need_features and network.has_features_and_logits:
+        _check_features_and_logits(network, forward, abstract, variables, x, key)
     return variables
+
+
+def _check_features_and_logits(network: Network, forward, abstract, variables: Variables,
+                               x: jax.Array, key: jax.Array) -> None:
+    """The optional one-pass method: a (features, logits) pair in both modes, and on a random
+    batch in eval mode the values `features` and `__call__` give separately."""
+    spec, what = network.spec, "features_and_logits"
+    for train in (False, True):
+        try:
+            out = jax.eval_shape(lambda v, t=train: forward(v, t, what), abstract)
+        except Exception as e:  # noqa: BLE001
+            raise _fail(spec, f"calling module.features_and_logits(x) in "
+                              f"{'train' if train else 'eval'} mode failed: "
+                              f"{_error_text(e)}") from e
+        if not (isinstance(out, (tuple, list)) and len(out) == 2):
+            raise _fail(spec, f"{what} returned a {type(out).__name__}; "
+                              f"{FEATURES_AND_LOGITS_CONTRACT}")
+        _check_output(spec, f"{what}'s features", out[0], CHECK_BATCH, None)
+        _check_output(spec, f"{what}'s logits", out[1], CHECK_BATCH, network.num_classes)
+    x_random = jax.random.uniform(jax.random.fold_in(key, 1), x.shape, jnp.float32)
+
+    @jax.jit
+    def both_ways(v):
+        return (forward(v, False, what, x_random),
+                (forward(v, False, "features", x_random), forward(v, False, None, x_random)))
+
+    together, separate = both_ways(variables)
+    for name, got, want in zip(("features", "logits"), together, separate):
+        got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+        if got.shape != want.shape:
+            found = f"shape {got.shape}, not {want.shape}"
+        elif not np.allclose(got, want, rtol=1e-5, atol=1e-6):
+            found = f"values up to {np.max(np.abs(got - want)):.3g} apart"
+        else:
+            continue
+        raise _fail(spec, f"{what} returned {name} other than the separate call's ({found} on "
+                          f"a random batch in eval mode); {FEATURES_AND_LOGITS_CONTRACT}")
 
 
 def load_network(spec: str, num_classes: int, input_shape: Sequence[int] | None = None, *,
