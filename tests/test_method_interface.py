@@ -162,7 +162,7 @@ def test_mc_dropout_passes_differ_and_p0_is_the_deterministic_net():
 
 
 def test_ensemble_combines_member_probabilities_and_scores_their_disagreement():
-    from gedl_jax.evaluation import ensemble  # noqa: PLC0415
+    from gedl_jax.run import ensemble  # noqa: PLC0415
 
     p1 = np.array([[0.9, 0.1], [0.5, 0.5]])
     p2 = np.array([[0.1, 0.9], [0.5, 0.5]])
