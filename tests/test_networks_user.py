@@ -577,15 +577,16 @@ def test_a_wrong_one_pass_method_is_one_clear_error(name, message):
     assert user.load_network(f"{PKG}.nets:{name}", K, SHAPE).has_features_and_logits
 
 
+@pytest.mark.parametrize("kind", ["Linen", "NNX"])
 @pytest.mark.parametrize("one_pass", [True, False])
-def test_the_feature_methods_backbone_runs_a_one_pass_network_once(one_pass):
+def test_the_feature_methods_backbone_runs_a_one_pass_network_once(one_pass, kind):
     """DAEDL's and F-EDL's view of a user network (features and logits): with
     `features_and_logits` one forward pass per training step, so BatchNorm's running statistics
     take one momentum step and the logits are the head of the very features returned (one
     dropout mask); without it two passes, two momentum steps and two masks."""
     from gedl_jax.methods.common import UserBackbone  # noqa: PLC0415
 
-    name = "LinenCNNOnePass" if one_pass else "LinenCNN"
+    name = f"{kind}CNNOnePass" if one_pass else f"{kind}CNN"
     net = user.load_network(f"{PKG}.nets:{name}", K, SHAPE, need_features=True)
     backbone = UserBackbone(net.module, one_pass=net.has_features_and_logits)
     x = _x(6)
