@@ -69,11 +69,33 @@ def difference_text(own: dict, here: dict, headline_own: dict, headline_here: di
             f"(relative where above 1)")
 
 
-def training_minutes(metrics: pathlib.Path) -> float | None:
-    """Minutes from the first to the last logged line of a run's metrics.jsonl."""
-    times = [json.loads(line)["time"] for line in metrics.read_text().splitlines()
-             if line.strip() and "time" in json.loads(line)]
-    return (times[-1] - times[0]) / 60 if len(times) > 1 else None
+def training_minutes(metrics: pathlib.Path) -> tuple[float | None, int]:
+    """(minutes from the first to the last logged line of a run's metrics.jsonl, not counting
+    the time between a stop and its resume; the number of resumes). A resume shows as a
+    training step logged again (the resumed process retrains from its checkpoint): the interval
+    before that line is left out."""
+    records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    records = [r for r in records if "time" in r]
+    if len(records) < 2:
+        return None, 0
+    seconds, resumes, last_train_step = 0.0, 0, None
+    for previous, record in zip(records, records[1:]):
+        if (record.get("split") == "train" and last_train_step is not None
+                and record["step"] <= last_train_step):
+            resumes += 1
+        else:
+            seconds += record["time"] - previous["time"]
+        if record.get("split") == "train":
+            last_train_step = record["step"]
+    return seconds / 60, resumes
+
+
+def wall_time_text(minutes: float | None, resumes: int) -> str:
+    if minutes is None:
+        return "not recorded"
+    stops = (f", not counting the time between {resumes} stop{'s' if resumes > 1 else ''} "
+             f"and {'their' if resumes > 1 else 'its'} resume" if resumes else "")
+    return f"{minutes:.1f} min from the first to the last logged step{stops}"
 
 
 def environment_fields(run: pathlib.Path) -> dict[str, str]:
@@ -138,14 +160,13 @@ def main(argv=None) -> int:
         name = f"{dataset}/{variant}{args.suffix}"
         out = package_dir / f"{dataset}_{variant}{args.suffix}.msgpack"
         entry = export.export_workdir(run, out, results=kept / "eval_results.json")
-        minutes = (training_minutes(run / "metrics.jsonl")
-                   if (run / "metrics.jsonl").is_file() else None)
+        minutes, resumes = (training_minutes(run / "metrics.jsonl")
+                            if (run / "metrics.jsonl").is_file() else (None, 0))
         entry.update(environment_fields(run))
         entry.update({
             "setting": SETTINGS[args.setting],
             "results_dir": repository_relative(kept),
-            "wall_time": (f"{minutes:.1f} min from the first to the last logged step"
-                          if minutes is not None else "not recorded") + args.wall_time_note,
+            "wall_time": wall_time_text(minutes, resumes) + args.wall_time_note,
             "evaluation": f"evaluated on {export_machine()} at export; {evaluation_note}",
             "url": "",
         })

@@ -296,6 +296,26 @@ def test_bin_export_pretrained_provenance_and_its_comparison_can_fail(tmp_path):
     assert "headline numbers within 1.00 points" in moved
 
 
+def test_bin_export_pretrained_training_time_leaves_out_the_stops(tmp_path):
+    """Wall-clock seconds between logged lines, except where a resumed process logs a training
+    step again (the stop before it): here 10 s + 5 s of validation + 20 s, and a resume."""
+    script = _export_script()
+    lines = [(0, "train", 0.0), (100, "train", 10.0), (100, "validation", 15.0),
+             (150, "train", 35.0),      # preempted after this line; its checkpoint was step 100
+             (150, "train", 935.0),     # the resumed process, 15 minutes later
+             (200, "train", 965.0)]
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text("".join(json.dumps({"step": s, "split": split, "time": t}) + "\n"
+                               for s, split, t in lines))
+    minutes, resumes = script.training_minutes(metrics)
+    assert resumes == 1 and minutes == pytest.approx(65 / 60)
+    assert script.wall_time_text(minutes, resumes) == (
+        "1.1 min from the first to the last logged step, not counting the time between 1 stop "
+        "and its resume")
+    assert script.wall_time_text(2.0, 0) == "2.0 min from the first to the last logged step"
+    assert script.wall_time_text(None, 0) == "not recorded"
+
+
 def test_the_shipped_models_verify_and_carry_their_committed_results():
     models = pretrained.available()
     assert "mnist/gedl" in models
