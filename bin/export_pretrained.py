@@ -168,12 +168,21 @@ def main(argv=None) -> int:
             "results_dir": repository_relative(kept),
             "wall_time": wall_time_text(minutes, resumes) + args.wall_time_note,
             "evaluation": f"evaluated on {export_machine()} at export; {evaluation_note}",
-            "url": "",
+            "url": kept_url(package_dir / "registry.json", name, entry["sha256"]),
         })
         registry.write_entry(package_dir / "registry.json", name, entry)
         print(f"{name}: {entry['size'] / 1e6:.2f} MB, {entry['checkpoint']}; "
               f"{entry['evaluation']}")
     return 0
+
+
+def kept_url(registry_json: pathlib.Path, name: str, sha256: str) -> str:
+    """The download URL registered for `name`, if its file is the same (same sha256): exporting
+    a model again must not drop where it is hosted. A changed file needs a new upload: ""."""
+    if not registry_json.is_file():
+        return ""
+    previous = json.loads(registry_json.read_text()).get("models", {}).get(name, {})
+    return previous.get("url", "") if previous.get("sha256") == sha256 else ""
 
 
 def repository_relative(path: pathlib.Path) -> str:

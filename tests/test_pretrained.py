@@ -279,6 +279,15 @@ def test_bin_export_pretrained_evaluates_exports_and_registers_a_studys_runs(
     assert entry["headline"] == export.headline(export.portable_results(own))
     assert not any(k in kept for k in export.PATH_RESULT_KEYS)
 
+    # A registered download URL survives exporting the same file again, not a changed file.
+    hosted = {**entry, "url": "https://example.org/models/mnist_gedl_lab.msgpack"}
+    registry.write_entry(tmp_path / "models" / "registry.json", "mnist/gedl_lab", hosted)
+    assert script.kept_url(tmp_path / "models" / "registry.json", "mnist/gedl_lab",
+                           entry["sha256"]) == hosted["url"]
+    assert script.kept_url(tmp_path / "models" / "registry.json", "mnist/gedl_lab",
+                           "0" * 64) == ""
+    assert script.kept_url(tmp_path / "none.json", "mnist/gedl_lab", entry["sha256"]) == ""
+
 
 def test_bin_export_pretrained_provenance_and_its_comparison_can_fail(tmp_path):
     script = _export_script()
