@@ -104,7 +104,10 @@ def environment_fields(run: pathlib.Path) -> dict[str, str]:
     if not (run / "environment.json").is_file():
         return dict.fromkeys(("commit", "versions", "hardware"), "not recorded")
     env = json.loads((run / "environment.json").read_text())
-    fields = {"commit": env["commit"] + (" (uncommitted changes)" if env.get("dirty") else ""),
+    late = env.get("recorded_at_resume_from_step")
+    fields = {"commit": env["commit"] + (" (uncommitted changes)" if env.get("dirty") else "")
+              + (f" (recorded when resuming from step {late}; the steps before are not "
+                 f"recorded)" if late is not None else ""),
               "versions": f"Python {env['python']}, jax {env['jax']}, flax {env['flax']}, "
                           f"optax {env['optax']}",
               "hardware": f"{env['device']} x{env['device_count']}, {env['cpu_count']} CPU cores "

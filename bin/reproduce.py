@@ -154,10 +154,20 @@ def environment() -> dict:
 
 
 def environment_text(env: dict) -> str:
+    late = env.get("recorded_at_resume_from_step")
     return (f"{env['device']} x{env['device_count']}, {env['cpu_count']} CPU cores "
             f"({env['machine']}); Python {env['python']}, jax {env['jax']}, flax {env['flax']}, "
             f"optax {env['optax']}; commit {env['commit'] or '?'}"
-            f"{' (uncommitted changes)' if env['dirty'] else ''}")
+            f"{' (uncommitted changes)' if env['dirty'] else ''}"
+            + (f" (recorded when resuming from step {late}: what trained the steps before it "
+               f"is not recorded)" if late is not None else ""))
+
+
+def checkpointed_step(seed_dir: pathlib.Path) -> int | None:
+    """The newest step in the run's checkpoints/last (None: the run has not started)."""
+    last = seed_dir / "checkpoints" / "last"
+    steps = [int(p.name) for p in last.iterdir() if p.name.isdigit()] if last.is_dir() else []
+    return max(steps) if steps else None
 
 
 def record_environment(seed_dir: pathlib.Path, env: dict, *, continuing: bool = False) -> None:
@@ -167,12 +177,16 @@ def record_environment(seed_dir: pathlib.Path, env: dict, *, continuing: bool = 
     Called before a run trains (`continuing=True`): the first machine is recorded when the run
     starts, and a different machine that resumes it later is appended to "resumed_on" (a run
     preempted on a GPU and finished on a CPU names both). An existing record is never replaced.
+    A run already under way without a record (started by code that wrote none) is recorded with
+    "recorded_at_resume_from_step", so the record does not claim the steps before it.
     """
     path = seed_dir / "environment.json"
     if not seed_dir.is_dir():
         return
     if not path.exists():
-        files.write_text(path, json.dumps(env, indent=2) + "\n")
+        step = checkpointed_step(seed_dir)
+        record = env if step is None else {**env, "recorded_at_resume_from_step": step}
+        files.write_text(path, json.dumps(record, indent=2) + "\n")
         return
     if not continuing:
         return

@@ -293,6 +293,10 @@ def test_bin_export_pretrained_provenance_and_its_comparison_can_fail(tmp_path):
     script = _export_script()
     assert script.environment_fields(tmp_path) == {
         "commit": "not recorded", "versions": "not recorded", "hardware": "not recorded"}
+    (tmp_path / "environment.json").write_text(json.dumps(
+        {**ENVIRONMENT, "dirty": False, "recorded_at_resume_from_step": 1125}))
+    assert script.environment_fields(tmp_path)["commit"] == (
+        "abc1234 (recorded when resuming from step 1125; the steps before are not recorded)")
     own = {"id": {"accuracy": 0.99, "nll": 0.25}}
     assert script.difference_text(own, own, {"Acc": 99.0}, {"Acc": 99.0}) == (
         "identical to the run's own evaluation (2 numbers)")

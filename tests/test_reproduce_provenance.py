@@ -63,6 +63,27 @@ def test_a_run_resumed_on_another_machine_names_both(tmp_path):
         "changes) (1 run)"]
 
 
+def test_a_run_under_way_without_a_record_is_recorded_as_resumed(tmp_path):
+    """A run started by code that wrote no environment.json (its checkpoints exist) is recorded
+    at its resume with the step it resumes from, and the table says the record starts there."""
+    reproduce = _reproduce()
+    run = tmp_path / "runs" / "duq" / "seed_0"
+    for step in (3750, 4125):
+        (run / "checkpoints" / "last" / str(step)).mkdir(parents=True)
+    (run / "checkpoints" / "last" / "tmp_4500.orbax-checkpoint-tmp").mkdir()
+    reproduce.record_environment(run, ENV_CPU, continuing=True)
+    recorded = json.loads((run / "environment.json").read_text())
+    assert recorded == {**ENV_CPU, "recorded_at_resume_from_step": 4125}
+    assert reproduce.trained_on([run]) == [
+        "cpu x1, 2 CPU cores (x86_64); Python 3.12.3, jax 0.11.2, flax 0.12.10, optax 0.2.8; "
+        "commit def5678 (uncommitted changes) (recorded when resuming from step 4125: what "
+        "trained the steps before it is not recorded) (1 run)"]
+    fresh = tmp_path / "runs" / "duq" / "seed_1"
+    fresh.mkdir()
+    reproduce.record_environment(fresh, ENV_CPU, continuing=True)
+    assert json.loads((fresh / "environment.json").read_text()) == ENV_CPU
+
+
 def test_a_seed_at_chance_level_is_named_under_the_table():
     reproduce = _reproduce()
     def result(seed, accuracy):
