@@ -65,15 +65,16 @@ def peak_memory_bytes() -> int | None:
 
 
 def compiled_train_step(model_name: str, batch: int, dtype: str, num_devices: int, steps: int,
-                        seeds: int = 1):
+                        seeds: int = 1, variant: str = "gedl"):
     """The real GEDL train step (`steps.make_train_step`, as `gedl_jax.train` runs it), compiled,
-    on `steps` batches of synthetic uint8 data resident on the device.
+    on `steps` batches of synthetic uint8 data resident on the device (another preset's step
+    with `variant`; `model_name` may be any network `config.model` takes).
 
     Returns (run, compile_s): `run(n)` does n steps from the current state and blocks on the
     result; with `seeds` > 1 the vmapped multi-seed step (`config.vmap_seeds`).
     """
     dataset = "mnist" if model_name == "convnet" else "cifar10"
-    config = configuration.build_config(dataset, "gedl")
+    config = configuration.build_config(dataset, variant)
     config.compute_dtype = dtype
     config.batch_size = batch
     image_shape = (28, 28, 1) if model_name == "convnet" else (32, 32, 3)
