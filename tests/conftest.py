@@ -58,6 +58,7 @@ if "xla_gpu_deterministic_ops" not in os.environ.get("XLA_FLAGS", ""):
 
 import jax  # noqa: E402  (after XLA_FLAGS: the flags are read when the backend starts)
 import pytest  # noqa: E402
+from compile_mode import fast_compilation  # noqa: E402
 from data_fixtures import GeneratedData, write_generated_data  # noqa: E402
 
 if str(Path(__file__).resolve().parents[1]) not in sys.path:
@@ -119,10 +120,8 @@ def _rank_promotion_raises(request):
 @pytest.fixture
 def fast_compile():
     """In-process runs compile with XLA's optimisations mostly off (seconds, not tens)."""
-    previous = jax.config.read("jax_disable_most_optimizations")
-    jax.config.update("jax_disable_most_optimizations", True)
-    yield
-    jax.config.update("jax_disable_most_optimizations", previous)
+    with fast_compilation():
+        yield
 
 
 class NetworkAccessError(AssertionError):

@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 from data_fixtures import specs_for, write_cifar10_tar, write_generated_data
 
+from compile_mode import fast_compilation
+
 from gedl_jax import configuration, data
 from gedl_jax.data import registry
 from gedl_jax.evaluation import (
@@ -251,9 +253,7 @@ def run(tmp_path_factory):
     generated = write_generated_data(root)
     write_cifar10_tar(root / "cifar10" / "cifar-10-binary.tar.gz", n_test=100)
     workdir = tmp_path_factory.mktemp("run")
-    previous = jax.config.read("jax_disable_most_optimizations")
-    jax.config.update("jax_disable_most_optimizations", True)   # compiles in seconds
-    with generated.registered(), registry.override_file_specs(
+    with fast_compilation(), generated.registered(), registry.override_file_specs(
             "cifar10", "official", specs_for(root / "cifar10", ["cifar-10-binary.tar.gz"])):
         c = configuration.build_config("mnist", "gedl")
         configuration.set_fields(
@@ -264,7 +264,6 @@ def run(tmp_path_factory):
             calibrate=True, aupr_trapezoidal=True)
         training.train_and_evaluate(c, workdir)
         yield workdir, c
-    jax.config.update("jax_disable_most_optimizations", previous)
 
 
 def _without_provenance(results):

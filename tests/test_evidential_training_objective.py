@@ -24,6 +24,7 @@ from gedl_jax.run import sharding
 from gedl_jax.methods import objective as training_objective
 from gedl_jax.methods.evidential import spec_from_config
 from gedl_jax.methods.objective import EvidentialObjective, ObjectiveState
+from compile_mode import fast_compilation
 
 K = 5
 VARIANTS = ["gedl", "edl", "iedl", "redl", "red"]
@@ -33,10 +34,8 @@ VARIANTS = ["gedl", "edl", "iedl", "redl", "red"]
 def _fast_compile_module():
     """XLA's optimisations mostly off for this module (as the `fast_compile` fixture per test):
     the steps below are jitted, so each test compiles a few small programs."""
-    previous = jax.config.read("jax_disable_most_optimizations")
-    jax.config.update("jax_disable_most_optimizations", True)
-    yield
-    jax.config.update("jax_disable_most_optimizations", previous)
+    with fast_compilation():
+        yield
 
 
 def _batch(b=8, seed=0, scale=3.0):

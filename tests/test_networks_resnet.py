@@ -13,6 +13,7 @@ import pytest
 from multidevice import run_script
 
 from gedl_jax.networks.resnet import ResNet18
+from compile_mode import fast_compilation
 
 K = 10
 
@@ -30,10 +31,8 @@ def _count(tree) -> int:
 def _fast_compile_module():
     """XLA's optimisations mostly off for this module (compiles in seconds, same numbers up to
     float32 rounding), as the `fast_compile` fixture does per test."""
-    previous = jax.config.read("jax_disable_most_optimizations")
-    jax.config.update("jax_disable_most_optimizations", True)
-    yield
-    jax.config.update("jax_disable_most_optimizations", previous)
+    with fast_compilation():
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,8 @@ import optax
 import pytest
 from flax import nnx
 
+from compile_mode import fast_compilation
+
 from gedl_jax.networks import user
 
 PKG = "gedl_userpkg"
@@ -214,10 +216,8 @@ def user_package(tmp_path_factory):
 @pytest.fixture(scope="module", autouse=True)
 def _fast_compile_module():
     """XLA's optimisations mostly off for this module (as the `fast_compile` fixture per test)."""
-    previous = jax.config.read("jax_disable_most_optimizations")
-    jax.config.update("jax_disable_most_optimizations", True)
-    yield
-    jax.config.update("jax_disable_most_optimizations", previous)
+    with fast_compilation():
+        yield
 
 
 def _x(n=4, seed=1):

@@ -31,6 +31,7 @@ import pytest
 from gedl_jax import configuration, data, pretrained, train
 from gedl_jax.evaluate import evaluate_workdir
 from gedl_jax.pretrained import export, registry
+from compile_mode import fast_compilation
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 COMMITTED = REPO / "docs" / "results" / "gedl_convergence" / "gedl_seed0" / "eval_results.json"
@@ -48,22 +49,17 @@ def _comparable(results: dict) -> dict:
 def exported(generated_data_files, tmp_path_factory):
     """A tiny GEDL run (generated data, evaluated at its end), exported and registered as
     "tiny/gedl" in a registry of its own."""
-    previous = jax.config.read("jax_disable_most_optimizations")
-    jax.config.update("jax_disable_most_optimizations", True)   # compiles in seconds
-    try:
-        with generated_data_files.registered() as root:
-            tmp = tmp_path_factory.mktemp("pretrained")
-            c = configuration.build_config("mnist", "gedl")
-            configuration.set_fields(c, data_dir=str(root), **TINY)
-            train.train_and_evaluate(c, tmp / "run")
-            models = tmp / "models"
-            models.mkdir()
-            entry = export.export_workdir(tmp / "run", models / "tiny_gedl.msgpack")
-            registry.write_entry(models / "registry.json", "tiny/gedl", {**entry, "url": ""})
-            yield types.SimpleNamespace(root=root, run=tmp / "run", models=models,
-                                        registry=models / "registry.json", entry=entry)
-    finally:
-        jax.config.update("jax_disable_most_optimizations", previous)
+    with fast_compilation(), generated_data_files.registered() as root:
+        tmp = tmp_path_factory.mktemp("pretrained")
+        c = configuration.build_config("mnist", "gedl")
+        configuration.set_fields(c, data_dir=str(root), **TINY)
+        train.train_and_evaluate(c, tmp / "run")
+        models = tmp / "models"
+        models.mkdir()
+        entry = export.export_workdir(tmp / "run", models / "tiny_gedl.msgpack")
+        registry.write_entry(models / "registry.json", "tiny/gedl", {**entry, "url": ""})
+        yield types.SimpleNamespace(root=root, run=tmp / "run", models=models,
+                                    registry=models / "registry.json", entry=entry)
 
 
 def test_evaluating_the_exported_model_reproduces_the_runs_results(exported, tmp_path):

@@ -13,6 +13,7 @@ import pytest
 from training_fixtures import REPO, TINY_FIELDS, checkpoint_steps, subprocess_env, write_tiny_mnist
 
 from gedl_jax import configuration, train
+from compile_mode import fast_compilation
 
 
 @pytest.fixture
@@ -130,17 +131,11 @@ def _damage(step_folder) -> None:
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     """A finished tiny run (2 epochs x 8 steps, `last` at 8 and 16), uninterrupted."""
-    import jax  # noqa: PLC0415
-
     root = tmp_path_factory.mktemp("finished")
-    previous = jax.config.read("jax_disable_most_optimizations")
-    jax.config.update("jax_disable_most_optimizations", True)
-    try:
+    with fast_compilation():
         data = write_tiny_mnist(root / "data")
         c = config(data, root, train_examples=256, val_examples=64, num_epochs=2)
         return c, train.train_and_evaluate(c, root / "w"), root / "w"
-    finally:
-        jax.config.update("jax_disable_most_optimizations", previous)
 
 
 def test_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_to_the_same_result(

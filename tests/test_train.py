@@ -26,6 +26,7 @@ from training_fixtures import checkpoint_steps, subprocess_env
 from gedl_jax import configuration, methods, train
 from gedl_jax.evidential import loss as losses
 from gedl_jax.run import preemption, rundir
+from compile_mode import fast_compilation
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # The real data folder: $GEDL_DATA_DIR only (None when unset: the test that needs it skips).
@@ -77,14 +78,10 @@ def assert_same_leaves(a, b):
 def reference(data_dir, tmp_path_factory):
     """An uninterrupted tiny GEDL run (2 epochs, checkpoints every 3 steps), shared by the
     tests that compare against it."""
-    previous = jax.config.read("jax_disable_most_optimizations")
-    jax.config.update("jax_disable_most_optimizations", True)  # as the `_fast` fixture
-    try:
+    with fast_compilation():   # as the `_fast` fixture
         workdir = tmp_path_factory.mktemp("reference")
         c = tiny_config(data_dir, checkpoint_every_steps=3)
         return c, train.train_and_evaluate(c, workdir)
-    finally:
-        jax.config.update("jax_disable_most_optimizations", previous)
 
 
 # ------------------------------------------------------------------------------ real data
