@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.util
 import http.server
 import json
 import os
@@ -32,6 +31,7 @@ from gedl_jax import configuration, data, pretrained, train
 from gedl_jax.evaluate import evaluate_workdir
 from gedl_jax.pretrained import export, registry
 from compile_mode import fast_compilation
+from training_fixtures import load_script
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 COMMITTED = REPO / "docs" / "results" / "gedl_convergence" / "gedl_seed0" / "eval_results.json"
@@ -222,11 +222,7 @@ def test_the_mirror_serves_models_and_a_wrong_file_is_not_kept(exported, tmp_pat
 
 # ------------------------------------------------------------------------------ shipped
 def _export_script():
-    spec = importlib.util.spec_from_file_location("export_pretrained",
-                                                  REPO / "bin" / "export_pretrained.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bin/export_pretrained.py", "export_pretrained")
 
 
 ENVIRONMENT = {"commit": "abc1234", "dirty": True, "device": "NVIDIA H100 80GB HBM3",

@@ -1,10 +1,8 @@
 """bin/reproduce.py: each run records the environment that trained it, and a table made later
 from reused runs names those environments, not only the machine that wrote the table."""
-import importlib.util
 import json
-import pathlib
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+from training_fixtures import load_script
 
 ENV_GPU = {"commit": "abc1234", "dirty": False, "device": "NVIDIA H100 80GB HBM3",
            "device_count": 1, "cpu_count": 16, "machine": "x86_64", "python": "3.12.3",
@@ -13,11 +11,7 @@ ENV_CPU = dict(ENV_GPU, device="cpu", cpu_count=2, commit="def5678", dirty=True)
 
 
 def _reproduce():
-    spec = importlib.util.spec_from_file_location("reproduce_provenance",
-                                                  REPO / "bin" / "reproduce.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bin/reproduce.py", "reproduce_provenance")
 
 
 def test_each_run_keeps_its_environment_and_the_table_lists_them(tmp_path):

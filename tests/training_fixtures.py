@@ -8,6 +8,7 @@ a few steps of training move the accuracy and the parameters measurably.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import pathlib
 import socket
@@ -18,6 +19,15 @@ import numpy as np
 from data_fixtures import write_npz
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def load_script(relative_path: str, module_name: str):
+    """A standalone script of the repository (e.g. "bin/reproduce.py") loaded as a module, for
+    testing its functions: bin/ is not a package."""
+    spec = importlib.util.spec_from_file_location(module_name, REPO / relative_path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def write_tiny_mnist(root: pathlib.Path, n_train: int = 320, n_test: int = 64,
