@@ -1,21 +1,16 @@
 """bin/curves.py: per-epoch curves from metrics.jsonl files (written here by hand)."""
 
-import importlib.util
 import json
 import pathlib
 
 import numpy as np
 import pytest
-
-SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "bin" / "curves.py"
+from training_fixtures import load_script
 
 
 @pytest.fixture(scope="module")
 def curves():
-    spec = importlib.util.spec_from_file_location("curves", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bin/curves.py", "curves")
 
 
 def _write_run(path: pathlib.Path, seed: int, steps_per_epoch: int = 4, epochs: int = 3):

@@ -109,13 +109,9 @@ def test_the_cases_cover_every_variant_and_network():
 def test_memory_analysis_script_prints_the_table(capsys):
     """bin/memory_analysis.py (the numbers in docs/performance.md), on the ConvNet at a tiny
     size: one row per step, the peak = arguments + outputs + temporaries - aliased."""
-    import importlib.util  # noqa: PLC0415
-    import pathlib  # noqa: PLC0415
+    from training_fixtures import load_script  # noqa: PLC0415
 
-    path = pathlib.Path(__file__).resolve().parents[1] / "bin" / "memory_analysis.py"
-    spec = importlib.util.spec_from_file_location("gedl_jax_bin_memory_analysis", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("bin/memory_analysis.py", "gedl_jax_bin_memory_analysis")
     assert script.main(["--models=convnet", "--batches=8", "--train_examples=64"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines()
             if line.startswith("| convnet |")]

@@ -1,19 +1,13 @@
 """docs/results/gedl_convergence/rank_readings.py: the distance of each reading to the paper's
 MNIST row, on a results.json whose numbers are known."""
 
-import importlib.util
 import json
-import pathlib
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "docs" / "results" / "gedl_convergence" / "rank_readings.py"
+from training_fixtures import load_script
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("rank_readings", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("docs/results/gedl_convergence/rank_readings.py", "rank_readings")
 
 
 def _aggregate(acc, conf, k_mp, k_um, f_mp, f_um):

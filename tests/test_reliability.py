@@ -10,7 +10,14 @@ import subprocess
 import sys
 
 import pytest
-from training_fixtures import REPO, TINY_FIELDS, checkpoint_steps, subprocess_env, write_tiny_mnist
+from training_fixtures import (
+    REPO,
+    TINY_FIELDS,
+    checkpoint_steps,
+    load_script,
+    subprocess_env,
+    write_tiny_mnist,
+)
 
 from gedl_jax import configuration, train
 from compile_mode import fast_compilation
@@ -425,12 +432,7 @@ def test_sigterm_while_compiling_stops_within_seconds(tmp_path):
 
 
 def _load_reproduce():
-    import importlib.util  # noqa: PLC0415
-
-    spec = importlib.util.spec_from_file_location("reproduce", REPO / "bin" / "reproduce.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bin/reproduce.py", "reproduce")
 
 
 def _one_error_line(capsys, *needles: str) -> None:
