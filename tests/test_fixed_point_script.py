@@ -220,3 +220,66 @@ def test_the_evaluated_checkpoint_is_the_first_best_validation_epoch(tmp_path, c
             f"{at_2.strength:.3f}, measured 3.500. ECE: |accuracy 0.9900 - max probability at the "
             f"optimum {at_2.max_probability:.4f}| = {0.99 - at_2.max_probability:.4f}, "
             f"measured 0.2500.") in out
+
+
+def _library_schedule(config, start_sum, epochs):
+    """The library's own tau accumulator and tau, fed each epoch the strength that is the
+    optimum's at that epoch's tau (found by iterating, the epoch's state not yet advanced)."""
+    c_tau = float(config["c_tau"])
+    state, _ = schedules.tau_accumulate(schedules.tau_init(), start_sum, epoch=0)
+    weights = []
+    for epoch in range(1, epochs + 1):
+        strength = 10.0
+        for _ in range(60):
+            _, cumulative = schedules.tau_accumulate(state, strength, epoch=epoch)
+            tau = float(schedules.gedl_tau(cumulative, c_tau))
+            strength = fixed_point.optimum_for(config, tau).strength
+        state, _ = schedules.tau_accumulate(state, strength, epoch=epoch)
+        weights.append(1.0 / tau)
+    return weights
+
+
+@pytest.mark.parametrize("c_tau, start_weight", [(100.0, 0.3), (1000.0, 0.1)])
+def test_the_predicted_schedule_is_the_librarys_schedule_at_the_optimum(c_tau, start_weight):
+    config = _gedl_config(c_tau=c_tau)
+    predicted = fixed_point.predicted_schedule(config, 5, start_weight, 45)
+    assert [t for t, _, _ in predicted] == list(range(6, 46))
+    want = _library_schedule(config, c_tau * start_weight, 40)
+    np.testing.assert_allclose([w for _, w, _ in predicted], want, rtol=2e-5)
+    for _, weight, strength in predicted:   # each epoch's S is the optimum's at its tau
+        assert math.isclose(strength, fixed_point.optimum_for(config, 1 / weight).strength)
+    if c_tau == 100.0:
+        assert predicted[-1][1] == 1.0 and predicted[0][1] < 1.0
+
+
+def test_a_schedule_already_at_one_stays_there():
+    config = _gedl_config()
+    assert fixed_point.predicted_schedule(config, 40, 1.0, 42) == [
+        (41, 1.0, fixed_point.optimum_for(config, 1.0).strength),
+        (42, 1.0, fixed_point.optimum_for(config, 1.0).strength)]
+
+
+@pytest.mark.parametrize("overrides", [{"tau_reading": "step"}, {"tau_form": "sum_over_c"},
+                                       {"kl_schedule": "edl_anneal"}, {"kl_weight": 0.5}])
+def test_the_schedule_is_predicted_for_the_default_reading_only(overrides):
+    with pytest.raises(ValueError, match="predicted for"):
+        fixed_point.predicted_schedule(_gedl_config(**overrides), 5, 0.3, 10)
+
+
+def test_report_with_a_predicted_schedule(tmp_path, capsys):
+    run = tmp_path / "r"
+    config = _gedl_config()
+    weights = [w for _, w, _ in fixed_point.predicted_schedule(config, 0, 0.05, 40)]
+    _write_run(run, config, weights)
+    assert fixed_point.main([str(run), "--predict_from=2", "--predict_to=60"]) == 0
+    out = capsys.readouterr().out
+    assert "The schedule predicted from epoch 2's logged 1/tau alone:" in out
+    assert "Largest |1/tau predicted - logged| over the 38 logged epochs after epoch 2: 0.0000." \
+        in out
+    first_one = next(t for t, w in enumerate(weights, start=1) if w >= 1.0)
+    assert f"The weight reaches 1 at epoch {first_one}." in out
+    assert "| 60 | 1.000 |  | 2.364 |  |" in out
+    step_run = tmp_path / "s"
+    _write_run(step_run, _gedl_config(tau_reading="step"), [1.0])
+    assert fixed_point.main([str(step_run), "--predict_from=1"]) == 0
+    assert "(No predicted schedule: the schedule is predicted for" in capsys.readouterr().out

@@ -29,6 +29,11 @@ and the loss, and the values the closed form predicts from the logged tau alone:
 
     python docs/results/gedl_convergence/fixed_point.py RUN_DIR [RUN_DIR ...] [--out=FILE]
 
+With `--predict_from=E` it also feeds the optimum's strength back into the schedule, from the
+KL weight logged at the end of epoch E, and predicts 1/tau and S* for every later epoch to
+`--predict_to` (200): under the default reading (`tau_reading=epoch`, `tau_form=c_over_sum`)
+each epoch's tau solves tau = max(1, C_tau / (sum of the earlier epochs' S + S*(tau))).
+
 (RUN_DIR: a training workdir with config.json and metrics.jsonl, e.g.
 `RUNS/runs/gedl/seed_0` of `bin/reproduce.py`.) It needs only the Python standard library.
 """
@@ -238,6 +243,84 @@ def summary_table(runs: list[tuple[str, list[EpochRow], Evaluated | None]]) -> l
     return lines + [""]
 
 
+# ---------------------------------------------------------------------------------------------
+# The schedule, predicted: the optimum's strength fed back into Eq. tau_schedule
+
+
+def _solve_tau(config: dict, completed_sum: float) -> float:
+    """tau in an epoch whose mean strength is the optimum's at that tau: the root of
+    tau = max(1, C_tau / (completed_sum + S*(tau))), unique because the right side falls as
+    tau rises (bisection)."""
+    c_tau = float(config["c_tau"])
+    def excess(tau):
+        return tau - max(1.0, c_tau / (completed_sum + optimum_for(config, tau).strength))
+    if excess(1.0) >= 0:
+        return 1.0
+    lo, hi = 1.0, max(2.0, c_tau / max(completed_sum, 1e-12))
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if excess(mid) < 0 else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def predicted_schedule(config: dict, epoch: int, kl_weight: float,
+                       to_epoch: int) -> list[tuple[int, float, float]]:
+    """(epoch, 1/tau, S*) for epochs epoch+1..to_epoch, if every later epoch's mean training
+    strength is the optimum's. Starts from the KL weight logged at the end of `epoch`: under
+    the default reading the accumulated sum is then C_tau * (1/tau). For the default reading
+    of the schedule only (`tau_reading=epoch`, `tau_form=c_over_sum`)."""
+    if (config.get("kl_schedule"), config.get("tau_reading"), config.get("tau_form")) != (
+            "gedl_tau", "epoch", "c_over_sum") or config.get("warmup_epochs"):
+        raise ValueError("the schedule is predicted for tau_reading=epoch, tau_form=c_over_sum "
+                         "(the default) without warm-up only")
+    if float(config.get("kl_weight", 1.0)) != 1.0:
+        raise ValueError("the schedule is predicted for kl_weight=1 only")
+    if kl_weight >= 1.0:   # the sum is past C_tau: tau stays at 1
+        return [(t, 1.0, optimum_for(config, 1.0).strength)
+                for t in range(epoch + 1, to_epoch + 1)]
+    completed = float(config["c_tau"]) * kl_weight
+    out = []
+    for t in range(epoch + 1, to_epoch + 1):
+        tau = _solve_tau(config, completed)
+        strength = optimum_for(config, tau).strength
+        out.append((t, 1.0 / tau, strength))
+        completed += strength
+    return out
+
+
+def schedule_report(config: dict, rows: list[EpochRow], start: int,
+                    to_epoch: int) -> list[str]:
+    """The predicted schedule from epoch `start` beside the log (every 5th epoch to 40, every
+    20th after, the epoch the weight first reaches 1 and the last), with the largest difference
+    from the log over every logged epoch."""
+    start_row = next((r for r in rows if r.epoch == start), None)
+    if start_row is None:
+        return [f"(No epoch {start} in the log: no predicted schedule.)", ""]
+    predicted = predicted_schedule(config, start, start_row.kl_weight, to_epoch)
+    logged = {r.epoch: r for r in rows}
+    first_one = next((t for t, w, _ in predicted if w >= 1.0), None)
+    lines = [f"The schedule predicted from epoch {start}'s logged 1/tau alone:", "",
+             "| epoch | 1/tau predicted | 1/tau logged | S* predicted | S logged |",
+             "|---:|---:|---:|---:|---:|"]
+    for t, weight, strength in predicted:
+        every = 5 if t <= 40 else 20
+        if t % every and t not in (first_one, to_epoch, start + 1):
+            continue
+        row = logged.get(t)
+        lines.append(f"| {t} | {weight:.3f} | {'' if row is None else f'{row.kl_weight:.3f}'} "
+                     f"| {strength:.3f} | {'' if row is None else f'{row.strength:.3f}'} |")
+    both = [(w, logged[t].kl_weight) for t, w, _ in predicted if t in logged]
+    worst = max((abs(a - b) for a, b in both), default=None)
+    lines.append("")
+    if worst is not None:
+        lines.append(f"Largest |1/tau predicted - logged| over the {len(both)} logged epochs "
+                     f"after epoch {start}: {worst:.4f}.")
+    lines.append("The weight reaches 1 at epoch "
+                 + (f"{first_one}." if first_one else f"> {to_epoch}: it is "
+                    f"{predicted[-1][1]:.3f} at epoch {to_epoch}, S* {predicted[-1][2]:.3f}."))
+    return lines + [""]
+
+
 def relative_gap(row: EpochRow) -> float:
     return abs(row.strength - row.predicted.strength) / row.predicted.strength
 
@@ -276,6 +359,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=pathlib.Path, help="training workdirs")
     parser.add_argument("--out", type=pathlib.Path, help="also write the report here")
+    parser.add_argument("--predict_from", type=int, default=0,
+                        help="also predict the KL weight schedule from this epoch's logged "
+                             "1/tau on (0: no prediction)")
+    parser.add_argument("--predict_to", type=int, default=200,
+                        help="the last epoch of the predicted schedule")
     args = parser.parse_args(argv)
     runs = []
     for run_dir in args.runs:
@@ -299,6 +387,11 @@ def main(argv: list[str] | None = None) -> int:
     lines += summary_table([(name, epochs, e) for name, _, epochs, e in runs])
     for name, config, epochs, evaluated in runs:
         extra = [] if evaluated is None else [evaluated_line(evaluated), ""]
+        if args.predict_from:
+            try:
+                extra += schedule_report(config, epochs, args.predict_from, args.predict_to)
+            except ValueError as e:
+                extra += [f"(No predicted schedule: {e}.)", ""]
         lines += report(name, config, epochs, extra)
     text = "\n".join(lines)
     print(text)
