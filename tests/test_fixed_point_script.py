@@ -166,7 +166,7 @@ def test_report_of_a_run_at_its_optimum(tmp_path, capsys):
     assert "| 3 | 1.000 | 2.364 | 2.364 | 2.364 | 1.3636 | 1.3636 | 2.3026 | 2.3026 |" in text
     assert "| 1 | 0.250 | 4.732 | 4.732 |" in text        # tau = 4: W* = 0.5 + 9.5 / 41
     assert "over the last 2 epochs: 0.00%" in text
-    assert "1/tau = 1 from epoch 3 on" in text and "u* = 0.5769" in text
+    assert "1/tau = 1 from epoch 3 to the end" in text and "u* = 0.5769" in text
 
 
 def test_report_measures_the_gap(tmp_path, capsys):
@@ -225,51 +225,68 @@ def test_the_evaluated_checkpoint_is_the_first_best_validation_epoch(tmp_path, c
 def _library_schedule(config, start_sum, epochs):
     """The library's own tau accumulator and tau, fed each epoch the strength that is the
     optimum's at that epoch's tau (found by iterating, the epoch's state not yet advanced)."""
-    c_tau = float(config["c_tau"])
+    c_tau, form = float(config["c_tau"]), config["tau_form"]
     state, _ = schedules.tau_accumulate(schedules.tau_init(), start_sum, epoch=0)
     weights = []
     for epoch in range(1, epochs + 1):
         strength = 10.0
         for _ in range(60):
             _, cumulative = schedules.tau_accumulate(state, strength, epoch=epoch)
-            tau = float(schedules.gedl_tau(cumulative, c_tau))
+            tau = float(schedules.gedl_tau(cumulative, c_tau, form))
             strength = fixed_point.optimum_for(config, tau).strength
         state, _ = schedules.tau_accumulate(state, strength, epoch=epoch)
         weights.append(1.0 / tau)
     return weights
 
 
-@pytest.mark.parametrize("c_tau, start_weight", [(100.0, 0.3), (1000.0, 0.1)])
-def test_the_predicted_schedule_is_the_librarys_schedule_at_the_optimum(c_tau, start_weight):
-    config = _gedl_config(c_tau=c_tau)
-    predicted = fixed_point.predicted_schedule(config, 5, start_weight, 45)
+@pytest.mark.parametrize("form, c_tau, start_sum", [("c_over_sum", 100.0, 30.0),
+                                                    ("c_over_sum", 1000.0, 100.0),
+                                                    ("sum_over_c", 100.0, 60.0)])
+def test_the_predicted_schedule_is_the_librarys_schedule_at_the_optimum(form, c_tau,
+                                                                        start_sum):
+    config = _gedl_config(c_tau=c_tau, tau_form=form)
+    predicted = fixed_point.predicted_schedule(config, 5, start_sum, 45)
     assert [t for t, _, _ in predicted] == list(range(6, 46))
-    want = _library_schedule(config, c_tau * start_weight, 40)
+    want = _library_schedule(config, start_sum, 40)
     np.testing.assert_allclose([w for _, w, _ in predicted], want, rtol=2e-5)
     for _, weight, strength in predicted:   # each epoch's S is the optimum's at its tau
         assert math.isclose(strength, fixed_point.optimum_for(config, 1 / weight).strength)
-    if c_tau == 100.0:
-        assert predicted[-1][1] == 1.0 and predicted[0][1] < 1.0
+    weights = [w for _, w, _ in predicted]
+    if form == "c_over_sum" and c_tau == 100.0:   # rises to 1 and stays
+        assert weights[0] < 1.0 and weights[-1] == 1.0
+    if form == "sum_over_c":                       # 1 until the sum passes C_tau, then falls
+        assert weights[0] == 1.0 and weights[-1] < 1.0
 
 
 def test_a_schedule_already_at_one_stays_there():
     config = _gedl_config()
-    assert fixed_point.predicted_schedule(config, 40, 1.0, 42) == [
+    assert fixed_point.predicted_schedule(config, 40, 150.0, 42) == [
         (41, 1.0, fixed_point.optimum_for(config, 1.0).strength),
         (42, 1.0, fixed_point.optimum_for(config, 1.0).strength)]
 
 
-@pytest.mark.parametrize("overrides", [{"tau_reading": "step"}, {"tau_form": "sum_over_c"},
+def test_the_starting_sum_is_read_back_from_the_log():
+    rows = [fixed_point.EpochRow(e, w, s, 0.0, 0.0, None, None)
+            for e, w, s in ((1, 0.25, 9.0), (2, 0.5, 5.0), (3, 1.0, 2.5))]
+    over = _gedl_config()
+    under = _gedl_config(tau_form="sum_over_c")
+    assert math.isclose(fixed_point.starting_sum(over, rows, 2), 100.0 * 0.5)
+    assert math.isclose(fixed_point.starting_sum(under, rows, 2), 100.0 / 0.5)
+    # tau at its floor: the sum is not in the weight, so the log's strengths are summed
+    assert math.isclose(fixed_point.starting_sum(under, rows, 3), 9.0 + 5.0 + 2.5)
+
+
+@pytest.mark.parametrize("overrides", [{"tau_reading": "step"}, {"warmup_epochs": 1},
                                        {"kl_schedule": "edl_anneal"}, {"kl_weight": 0.5}])
-def test_the_schedule_is_predicted_for_the_default_reading_only(overrides):
+def test_the_schedule_is_predicted_for_the_epoch_reading_only(overrides):
     with pytest.raises(ValueError, match="predicted for"):
-        fixed_point.predicted_schedule(_gedl_config(**overrides), 5, 0.3, 10)
+        fixed_point.predicted_schedule(_gedl_config(**overrides), 5, 30.0, 10)
 
 
 def test_report_with_a_predicted_schedule(tmp_path, capsys):
     run = tmp_path / "r"
     config = _gedl_config()
-    weights = [w for _, w, _ in fixed_point.predicted_schedule(config, 0, 0.05, 40)]
+    weights = [w for _, w, _ in fixed_point.predicted_schedule(config, 0, 5.0, 40)]
     _write_run(run, config, weights)
     assert fixed_point.main([str(run), "--predict_from=2", "--predict_to=60"]) == 0
     out = capsys.readouterr().out
@@ -277,9 +294,38 @@ def test_report_with_a_predicted_schedule(tmp_path, capsys):
     assert "Largest |1/tau predicted - logged| over the 38 logged epochs after epoch 2: 0.0000." \
         in out
     first_one = next(t for t, w in enumerate(weights, start=1) if w >= 1.0)
-    assert f"The weight reaches 1 at epoch {first_one}." in out
+    assert f"The weight reaches 1 at epoch {first_one} and stays there." in out
     assert "| 60 | 1.000 |  | 2.364 |  |" in out
+    assert "At epoch 60: 1/tau 1.000, S* 2.364, max probability 0.481." in out
     step_run = tmp_path / "s"
     _write_run(step_run, _gedl_config(tau_reading="step"), [1.0])
     assert fixed_point.main([str(step_run), "--predict_from=1"]) == 0
     assert "(No predicted schedule: the schedule is predicted for" in capsys.readouterr().out
+
+
+def test_epochs_without_the_kl_are_left_out_and_a_log_without_epochs_is_named(tmp_path,
+                                                                              capsys):
+    config = _gedl_config(kl_schedule="edl_anneal")
+    run = tmp_path / "anneal"
+    _write_run(run, config, [0.5, 1.0])
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    # EDL's annealing: weight 0 in the first epoch
+    first = [json.loads(x) for x in lines[:4]]
+    for row in first:
+        if row["split"] == "train":
+            row["kl_weight"] = 0.0
+    (run / "metrics.jsonl").write_text("\n".join([json.dumps(r) for r in first] + lines[4:]))
+    assert fixed_point.main([str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "\n| 2 | 1.000 |" in out and "\n| 1 | " not in out   # epoch rows start lines
+    no_epochs = tmp_path / "no_epochs"
+    _write_run(no_epochs, config, [1.0])
+    lines = [x for x in (no_epochs / "metrics.jsonl").read_text().splitlines()
+             if '"validation"' not in x]
+    (no_epochs / "metrics.jsonl").write_text("\n".join(lines))
+    assert fixed_point.main([str(no_epochs)]) == 2
+    assert "no validation rows" in capsys.readouterr().err
+    sparse = tmp_path / "sparse"
+    _write_run(sparse, _gedl_config(eval_every_epochs=2), [1.0])
+    assert fixed_point.main([str(sparse)]) == 2
+    assert "eval_every_epochs=2" in capsys.readouterr().err

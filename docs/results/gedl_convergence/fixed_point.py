@@ -18,11 +18,12 @@ the optimum has E = tau, so
     W* = C_w + (K - C_w) / (1 + K tau),    S* = W* + tau,    u* = W* / S*,
     max_k alpha*_k / S* = (W* a_y + tau) / S*.
 
-The paper's schedule (Eq. tau_schedule) lowers tau to its floor of 1 as the strengths
-accumulate, so every reading of it that keeps the KL on all examples ends at S* = W*(1) + 1
-(2.364 for K = 10, C_w = 0.5) on every training image, whatever the network could tell
-apart. EDL's masked target (`kl_target=masked`) has no such minimiser: it leaves the true
-class's evidence out of the KL, so the likelihood term keeps raising it.
+The paper's schedule as printed (Eq. tau_schedule, tau = max(1, C_tau / sum)) lowers tau to
+its floor of 1 as the strengths accumulate, so with the KL on all examples it ends at
+S* = W*(1) + 1 (2.364 for K = 10, C_w = 0.5) on every training image, whatever the network
+could tell apart. (The inverted form, tau = max(1, sum / C_tau), raises tau instead once the
+sum passes C_tau.) EDL's masked target (`kl_target=masked`) has no such minimiser: it leaves
+the true class's evidence out of the KL, so the likelihood term keeps raising it.
 
 This script prints, for each epoch of a run, the KL weight, the logged training means of S, W
 and the loss, and the values the closed form predicts from the logged tau alone:
@@ -30,9 +31,10 @@ and the loss, and the values the closed form predicts from the logged tau alone:
     python docs/results/gedl_convergence/fixed_point.py RUN_DIR [RUN_DIR ...] [--out=FILE]
 
 With `--predict_from=E` it also feeds the optimum's strength back into the schedule, from the
-KL weight logged at the end of epoch E, and predicts 1/tau and S* for every later epoch to
-`--predict_to` (200): under the default reading (`tau_reading=epoch`, `tau_form=c_over_sum`)
-each epoch's tau solves tau = max(1, C_tau / (sum of the earlier epochs' S + S*(tau))).
+state logged at the end of epoch E, and predicts 1/tau and S* for every later epoch to
+`--predict_to` (200): under the epoch reading (`tau_reading=epoch`) each epoch's tau solves
+tau = max(1, C_tau / (sum of the earlier epochs' S + S*(tau))) (`tau_form=c_over_sum`, the
+default), or max(1, (sum + S*(tau)) / C_tau) (`sum_over_c`).
 
 (RUN_DIR: a training workdir with config.json and metrics.jsonl, e.g.
 `RUNS/runs/gedl/seed_0` of `bin/reproduce.py`.) It needs only the Python standard library.
@@ -109,6 +111,9 @@ def check_config(config: dict) -> None:
         problems.append(f"base_rate={config.get('base_rate')!r} (the loss column assumes 1/K)")
     if not config.get("num_classes"):
         problems.append("num_classes is not recorded")
+    if int(config.get("eval_every_epochs", 1) or 1) != 1:
+        problems.append(f"eval_every_epochs={config['eval_every_epochs']} (epochs are counted "
+                        "by their validation rows: needs 1)")
     if problems:
         raise ValueError("the closed form is for the digamma likelihood with the KL on all "
                          "examples; this run has " + "; ".join(problems))
@@ -150,6 +155,11 @@ class EpochRow(NamedTuple):
     predicted: Optimum
 
 
+# Below this KL weight an epoch is left out: without the KL the likelihood alone has no finite
+# minimiser (and 1/weight overflows).
+MIN_KL_WEIGHT = 1e-6
+
+
 def _by_step(rows: list[dict], split: str) -> dict[int, dict]:
     """A split's rows keyed by step; a step logged twice (a run resumed from an earlier
     checkpoint logs it again) keeps its last row."""
@@ -158,7 +168,9 @@ def _by_step(rows: list[dict], split: str) -> dict[int, dict]:
 
 def epoch_rows(config: dict, rows: list[dict]) -> list[EpochRow]:
     """One row per epoch end (each validation row): the last training log at or before it, and
-    the per-epoch evaluation's test-set S where the run logged one (`epoch_eval`)."""
+    the per-epoch evaluation's test-set S where the run logged one (`epoch_eval`). A training
+    log row is the mean over its logging window (the last 100 steps, or fewer at an epoch's
+    end), so its 1/tau is that window's mean, not the value at the epoch's last step."""
     check_config(config)
     train = _by_step([r for r in rows if "kl_weight" in r], "train")
     if not train:
@@ -166,16 +178,25 @@ def epoch_rows(config: dict, rows: list[dict]) -> list[EpochRow]:
                          "evidential run?")
     test_strength = {step: r["test_strength"] for step, r in _by_step(rows, "epoch_eval").items()
                      if "test_strength" in r}
+    ends = sorted(_by_step(rows, "validation"))
+    if not ends:
+        raise ValueError("metrics.jsonl has no validation rows, which mark the epochs' ends: "
+                         "is the run's first epoch finished?")
     out = []
-    for epoch, end in enumerate(sorted(_by_step(rows, "validation")), start=1):
+    for epoch, end in enumerate(ends, start=1):
         before = [step for step in train if step <= end]
         if not before:
             continue
         last = train[max(before)]
+        if last["kl_weight"] < MIN_KL_WEIGHT:
+            continue   # (almost) no KL, e.g. EDL's annealing in epoch 0: no finite optimum
         tau = 1.0 / last["kl_weight"]
         out.append(EpochRow(epoch, last["kl_weight"], last["mean_strength"],
                             last["mean_prior_strength"], last["loss"],
                             test_strength.get(end), optimum_for(config, tau)))
+    if not out:
+        raise ValueError("no epoch of the log has a KL weight above "
+                         f"{MIN_KL_WEIGHT}: the closed form needs the KL")
     return out
 
 
@@ -247,39 +268,59 @@ def summary_table(runs: list[tuple[str, list[EpochRow], Evaluated | None]]) -> l
 # The schedule, predicted: the optimum's strength fed back into Eq. tau_schedule
 
 
+def _tau_of_sum(config: dict, cumulative: float) -> float:
+    """Eq. tau_schedule's tau for an accumulated strength, in the run's form (as
+    gedl_jax.evidential.schedules.gedl_tau): max(1, C_tau / sum), or max(1, sum / C_tau)."""
+    c_tau = float(config["c_tau"])
+    ratio = c_tau / cumulative if config["tau_form"] == "c_over_sum" else cumulative / c_tau
+    return max(1.0, ratio)
+
+
 def _solve_tau(config: dict, completed_sum: float) -> float:
     """tau in an epoch whose mean strength is the optimum's at that tau: the root of
-    tau = max(1, C_tau / (completed_sum + S*(tau))), unique because the right side falls as
-    tau rises (bisection)."""
-    c_tau = float(config["c_tau"])
+    tau = tau_of_sum(completed_sum + S*(tau)). The root is unique in both forms (the right side
+    falls as tau rises for c_over_sum, and rises with slope below 1 for sum_over_c); found by
+    bisection."""
     def excess(tau):
-        return tau - max(1.0, c_tau / (completed_sum + optimum_for(config, tau).strength))
+        return tau - _tau_of_sum(config, completed_sum + optimum_for(config, tau).strength)
     if excess(1.0) >= 0:
         return 1.0
-    lo, hi = 1.0, max(2.0, c_tau / max(completed_sum, 1e-12))
+    lo, hi = 1.0, 2.0
+    while excess(hi) < 0:
+        lo, hi = hi, 2.0 * hi
     for _ in range(200):
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if excess(mid) < 0 else (lo, mid)
     return 0.5 * (lo + hi)
 
 
-def predicted_schedule(config: dict, epoch: int, kl_weight: float,
+def starting_sum(config: dict, rows: list[EpochRow], epoch: int) -> float:
+    """The accumulated strength after `epoch`. Read back from its logged KL weight where tau > 1
+    there (c_over_sum: C_tau / tau; sum_over_c: C_tau * tau); else, while tau sits at its floor,
+    summed from the log's mean training S of each epoch so far (the epoch's last window stands
+    for its mean: an approximation, exact only once S settles)."""
+    row = next(r for r in rows if r.epoch == epoch)
+    if row.kl_weight < 1.0:
+        tau = 1.0 / row.kl_weight
+        c_tau = float(config["c_tau"])
+        return c_tau / tau if config["tau_form"] == "c_over_sum" else c_tau * tau
+    return sum(r.strength for r in rows if r.epoch <= epoch)
+
+
+def predicted_schedule(config: dict, epoch: int, completed_sum: float,
                        to_epoch: int) -> list[tuple[int, float, float]]:
     """(epoch, 1/tau, S*) for epochs epoch+1..to_epoch, if every later epoch's mean training
-    strength is the optimum's. Starts from the KL weight logged at the end of `epoch`: under
-    the default reading the accumulated sum is then C_tau * (1/tau). For the default reading
-    of the schedule only (`tau_reading=epoch`, `tau_form=c_over_sum`)."""
-    if (config.get("kl_schedule"), config.get("tau_reading"), config.get("tau_form")) != (
-            "gedl_tau", "epoch", "c_over_sum") or config.get("warmup_epochs"):
-        raise ValueError("the schedule is predicted for tau_reading=epoch, tau_form=c_over_sum "
-                         "(the default) without warm-up only")
+    strength is the optimum's, from the strength accumulated by the end of `epoch`
+    (`starting_sum`). For the epoch reading of Eq. tau_schedule (`tau_reading=epoch`, either
+    `tau_form`) without warm-up and with kl_weight 1."""
+    if (config.get("kl_schedule"), config.get("tau_reading")) != ("gedl_tau", "epoch") \
+            or config.get("tau_form") not in ("c_over_sum", "sum_over_c") \
+            or config.get("warmup_epochs"):
+        raise ValueError("the schedule is predicted for kl_schedule=gedl_tau with "
+                         "tau_reading=epoch, without warm-up, only")
     if float(config.get("kl_weight", 1.0)) != 1.0:
         raise ValueError("the schedule is predicted for kl_weight=1 only")
-    if kl_weight >= 1.0:   # the sum is past C_tau: tau stays at 1
-        return [(t, 1.0, optimum_for(config, 1.0).strength)
-                for t in range(epoch + 1, to_epoch + 1)]
-    completed = float(config["c_tau"]) * kl_weight
-    out = []
+    completed, out = float(completed_sum), []
     for t in range(epoch + 1, to_epoch + 1):
         tau = _solve_tau(config, completed)
         strength = optimum_for(config, tau).strength
@@ -293,18 +334,19 @@ def schedule_report(config: dict, rows: list[EpochRow], start: int,
     """The predicted schedule from epoch `start` beside the log (every 5th epoch to 40, every
     20th after, the epoch the weight first reaches 1 and the last), with the largest difference
     from the log over every logged epoch."""
-    start_row = next((r for r in rows if r.epoch == start), None)
-    if start_row is None:
+    if not any(r.epoch == start for r in rows):
         return [f"(No epoch {start} in the log: no predicted schedule.)", ""]
-    predicted = predicted_schedule(config, start, start_row.kl_weight, to_epoch)
+    predicted = predicted_schedule(config, start, starting_sum(config, rows, start), to_epoch)
     logged = {r.epoch: r for r in rows}
     first_one = next((t for t, w, _ in predicted if w >= 1.0), None)
+    left_one = next((t for t, w, _ in predicted
+                     if w < 1.0 and first_one is not None and t > first_one), None)
     lines = [f"The schedule predicted from epoch {start}'s logged 1/tau alone:", "",
              "| epoch | 1/tau predicted | 1/tau logged | S* predicted | S logged |",
              "|---:|---:|---:|---:|---:|"]
     for t, weight, strength in predicted:
         every = 5 if t <= 40 else 20
-        if t % every and t not in (first_one, to_epoch, start + 1):
+        if t % every and t not in (first_one, left_one, to_epoch, start + 1):
             continue
         row = logged.get(t)
         lines.append(f"| {t} | {weight:.3f} | {'' if row is None else f'{row.kl_weight:.3f}'} "
@@ -315,9 +357,16 @@ def schedule_report(config: dict, rows: list[EpochRow], start: int,
     if worst is not None:
         lines.append(f"Largest |1/tau predicted - logged| over the {len(both)} logged epochs "
                      f"after epoch {start}: {worst:.4f}.")
-    lines.append("The weight reaches 1 at epoch "
-                 + (f"{first_one}." if first_one else f"> {to_epoch}: it is "
-                    f"{predicted[-1][1]:.3f} at epoch {to_epoch}, S* {predicted[-1][2]:.3f}."))
+    if first_one is None:
+        lines.append(f"The weight stays below 1 to epoch {to_epoch}.")
+    elif left_one is None:
+        lines.append(f"The weight reaches 1 at epoch {first_one} and stays there.")
+    else:
+        lines.append(f"The weight is 1 from epoch {first_one} and falls below it again at "
+                     f"epoch {left_one}.")
+    lines.append(f"At epoch {to_epoch}: 1/tau {predicted[-1][1]:.3f}, S* "
+                 f"{predicted[-1][2]:.3f}, max probability "
+                 f"{optimum_for(config, 1.0 / predicted[-1][1]).max_probability:.3f}.")
     return lines + [""]
 
 
@@ -339,14 +388,15 @@ def report(name: str, config: dict, rows: list[EpochRow],
                      f"{r.predicted.prior_strength:.4f} | {r.loss:.4f} | "
                      f"{r.predicted.loss:.4f} |")
     lines.append("")
-    full = [r for r in rows if r.kl_weight >= 0.9999]
+    below = [r.epoch for r in rows if r.kl_weight < 0.9999]
+    full = [r for r in rows if r.epoch > max(below, default=0)]
     tail = rows[len(rows) // 2:]
     summary = [f"Largest |S - S*| / S* over the last {len(tail)} epochs: "
                f"{max(map(relative_gap, tail)):.2%}."]
     if full:
         end = optimum_for(config, 1.0)
         summary.append(
-            f"1/tau = 1 from epoch {full[0].epoch} on; there S* = {end.strength:.4f}, "
+            f"1/tau = 1 from epoch {full[0].epoch} to the end; there S* = {end.strength:.4f}, "
             f"W* = {end.prior_strength:.4f}, u* = {end.uncertainty:.4f}, max probability "
             f"{end.max_probability:.4f}, loss* = {end.loss:.4f}; at the last epoch the log has "
             f"S = {rows[-1].strength:.4f}, W = {rows[-1].prior_strength:.4f}, loss "
