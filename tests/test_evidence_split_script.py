@@ -64,28 +64,42 @@ def test_a_set_without_a_dirichlet_is_refused():
 
 
 def test_the_command_line(tmp_path, monkeypatch, capsys):
-    from gedl_jax.run import workdir
-
     seen = []
 
-    def fake_predict_outputs(path):
-        seen.append(path)
+    def fake_workdir(path):
+        seen.append(("workdir", path))
         return {"test": _predictions(_evidence([1.0, 1.0])),
                 "kmnist": _predictions(_evidence([0.5, 2.0]))}
 
-    monkeypatch.setattr(workdir, "predict_outputs", fake_predict_outputs)
+    def fake_pretrained(name):
+        seen.append(("pretrained", name))
+        return {"test": _predictions(_evidence([1.0, 1.0])),
+                "fashion_mnist": _predictions(_evidence([3.0, 3.0]))}
+
+    monkeypatch.setattr(split, "workdir_predictions", fake_workdir)
+    monkeypatch.setattr(split, "pretrained_predictions", fake_pretrained)
     out = tmp_path / "split.md"
-    assert split.main([str(tmp_path / "a" / "b" / "seed_0"), f"--out={out}"]) == 0
+    run = tmp_path / "a" / "b" / "seed_0"
+    assert split.main([str(run), "--pretrained=mnist/gedl", f"--out={out}"]) == 0
     text = capsys.readouterr().out
-    assert seen == [tmp_path / "a" / "b" / "seed_0"]
+    assert seen == [("workdir", run), ("pretrained", "mnist/gedl")]
     assert text.startswith("### a/b/seed_0\n") and "| kmnist | 2 | 1.250 |" in text
+    assert text.index("### a/b/seed_0") < text.index("### mnist/gedl")
+    assert "| fashion_mnist | 2 | 3.000 | 3.000 | 1.000 |" in text
     assert out.read_text().rstrip() == text.rstrip()
     assert split.main([str(tmp_path / "x"), str(tmp_path / "y"), "--names=one,two"]) == 0
     text = capsys.readouterr().out
     assert text.index("### one") < text.index("### two")
-    with pytest.raises(SystemExit):
-        split.main([str(tmp_path / "x"), "--names=one,two"])
-    monkeypatch.setattr(workdir, "predict_outputs",
+    for bad in ([str(tmp_path / "x"), "--names=one,two"], []):
+        with pytest.raises(SystemExit):
+            split.main(bad)
+    monkeypatch.setattr(split, "workdir_predictions",
                         lambda path: (_ for _ in ()).throw(FileNotFoundError("no config.json")))
     assert split.main([str(tmp_path)]) == 2
     assert "no config.json" in capsys.readouterr().err
+
+
+def test_a_pretrained_name_that_is_not_registered_is_one_error_line(capsys):
+    assert split.main(["--pretrained=mnist/nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("evidence_split.py: mnist/nope: ") and err.count("\n") == 1

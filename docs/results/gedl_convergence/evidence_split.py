@@ -15,10 +15,11 @@ median image, u (mean), and the share of images ranked above the test set's medi
 its 1 % quantile of u (the most confident in-distribution images):
 
     python docs/results/gedl_convergence/evidence_split.py WORKDIR [WORKDIR ...] \
-        [--names=A,B,...] [--out=FILE]
+        [--pretrained=mnist/gedl,...] [--names=A,B,...] [--out=FILE]
 
-It restores the checkpoint and reads the data as `python -m gedl_jax.evaluate --workdir` does
-(`$GEDL_DATA_DIR`), so it needs gedl-jax installed.
+It restores each checkpoint, or loads each pretrained model, and reads the data as
+`python -m gedl_jax.evaluate --workdir` (or `--pretrained`) does (`$GEDL_DATA_DIR`), so it
+needs gedl-jax installed. The runs come first, then the pretrained models, in the order given.
 """
 
 from __future__ import annotations
@@ -86,26 +87,53 @@ def table(rows: list[SetSummary]) -> list[str]:
     return lines
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("workdirs", nargs="+", type=pathlib.Path)
-    parser.add_argument("--names", default="",
-                        help="comma-separated names of the runs in the output (default: each "
-                             "workdir's last three path parts)")
-    parser.add_argument("--out", type=pathlib.Path, help="also write the tables here")
-    args = parser.parse_args(argv)
-    names = [n for n in args.names.split(",") if n] or [
-        "/".join(w.parts[-3:]) for w in args.workdirs]
-    if len(names) != len(args.workdirs):
-        parser.error(f"--names has {len(names)} names for {len(args.workdirs)} workdirs")
+def workdir_predictions(path: pathlib.Path) -> dict:
     from gedl_jax.run import workdir  # noqa: PLC0415 (the heavy import only when run)
 
+    return workdir.predict_outputs(path)
+
+
+def pretrained_predictions(name: str) -> dict:
+    """A pretrained model's predictions on its test set and OOD sets (the sets
+    `python -m gedl_jax.evaluate --pretrained=NAME` scores)."""
+    from gedl_jax import pretrained  # noqa: PLC0415
+    from gedl_jax.pretrained import model as model_lib  # noqa: PLC0415
+    from gedl_jax.run import workdir  # noqa: PLC0415
+
+    model = pretrained.load(name)
+    run_data = model_lib.evaluation_data(model)
+    run = model.restored_run(run_data)
+    return {"test": workdir.predict(run, run_data.test),
+            **{set_name: workdir.predict(run, split, with_labels=False)
+               for set_name, split in run_data.ood.items()}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("workdirs", nargs="*", type=pathlib.Path)
+    parser.add_argument("--pretrained", default="",
+                        help="comma-separated pretrained model names, e.g. mnist/gedl")
+    parser.add_argument("--names", default="",
+                        help="comma-separated names of the runs and models in the output "
+                             "(default: each workdir's last three path parts, each model's "
+                             "name)")
+    parser.add_argument("--out", type=pathlib.Path, help="also write the tables here")
+    args = parser.parse_args(argv)
+    models = [m for m in args.pretrained.split(",") if m]
+    sources = ([(path, workdir_predictions) for path in args.workdirs]
+               + [(name, pretrained_predictions) for name in models])
+    if not sources:
+        parser.error("give a workdir or --pretrained=NAME")
+    names = [n for n in args.names.split(",") if n] or (
+        ["/".join(w.parts[-3:]) for w in args.workdirs] + models)
+    if len(names) != len(sources):
+        parser.error(f"--names has {len(names)} names for {len(sources)} runs and models")
     lines = []
-    for name, path in zip(names, args.workdirs):
+    for name, (source, predictions_of) in zip(names, sources):
         try:
-            rows = evidence_split(workdir.predict_outputs(path))
-        except (FileNotFoundError, ValueError) as e:
-            print(f"evidence_split.py: {path}: {e}", file=sys.stderr)
+            rows = evidence_split(predictions_of(source))
+        except (FileNotFoundError, ValueError) as e:   # PretrainedError is a ValueError
+            print(f"evidence_split.py: {source}: {e}", file=sys.stderr)
             return 2
         lines += [f"### {name}", ""] + table(rows) + [""]
     text = "\n".join(lines)
