@@ -25,6 +25,8 @@ versions and commit that started it, and any other that resumed it); the script 
 `results.json` into --out. Runs already complete in --out are reused (the workdir resumes), so an
 interrupted reproduction continues: SIGTERM or SIGINT (a cluster's preemption, Ctrl-C) stops the
 run in progress at its next step with a checkpoint and exits 75; the same command resumes it.
+`--aggregate_only` trains nothing: it remakes the tables from the finished runs in --out (runs
+trained on several machines and copied together, or a table while the study trains elsewhere).
 Bad input (an unknown study, setting or run name, bad seeds,
 an override that is not a field) is one `error:` line and exit 2, before --out is created.
 """
@@ -312,6 +314,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--override", action="append", default=[],
                    help="field=value applied to every run (e.g. ood_datasets= on CIFAR here)")
     p.add_argument("--data_dir", default="")
+    p.add_argument("--aggregate_only", action="store_true",
+                   help="train nothing: make the table from the finished runs already in --out "
+                        "(e.g. runs trained on several machines, or while a study is still "
+                        "training elsewhere); a run without results is an error that names it")
     p.add_argument("--out", required=True)
     return p
 
@@ -379,19 +385,29 @@ def _main(args: argparse.Namespace, argv) -> int:
         args.setting = new
     seeds, configs = plan(args)
     out = pathlib.Path(args.out)
+    if args.aggregate_only:
+        unfinished = [f"{name}/seed_{s}" for name, _ in configs for s in seeds
+                      if not (out / "runs" / name / f"seed_{s}" / "eval_results.json").exists()]
+        if unfinished:
+            raise ValueError(f"--aggregate_only: {len(unfinished)} run(s) in {out / 'runs'} have "
+                             f"no eval_results.json: {', '.join(unfinished)}; train them (the "
+                             f"same command without --aggregate_only) or leave them out with "
+                             f"--variants/--seeds")
     files.check_writable(out, "--out")
     out.mkdir(parents=True, exist_ok=True)
     env = environment()
     print(f"# {env}", flush=True)
     # A preemption (SIGTERM) or Ctrl-C checkpoints the run in progress and ends the study, as
     # for `python -m gedl_jax.train`; without this a SIGTERM killed it mid-epoch.
-    preemption.install(prompt=True)
+    if not args.aggregate_only:
+        preemption.install(prompt=True)
     start = time.time()
     grouped: dict[str, list[dict]] = {}
     num_runs = 0
     for name, c in configs:
         run_dir = out / "runs" / name
-        pending = [s for s in seeds if not (run_dir / f"seed_{s}" / "eval_results.json").exists()]
+        pending = [] if args.aggregate_only else [
+            s for s in seeds if not (run_dir / f"seed_{s}" / "eval_results.json").exists()]
         for seed in pending:   # the machine that starts (or resumes) each run, before it trains
             (run_dir / f"seed_{seed}").mkdir(parents=True, exist_ok=True)
             record_environment(run_dir / f"seed_{seed}", env, continuing=True)

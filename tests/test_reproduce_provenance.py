@@ -1,8 +1,12 @@
 """bin/reproduce.py: each run records the environment that trained it, and a table made later
 from reused runs names those environments, not only the machine that wrote the table."""
 import json
+import pathlib
+import shutil
 
 from training_fixtures import load_script
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
 
 ENV_GPU = {"commit": "abc1234", "dirty": False, "device": "NVIDIA H100 80GB HBM3",
            "device_count": 1, "cpu_count": 16, "machine": "x86_64", "python": "3.12.3",
@@ -88,3 +92,56 @@ def test_a_seed_at_chance_level_is_named_under_the_table():
     assert len(lines) == 2
     assert lines[0].startswith("gedl seed 1: test accuracy 11.73 % (chance: 10.0 %)")
     assert lines[1].startswith("gedl seed 2: test accuracy 15.00 %")
+
+
+COMMITTED = REPO / "docs" / "results" / "mnist_long"
+
+
+def _committed_runs_in_study_layout(out, variants):
+    """The committed long-table runs (docs/results/mnist_long/runs/<v>_seed<s>/) laid out as
+    bin/reproduce.py trains them (runs/<v>/seed_<s>/)."""
+    for v in variants:
+        for s in range(3):
+            (out / "runs" / v / f"seed_{s}").mkdir(parents=True)
+            for f in ("eval_results.json", "environment.json"):
+                shutil.copy(COMMITTED / "runs" / f"{v}_seed{s}" / f, out / "runs" / v / f"seed_{s}")
+
+
+def _rows(text, variants):
+    return {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines()
+            if line.startswith("| ") and line.split(" | ")[0].lstrip("| ") in variants}
+
+
+def test_aggregate_only_remakes_the_committed_rows_without_training(tmp_path, capsys):
+    """--aggregate_only trains nothing (no checkpoint, no run folder touched) and its rows are
+    the committed long table's, digit for digit, from the committed per-run results."""
+    variants = ["kl_pn", "rkl_pn"]
+    out = tmp_path / "study"
+    _committed_runs_in_study_layout(out, variants)
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    reproduce = load_script("bin/reproduce.py", "reproduce_aggregate")
+    assert reproduce.main(["--study=main", "--setting=long", f"--variants={','.join(variants)}",
+                           "--seeds=0,1,2", "--aggregate_only", f"--out={out}"]) == 0
+    after = sorted(p.relative_to(out) for p in out.rglob("*"))
+    assert sorted(set(after) - set(before)) == [pathlib.Path(f"results.{x}")
+                                                for x in ("json", "md", "tex")]
+    made = _rows((out / "results.md").read_text(), variants)
+    committed = _rows((COMMITTED / "results.md").read_text(), variants)
+    assert set(made) == set(variants)
+    assert made == committed
+    assert "Runs trained on: cpu x1, 2 CPU cores" in (out / "results.md").read_text()
+
+
+def test_aggregate_only_names_the_unfinished_runs_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "study"
+    _committed_runs_in_study_layout(out, ["kl_pn"])
+    (out / "runs" / "kl_pn" / "seed_2" / "eval_results.json").unlink()
+    reproduce = load_script("bin/reproduce.py", "reproduce_aggregate_missing")
+    assert reproduce.main(["--study=main", "--setting=long", "--variants=kl_pn,duq",
+                           "--seeds=0,1,2", "--aggregate_only", f"--out={out}"]) == 2
+    err = capsys.readouterr().err
+    assert "kl_pn/seed_2" in err and "duq/seed_0" in err and "kl_pn/seed_0" not in err
+    assert "without --aggregate_only" in err
+    assert not (out / "results.md").exists() and not (out / "runs" / "duq").exists()
+    assert reproduce.main(["--study=main", "--aggregate_only", f"--out={tmp_path / 'none'}"]) == 2
+    assert not (tmp_path / "none").exists()
