@@ -101,6 +101,7 @@ def wall_time_text(minutes: float | None, resumes: int) -> str:
 def environment_fields(run: pathlib.Path) -> dict[str, str]:
     """commit, versions and hardware from the run's environment.json, which
     `bin/reproduce.py` writes; "not recorded" for a run without one (e.g. `gedl_jax.train`'s)."""
+    from gedl_jax.run import rundir  # noqa: PLC0415
     if not (run / "environment.json").is_file():
         return dict.fromkeys(("commit", "versions", "hardware"), "not recorded")
     env = json.loads((run / "environment.json").read_text())
@@ -112,7 +113,7 @@ def environment_fields(run: pathlib.Path) -> dict[str, str]:
                           f"optax {env['optax']}",
               "hardware": f"{env['device']} x{env['device_count']}, {env['cpu_count']} CPU cores "
                           f"({env['machine']})"}
-    for later in env.get("resumed_on", []):
+    for later in rundir.machines(env)[1:]:
         fields["hardware"] += (f"; resumed on {later['device']} x{later['device_count']} "
                                f"(jax {later['jax']}, commit {later['commit']})")
     return fields

@@ -45,7 +45,7 @@ import time
 import jax
 
 from gedl_jax import cli, configuration, evaluation, files, train
-from gedl_jax.run import preemption
+from gedl_jax.run import preemption, rundir
 
 # The paper's numbers (AUPR %, accuracy %): main Table results and Table additional_baselines.
 PAPER = {
@@ -193,11 +193,8 @@ def record_environment(seed_dir: pathlib.Path, env: dict, *, continuing: bool = 
     if not continuing:
         return
     recorded = json.loads(path.read_text())
-    resumed_on = recorded.get("resumed_on", [])
-    last = resumed_on[-1] if resumed_on else {k: v for k, v in recorded.items()
-                                              if k != "resumed_on"}
-    if last != env:
-        recorded["resumed_on"] = [*resumed_on, env]
+    if rundir.machine_fields(rundir.machines(recorded)[-1]) != env:
+        recorded["resumed_on"] = [*recorded.get("resumed_on", []), env]
         files.write_text(path, json.dumps(recorded, indent=2) + "\n")
 
 
@@ -208,11 +205,10 @@ def trained_on(run_dirs: list[pathlib.Path]) -> list[str]:
     for d in run_dirs:
         path = d / "environment.json"
         if path.exists():
-            recorded = json.loads(path.read_text())
-            text = environment_text(recorded)
-            if recorded.get("resumed_on"):
-                text += "; resumed on " + "; then ".join(
-                    environment_text(e) for e in recorded["resumed_on"])
+            first, *later = rundir.machines(json.loads(path.read_text()))
+            text = environment_text(first)
+            if later:
+                text += "; resumed on " + "; then ".join(environment_text(e) for e in later)
         else:
             text = "not recorded (runs trained before environment.json existed)"
         counts[text] = counts.get(text, 0) + 1

@@ -76,6 +76,25 @@ def test_a_run_under_way_without_a_record_is_recorded_as_resumed(tmp_path):
         "cpu x1, 2 CPU cores (x86_64); Python 3.12.3, jax 0.11.2, flax 0.12.10, optax 0.2.8; "
         "commit def5678 (uncommitted changes) (recorded when resuming from step 4125: what "
         "trained the steps before it is not recorded) (1 run)"]
+    # Resumed again on the same machine: nothing is added, and a record that older code gave a
+    # "resumed_on" entry for the same machine (its first record's extra field made them differ)
+    # is read as one machine by the table and by bin/export_pretrained.py.
+    reproduce.record_environment(run, ENV_CPU, continuing=True)
+    assert json.loads((run / "environment.json").read_text()) == recorded
+    older = {**recorded, "resumed_on": [ENV_CPU]}
+    (run / "environment.json").write_text(json.dumps(older))
+    assert reproduce.trained_on([run])[0].endswith("is not recorded) (1 run)")
+    reproduce.record_environment(run, ENV_CPU, continuing=True)
+    assert json.loads((run / "environment.json").read_text()) == older
+    export_pretrained = load_script("bin/export_pretrained.py", "export_pretrained_provenance")
+    assert export_pretrained.environment_fields(run)["hardware"] == "cpu x1, 2 CPU cores (x86_64)"
+    reproduce.record_environment(run, ENV_GPU, continuing=True)
+    assert reproduce.trained_on([run])[0].endswith(
+        "is not recorded); resumed on NVIDIA H100 80GB HBM3 x1, 16 CPU cores (x86_64); Python "
+        "3.12.3, jax 0.11.2, flax 0.12.10, optax 0.2.8; commit abc1234 (1 run)")
+    assert export_pretrained.environment_fields(run)["hardware"] == (
+        "cpu x1, 2 CPU cores (x86_64); resumed on NVIDIA H100 80GB HBM3 x1 (jax 0.11.2, commit "
+        "abc1234)")
     fresh = tmp_path / "runs" / "duq" / "seed_1"
     fresh.mkdir()
     reproduce.record_environment(fresh, ENV_CPU, continuing=True)

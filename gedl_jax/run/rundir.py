@@ -156,3 +156,22 @@ class MetricsWriter:
             self.jsonl.close()
             if self.tb is not None:
                 self.tb.close()
+
+
+def machine_fields(environment_record: dict[str, Any]) -> dict[str, Any]:
+    """An environment.json record without what the record adds to the machine's fields."""
+    return {k: v for k, v in environment_record.items()
+            if k not in ("resumed_on", "recorded_at_resume_from_step")}
+
+
+def machines(environment_record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The environments that trained a run, in order, from its environment.json (as
+    `bin/reproduce.py` writes it): the first record (with its "recorded_at_resume_from_step", if
+    any), then each machine in "resumed_on" that differs from the one before it. A resume on the
+    same machine adds none: code before this function appended one whenever the first record had
+    been made mid-run, since that record's extra field made it differ from every machine."""
+    found = [{k: v for k, v in environment_record.items() if k != "resumed_on"}]
+    for later in environment_record.get("resumed_on", []):
+        if later != machine_fields(found[-1]):
+            found.append(later)
+    return found
