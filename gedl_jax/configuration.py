@@ -42,6 +42,9 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "lr_schedule": ("cosine", "constant"),
     "weight_decay_mode": ("l2", "decoupled"),
     "compute_dtype": ("float32", "bfloat16"),
+    # float32 convolutions and matmuls: XLA's default (TF32 on NVIDIA Ampere+) or true float32
+    # (gedl_jax/run/numerics.py)
+    "matmul_precision": ("default", "highest"),
 }
 
 # Per-dataset protocol: splits, OOD sets and models of the I-EDL/R-EDL code
@@ -200,7 +203,10 @@ RESUME_SAFE_FIELDS = frozenset({
     "eval_batch_size", "seeds", "data_dir", "cache_dir", "data_source", "tfds_data_dir",
     "checkpoint_every_steps", "distributed", "download", "data_mirror", "run_name",
     "eval_examples", "coordinator_address", "num_processes", "process_id", "mc_samples",
-    "epoch_eval", "allow_chance", "conformal_alpha", "calibrate", "aupr_trapezoidal"})
+    "epoch_eval", "allow_chance", "conformal_alpha", "calibrate", "aupr_trapezoidal",
+    # equal parameters on a CPU; on a GPU equal to rounding (deterministic) and bit for bit
+    # (steps_per_dispatch: tests/test_multi_step.py)
+    "deterministic", "steps_per_dispatch"})
 
 # Fields added after runs had been published, with the value those earlier runs used. A workdir's
 # config.json that lacks such a field is read with this value (to resume or evaluate it).
@@ -346,6 +352,10 @@ def _model_fields(c: ml_collections.ConfigDict, d: dict[str, Any]) -> None:
                                        # before this option used. Why "flax" is the default:
                                        # docs/reproduction.md ("Initialisation")
     c.compute_dtype = "float32"        # conv/matmul dtype; params and loss stay float32
+    c.matmul_precision = "default"     # float32 conv/matmul products: "default" = XLA's choice
+                                       # (TF32 tensor cores on NVIDIA Ampere and later GPUs, as
+                                       # jax and PyTorch's cuDNN do), "highest" = float32; no
+                                       # effect on a CPU (docs/gpu.md, "Numerics")
     c.dropout_rate = 0.0               # ConvNet dropout after hidden ReLUs (MC Dropout: 0.5);
                                        # VGG16's classifier dropout is always 0.5 (protocol)
     c.dropout_placement = "dense"      # ConvNet dropout after the hidden Dense layers only, or
@@ -452,6 +462,14 @@ def _loop_fields(c: ml_collections.ConfigDict) -> None:
     c.eval_every_epochs = 1            # validation accuracy every N epochs (best checkpoint)
     c.log_every_steps = 100            # progress line / metrics fetch interval
     c.checkpoint_every_steps = 0       # extra mid-epoch checkpoints (0 = only at epoch ends)
+    c.steps_per_dispatch = 100         # train steps per compiled call (a device-side loop; it
+                                       # ends early at log points, epoch ends and checkpoints):
+                                       # fewer host round trips. 1 = one call per step. Same
+                                       # parameters either way (tests/test_multi_step.py)
+    c.deterministic = True             # on a GPU: deterministic kernels and autotuning choices
+                                       # kept in the workdir, so a resumed run equals the
+                                       # uninterrupted one bit for bit (run/numerics.py); False:
+                                       # XLA's fastest kernels. No effect on a CPU
     c.evaluate_at_end = True           # test + OOD evaluation of the best checkpoint
     c.epoch_eval = False               # also score the test and OOD sets with the current
                                        # parameters at each validation (accuracy, AUPR, mean S),
@@ -641,7 +659,7 @@ def validate_config(c: ml_collections.ConfigDict, num_devices: int = 1) -> None:
     if c.num_classes < 2 and not k_from_data:
         raise ValueError(f"config.num_classes={c.num_classes} must be >= 2")
     positive = ("learning_rate", "batch_size", "num_epochs", "eval_batch_size",
-                "eval_every_epochs", "log_every_steps", "c_tau", "exp_clip",
+                "eval_every_epochs", "log_every_steps", "steps_per_dispatch", "c_tau", "exp_clip",
                 "annealing_epochs", "mc_samples")
     for field in positive:
         if not c[field] > 0:

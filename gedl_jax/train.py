@@ -33,7 +33,7 @@ import pathlib
 import sys
 
 from gedl_jax import cli, configs, configuration, data
-from gedl_jax.run import preemption
+from gedl_jax.run import numerics, preemption
 from gedl_jax.run.distributed import initialize_distributed
 from gedl_jax.run.progress import NonFiniteLossError
 from gedl_jax.run.rundir import ConfigMismatchError
@@ -80,12 +80,13 @@ def main(argv=None) -> int:
 
     def body() -> int:
         config = configuration.normalize_lists(flags_.config)
+        workdir = flags_.workdir or str(pathlib.Path("runs") / config.run_name)
+        # XLA reads its flags when the backend starts: before anything asks jax for a device.
+        numerics.configure_process(bool(config.deterministic), workdir)
         if config.distributed:
             configuration.validate_config(config)  # before waiting for the other hosts
             initialize_distributed(config)
-        workdir = flags_.workdir
-        if not workdir:
-            workdir = str(pathlib.Path("runs") / config.run_name)
+        if not flags_.workdir:
             _log(f"workdir: {workdir} (the default for this config; --workdir=DIR to choose)")
         preemption.install(prompt=True)   # a signal while compiling acts at once
         results = run(config, workdir)

@@ -24,6 +24,7 @@ from gedl_jax.run import (
     checkpointing,
     experiment,
     inference,
+    numerics,
     optimizer,
     preemption,
     sharding,
@@ -154,20 +155,23 @@ def evaluate_run(run: RestoredRun, workdir, extra_ood: tuple[str, ...] = (),
     validation = {"validation": exp.data.validation} if len(exp.data.validation) else {}
     progress = _EvalProgress({"test": exp.data.test, **validation, **ood_sets}, workdir,
                              trained)
-    id_pred = predict(run, exp.data.test, on_batch=progress.batch("test"))
-    progress.done("test")
-    val_pred = None   # no validation split (a pretrained model without its training files)
-    if len(exp.data.validation):
-        val_pred = predict(run, exp.data.validation, on_batch=progress.batch("validation"))
-        progress.done("validation")
-    ood_preds = {}
-    for name, split in ood_sets.items():
-        ood_preds[name] = predict(run, split, with_labels=False, on_batch=progress.batch(name))
-        progress.done(name)
+    with numerics.precision(exp.config):   # the products the run trained with
+        id_pred = predict(run, exp.data.test, on_batch=progress.batch("test"))
+        progress.done("test")
+        val_pred = None   # no validation split (a pretrained model without its training files)
+        if len(exp.data.validation):
+            val_pred = predict(run, exp.data.validation, on_batch=progress.batch("validation"))
+            progress.done("validation")
+        ood_preds = {}
+        for name, split in ood_sets.items():
+            ood_preds[name] = predict(run, split, with_labels=False,
+                                      on_batch=progress.batch(name))
+            progress.done(name)
     results = core.evaluate_predictions(id_pred, ood_preds, validation=val_pred,
                                         options=evaluation_options(exp, ood_preds))
     results.update({"variant": exp.config.variant, "method": exp.method.describe(),
-                    "dataset": exp.config.dataset, "seed": exp.seed, "workdir": str(workdir)})
+                    "dataset": exp.config.dataset, "seed": exp.seed, "workdir": str(workdir),
+                    "numerics": numerics.record(exp.config)})
     return write_results(results, pathlib.Path(workdir), id_pred, ood_preds, exp.config.plots,
                          validation=val_pred)
 
