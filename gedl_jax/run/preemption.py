@@ -2,7 +2,8 @@
 
 Clusters (SLURM, Kubernetes, cloud spot VMs) announce a preemption with SIGTERM and kill the job
 a grace period later. `install()` (called by the training CLI) turns SIGTERM and SIGINT into a
-request; the training loop asks `should_stop(step)` after every step, saves its `last`
+request; the training loop asks `should_stop(call)` after every compiled call (one step or
+several), saves its `last`
 checkpoint, and the CLI exits with `EXIT_PREEMPTED`. Started again with the same command, the run
 resumes from that checkpoint exactly (the data order, augmentation and dropout draws are
 functions of the seed and the step).
@@ -14,7 +15,7 @@ go on would wait forever in the next collective. JAX's preemption service (on by
 with more than one process SIGTERM is left to JAX's handler, and SIGINT is forwarded to it as a
 SIGTERM to this process.
 
-Before anything polls for the request (`should_stop` after a training step, `requested` between
+Before anything polls for the request (`should_stop` after a training call, `requested` between
 evaluation batches), a signal cannot wait for a step boundary: the first one comes after loading
 the data, restoring a checkpoint and compiling, which can take minutes, and Python runs a signal
 handler only between bytecodes, so not while XLA compiles. With `install(prompt=True)` (the
@@ -150,9 +151,18 @@ def reset() -> None:
     _polled.clear()
 
 
-def should_stop(step: int) -> bool:
-    """True when the loop should checkpoint and stop after `step`. With several processes, True
-    on all of them at the same step; call it after every step on every process."""
+def stop_pending() -> bool:
+    """Whether a stop was requested in this single-process run (False with several processes,
+    whose stop JAX's service agrees on): the loop then runs one step, not a whole call, before
+    it stops. Unlike `should_stop`, asking does not mark the loop as polling."""
+    return not _multi_process() and _requested.is_set()
+
+
+def should_stop(call: int) -> bool:
+    """True when the loop should checkpoint and stop after its `call`-th training call (a
+    count that starts anew with each process and goes up by one per call: JAX's sync point
+    agrees on the largest count any host reached plus one). With several processes, True on
+    all of them after the same call; call it after every call on every process."""
     _polled.set()
     if _multi_process():
         from jax._src import distributed  # noqa: PLC0415
@@ -160,5 +170,5 @@ def should_stop(step: int) -> bool:
 
         if distributed.global_state.preemption_sync_manager is None:  # service switched off
             return False
-        return bool(multihost_utils.reached_preemption_sync_point(step))
+        return bool(multihost_utils.reached_preemption_sync_point(call))
     return _requested.is_set()

@@ -1,7 +1,8 @@
 """One or several seeds as one compiled program, behind one object (`SeedProgram`).
 
-The training loop never asks how many seeds it trains: it calls `program.step(state, order)`,
-draws `program.epoch_order(epoch)`, and reads seed i's state with `program.member(state, i)`.
+The training loop never asks how many seeds it trains: it calls `program.steps(state, order,
+n)` (n train steps in one call), draws `program.epoch_order(epoch)`, and reads seed i's state
+with `program.member(state, i)`.
 A single seed runs `steps.make_train_step`; S seeds trained together (`config.vmap_seeds`) run
 `steps.make_multi_seed_train_step` on states with a leading seed axis, each seed following the
 same data order, augmentation and dropout draws as its own sequential run.
@@ -30,14 +31,18 @@ class SeedProgram:
     """S >= 1 seeds' training as one program.
 
     state: the TrainState (leaves with a leading seed axis when S > 1).
-    step: (state, order) -> (state, metrics); metrics leaves have a leading seed axis if S > 1.
+    steps: (state, order, n) -> (state, metrics): n <= max_steps train steps in one compiled
+        call (`steps.multi_step`: each metric has max_steps leading rows, the first n valid,
+        then a seed axis if S > 1; every n runs the same program). max_steps 1: the one-step
+        program, metrics without the row axis.
     epoch_order: epoch -> the epoch's order of the training examples (per seed if S > 1).
     member: (state, i) -> seed i's TrainState, as saved and restored.
     stack: [seed states] -> state (for a resume).
     """
 
     state: Any
-    step: Callable[[Any, jax.Array], tuple[Any, dict[str, jax.Array]]]
+    steps: Callable[[Any, jax.Array, int], tuple[Any, dict[str, jax.Array]]]
+    max_steps: int
     epoch_order: Callable[[int], jax.Array]
     member: Callable[[Any, int], steps.TrainState]
     stack: Callable[[list], Any]
@@ -49,34 +54,52 @@ class SeedProgram:
 
 
 def single(method: Method, tx: optax.GradientTransformation, mesh, settings: steps.StepSettings,
-           seed: int, train: data.Split) -> SeedProgram:
-    """One seed training on its own training split, resident on the devices."""
+           seed: int, train: data.Split, max_steps: int = 1) -> SeedProgram:
+    """One seed training on its own training split, resident on the devices, up to
+    `max_steps` steps per call."""
     keys = experiment.run_keys(seed)
     image_shape = train.images.shape[1:]
     state = jax.jit(lambda k: steps.init_train_state(method, tx, k, image_shape),
                     out_shardings=replicated(mesh))(keys["init"])
-    train_step = steps.make_train_step(method, tx, mesh, settings, keys)
+    train_step = steps.make_train_step(method, tx, mesh, settings, keys, max_steps,
+                                       device_loop=max_steps > 1)
+    if max_steps > 1:
+        def train_steps(state, order, n):
+            return train_step(state, np.int32(n), images, labels, order)
+    else:   # one step per call: the step program itself (metrics without a row axis)
+        def train_steps(state, order, n):
+            assert n == 1, n
+            return train_step(state, images, labels, order)
     images = put_replicated(mesh, train.images)
     labels = put_replicated(mesh, train.labels.astype(np.int32))
     num_train = len(train.labels)
     epoch_order = jax.jit(lambda epoch: data.epoch_permutation(
         jax.random.fold_in(keys["order"], epoch), num_train), out_shardings=replicated(mesh))
     return SeedProgram(
-        state=state, step=lambda state, order: train_step(state, images, labels, order),
-        epoch_order=epoch_order, member=lambda state, i: state,
+        state=state,
+        steps=train_steps, max_steps=max_steps, epoch_order=epoch_order, member=lambda state, i: state,
         stack=lambda states: states[0], num_seeds=1)
 
 
 def vmapped(method: Method, tx: optax.GradientTransformation, mesh,
             settings: steps.StepSettings, seeds: list[int], train_index_SxN: np.ndarray,
-            pool: data.Split, norms: list[tuple]) -> SeedProgram:
+            pool: data.Split, norms: list[tuple], max_steps: int = 1) -> SeedProgram:
     """S seeds trained together; `pool` is the official training split every seed's
-    `train_index_SxN` row points into, `norms` each seed's normalisation statistics."""
+    `train_index_SxN` row points into, `norms` each seed's normalisation statistics; up to
+    `max_steps` steps per call."""
     keys = [experiment.run_keys(s) for s in seeds]
     image_shape = pool.images.shape[1:]
     state = jax.jit(jax.vmap(lambda k: steps.init_train_state(method, tx, k, image_shape)),
                     out_shardings=replicated(mesh))(jnp.stack([k["init"] for k in keys]))
-    multi_step = steps.make_multi_seed_train_step(method, tx, mesh, settings)
+    multi_step = steps.make_multi_seed_train_step(method, tx, mesh, settings, max_steps,
+                                                  device_loop=max_steps > 1)
+
+    def train_steps(state, order, n):   # as in `single`
+        args = (images, labels, order, step_keys_S, mean_S, std_S)
+        if max_steps > 1:
+            return multi_step(state, np.int32(n), *args)
+        assert n == 1, n
+        return multi_step(state, *args)
     images = put_replicated(mesh, pool.images)
     labels = put_replicated(mesh, pool.labels.astype(np.int32))
     train_idx_SxN = put_replicated(mesh, train_index_SxN.astype(np.int32))
@@ -96,6 +119,5 @@ def vmapped(method: Method, tx: optax.GradientTransformation, mesh,
     stack = jax.jit(steps.stack_states, out_shardings=replicated(mesh))
     return SeedProgram(
         state=state,
-        step=lambda state, order: multi_step(state, images, labels, order, step_keys_S, mean_S,
-                                             std_S),
-        epoch_order=epoch_order, member=member, stack=stack, num_seeds=len(seeds))
+        steps=train_steps, max_steps=max_steps, epoch_order=epoch_order, member=member, stack=stack,
+        num_seeds=len(seeds))

@@ -1,8 +1,11 @@
 """Step metrics on their way to the host: fetched one step late, checked, logged, timed.
 
-The loop hands each step's metrics (device arrays) to `MetricsBuffer.add` and goes on
-dispatching. `flush(keep_last=True)` fetches every pending step but the newest, so the device
-is never idle while Python logs; `flush()` fetches all (epoch ends, checkpoints). A non-finite
+The loop hands each call's metrics (device arrays: one step's, or the rows of several steps run
+in one call) to `MetricsBuffer.add` and goes on dispatching. `flush(keep_last=True)` fetches
+every pending call but the newest, so the device is never idle while Python logs; `flush()`
+fetches all (epoch ends, checkpoints). The ETA divides the steps left by the mean rate of the
+run so far (from the first fetch on, so compilation is not counted; validations and
+checkpoints are), not by the last interval's rate, which an epoch end would swing. A non-finite
 step (its update was skipped in the graph) stops the run with an error naming the steps and
 seeds, after the checkpoints already written are safe on disk.
 """
@@ -36,23 +39,33 @@ class MetricsBuffer:
                  on_nonfinite: Callable[[], None], where: str, steps_per_epoch: int):
         self.seeds, self.write, self.on_nonfinite = list(seeds), write, on_nonfinite
         self.where, self.steps_per_epoch = where, steps_per_epoch
-        self.pending: list[tuple[int, dict]] = []
+        # (last step, number of steps or None for a single step's metrics, metrics)
+        self.pending: list[tuple[int, int | None, dict]] = []
         self.last_fetched = 0   # the newest step whose metrics reached the host
         self.window_start, self.window_steps = time.time(), 0
+        self.run_start: tuple[float, int] | None = None   # (time, step) of the first fetch
 
-    def add(self, step: int, metrics: dict) -> None:
-        """Queue a step's metrics (device arrays, fetched at the next `flush`)."""
-        self.pending.append((step, metrics))
+    def add(self, step: int, metrics: dict, num_steps: int | None = None) -> None:
+        """Queue the metrics of the call that ended at `step` (device arrays, fetched at the
+        next `flush`): one step's, or with `num_steps` the first `num_steps` rows of a
+        several-step call (`steps.multi_step`)."""
+        self.pending.append((step, num_steps, metrics))
 
     def flush(self, keep_last: bool = False) -> dict[str, float] | None:
-        """Fetch pending metrics (all but the newest with `keep_last`), write each seed's
+        """Fetch pending metrics (all but the newest call with `keep_last`), write each seed's
         averages, return the seeds' mean (None if nothing was pending)."""
         split = len(self.pending) - 1 if keep_last else len(self.pending)
         ready, self.pending = self.pending[:split], self.pending[split:]
         if not ready:
             return None
-        fetched = jax.device_get([m for _, m in ready])
-        steps = [s for s, _ in ready]
+        steps, fetched = [], []
+        for (last, count, _), values in zip(ready, jax.device_get([m for *_, m in ready])):
+            if count is None:
+                steps.append(last)
+                fetched.append(values)
+                continue
+            steps.extend(range(last - count + 1, last + 1))
+            fetched.extend({k: v[row] for k, v in values.items()} for row in range(count))
         self._check_finite(steps, fetched)
         self.last_fetched = steps[-1]
         per_seed = []
@@ -61,7 +74,9 @@ class MetricsBuffer:
                         for k in fetched[0] if k != "nonfinite"}
             self.write(i, steps[-1], averaged)
             per_seed.append(averaged)
-        self.window_steps += len(ready)
+        self.window_steps += len(steps)
+        if self.run_start is None:
+            self.run_start = (time.time(), steps[-1])
         return {k: float(np.mean([a[k] for a in per_seed])) for k in per_seed[0]}
 
     def _check_finite(self, steps: list[int], fetched: list[dict]) -> None:
@@ -81,8 +96,13 @@ class MetricsBuffer:
             f"config.compute_dtype='float32'.")
 
     def rate_and_eta(self, images_per_step: int, steps_left: int) -> tuple[float, str]:
-        """img/s over the steps fetched since the last call, and the time left at that rate."""
+        """img/s over the steps fetched since the last call, and the time left at the mean
+        rate of the run so far (at this interval's rate until a second fetch)."""
         now = time.time()
         rate = self.window_steps * images_per_step / max(now - self.window_start, 1e-9)
         self.window_start, self.window_steps = now, 0
-        return rate, format_eta(steps_left * images_per_step / rate if rate else math.inf)
+        seconds_per_step = 1 / rate * images_per_step if rate else math.inf
+        if self.run_start is not None and self.last_fetched > self.run_start[1]:
+            start_time, start_step = self.run_start
+            seconds_per_step = (now - start_time) / (self.last_fetched - start_step)
+        return rate, format_eta(steps_left * seconds_per_step)

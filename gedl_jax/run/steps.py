@@ -139,8 +139,12 @@ def _as_array(stats: tuple[float, ...] | None) -> jax.Array | None:
 
 
 def make_train_step(method: Method, tx: optax.GradientTransformation, mesh,
-                    settings: StepSettings, keys: dict[str, jax.Array]) -> Callable:
-    """Returns `train_step(state, images_NxHxWxC, labels_N, permutation_N) -> (state, metrics)`.
+                    settings: StepSettings, keys: dict[str, jax.Array],
+                    max_steps: int = 1, device_loop: bool = False) -> Callable:
+    """Returns `train_step(state, images_NxHxWxC, labels_N, permutation_N) -> (state, metrics)`;
+    with `device_loop`, `train_steps(state, num_steps, images_NxHxWxC, labels_N,
+    permutation_N)`: up to `max_steps` steps in one call (`multi_step`), the program the
+    training loop runs.
 
     `state` is donated. `images`/`labels` are the device-resident training split (uint8/int32,
     replicated); `permutation` is the current epoch's order (`data.epoch_permutation`).
@@ -152,7 +156,6 @@ def make_train_step(method: Method, tx: optax.GradientTransformation, mesh,
         out_specs=(P(), P()))
     layout = batch_sharding(mesh)
 
-    @functools.partial(jax.jit, donate_argnums=(0,))
     def train_step(state: TrainState, images_NxHxWxC, labels_N, permutation_N):
         step = state.step
         x, labels_B = _input_batch(settings, images_NxHxWxC, labels_N, permutation_N, step,
@@ -162,11 +165,12 @@ def make_train_step(method: Method, tx: optax.GradientTransformation, mesh,
         dropout_key = jax.random.fold_in(keys["dropout"], step)
         return sharded_step(state, x, labels_B, step // settings.steps_per_epoch, dropout_key)
 
-    return train_step
+    return _compiled(train_step, max_steps, device_loop)
 
 
 def make_multi_seed_train_step(method: Method, tx: optax.GradientTransformation, mesh,
-                               settings: StepSettings) -> Callable:
+                               settings: StepSettings, max_steps: int = 1,
+                               device_loop: bool = False) -> Callable:
     """S seeds trained in one program: the single-seed step `vmap`ped over a leading seed axis.
 
     Returns `train_step(state_S, images_NxHxWxC, labels_N, order_SxN, keys_S, mean_SxC, std_SxC)
@@ -178,7 +182,8 @@ def make_multi_seed_train_step(method: Method, tx: optax.GradientTransformation,
     statistics, or None. Seed s computes exactly what `make_train_step` computes for that seed
     (same batch, augmentation and dropout draws), with the seeds batched into one larger
     computation: on an accelerator that a single small model cannot fill, S seeds cost little more
-    than one. `state_S` is donated.
+    than one. `state_S` is donated. `device_loop`: up to `max_steps` steps per call, as
+    `make_train_step`.
     """
     local_step = jax.vmap(_make_local_step(method, tx), in_axes=(0, 0, 0, None, 0))
     sharded_step = jax.shard_map(
@@ -187,7 +192,6 @@ def make_multi_seed_train_step(method: Method, tx: optax.GradientTransformation,
         out_specs=(P(), P()))
     layout = batch_sharding(mesh, leading=1)
 
-    @functools.partial(jax.jit, donate_argnums=(0,))
     def train_step(state_S: TrainState, images_NxHxWxC, labels_N, order_SxN, keys_S,
                    mean_SxC=None, std_SxC=None):
         step = state_S.step[0]  # the seeds advance together
@@ -202,7 +206,42 @@ def make_multi_seed_train_step(method: Method, tx: optax.GradientTransformation,
         return sharded_step(state_S, x_SxB, labels_SxB, step // settings.steps_per_epoch,
                             dropout_keys_S)
 
-    return train_step
+    return _compiled(train_step, max_steps, device_loop)
+
+
+def _compiled(train_step: Callable, max_steps: int, device_loop: bool) -> Callable:
+    """`train_step` jitted with the state donated; with `device_loop`, the jitted
+    `multi_step(state, num_steps, *args) -> (state, metrics)` instead (`multi_step`)."""
+    if not device_loop:
+        return jax.jit(train_step, donate_argnums=(0,))
+    return jax.jit(multi_step(train_step, max_steps), donate_argnums=(0,))
+
+
+def multi_step(train_step: Callable, max_steps: int) -> Callable:
+    """`num_steps` applications of `train_step` in one program: `(state, num_steps, *args) ->
+    (state, metrics)`, where `num_steps` (an int32 scalar, at most `max_steps`) is an argument,
+    so every count runs the same compiled program, and each metric has `max_steps` leading
+    rows: row i holds step i's value, the rows from `num_steps` on are zeros.
+
+    One dispatch for many steps: the host neither waits for nor launches each step, which on
+    an accelerator costs more than a small model's step itself. The training loop runs this
+    program for every call, one step or a hundred, so the parameters do not depend on how
+    the steps are cut into calls (tests/test_multi_step.py). They are not bit-identical to
+    `train_step` compiled alone: inside XLA's while loop the convolution gradients sum in
+    another order (on XLA:CPU up to ~1e-7 relative on a conv kernel's gradient).
+    """
+    def run(state, num_steps, *args):
+        _, metrics_shape = jax.eval_shape(train_step, state, *args)
+        rows = jax.tree.map(lambda m: jnp.zeros((max_steps, *m.shape), m.dtype), metrics_shape)
+
+        def body(i, carry):
+            state, rows = carry
+            state, metrics = train_step(state, *args)
+            return state, jax.tree.map(lambda r, m: r.at[i].set(m), rows, metrics)
+
+        return jax.lax.fori_loop(0, num_steps, body, (state, rows))
+
+    return run
 
 
 def stack_states(states: list) -> Any:

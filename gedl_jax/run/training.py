@@ -23,6 +23,7 @@ from gedl_jax.run import (
     checkpointing,
     experiment,
     inference,
+    numerics,
     optimizer,
     preemption,
     programs,
@@ -78,6 +79,7 @@ def train_and_evaluate(config, workdir: str | pathlib.Path, *,
     `stop_after_steps` ends the loop early as if the process had been killed after that many
     steps (tests of resumption); checkpoints written before that point stay.
     """
+    numerics.configure_process(bool(config.get("deterministic", True)), workdir)
     experiment.resolve_own_data(config)
     configuration.validate_config(config, jax.device_count())
     run_ = SeedRun(experiment.Experiment.from_config(config), pathlib.Path(workdir))
@@ -95,6 +97,7 @@ def train_and_evaluate_vmapped(config, workdir: str | pathlib.Path, seeds: list[
     `vmap_seeds` is part of the recorded config. Killed and restarted, it resumes from the
     newest checkpoint step that every seed saved.
     """
+    numerics.configure_process(bool(config.get("deterministic", True)), workdir)
     experiment.resolve_own_data(config)
     configuration.validate_config(config, jax.device_count())
     official = experiment.OfficialData.load(config)
@@ -109,12 +112,22 @@ def train_and_evaluate_vmapped(config, workdir: str | pathlib.Path, seeds: list[
 def _build_program(runs: list[SeedRun], tx, mesh, settings: steps.StepSettings,
                    pool: data.Split | None) -> programs.SeedProgram:
     method = runs[0].experiment.method  # the fields that shape the program are shared
+    max_steps = steps_per_call(runs[0].config)
     if pool is None:
         return programs.single(method, tx, mesh, settings, runs[0].seed,
-                               runs[0].experiment.data.train)
+                               runs[0].experiment.data.train, max_steps)
     return programs.vmapped(method, tx, mesh, settings, [r.seed for r in runs],
                             np.stack([r.experiment.data.train_index for r in runs]), pool,
-                            [r.experiment.normalization for r in runs])
+                            [r.experiment.normalization for r in runs], max_steps)
+
+
+def steps_per_call(config) -> int:
+    """Train steps per compiled call: `config.steps_per_dispatch` on an accelerator, 1 on a
+    CPU. XLA:CPU compiles a convolution's gradient inside a device-side loop with its generic
+    loop emitter instead of its convolution library (seconds per ConvNet step instead of a
+    tenth of one, and another summation order), while on a CPU launching a step costs nothing
+    next to running it; one call per step is the same program as before the device loop."""
+    return 1 if jax.default_backend() == "cpu" else int(config.steps_per_dispatch)
 
 
 def _restore(runs: list[SeedRun], program: programs.SeedProgram, mesh,
@@ -253,10 +266,13 @@ class _Loop:
             run_.ckpt.save_last(step, self.program.member(self.program.state, i),
                                 run_.meta(step, self.steps_per_epoch))
 
-    def log_progress(self, step: int, epoch_end: bool) -> None:
-        averaged = self.buffer.flush(keep_last=not epoch_end)
+    def log_progress(self, step: int, keep_last: bool) -> None:
+        """The progress line of the steps up to `step` (and their metrics.jsonl records).
+        keep_last: the newest call, dispatched after `step`, is still running; it is left
+        pending, so the device is not idle while the host logs."""
+        averaged = self.buffer.flush(keep_last=keep_last)
         if averaged is not None:
-            fetched = self.buffer.last_fetched   # one step behind `step` mid-epoch
+            fetched = self.buffer.last_fetched   # == step
             rate, eta = self.buffer.rate_and_eta(self.config.batch_size * len(self.runs),
                                                  self.total_steps - fetched)
             _log(_progress_line(self.config, self.method, averaged, fetched, self.total_steps,
@@ -274,6 +290,7 @@ def _prepare_loop(runs: list[SeedRun], pool: data.Split | None, mesh) -> _Loop:
                                           config.dataset)
     for run_ in runs:
         rundir.prepare(run_.workdir, run_.config)
+    numerics.make_autotune_folder()
     steps_per_epoch = num_train // config.batch_size
     total_steps = steps_per_epoch * config.num_epochs
     norm = runs[0].experiment.normalization
@@ -296,7 +313,7 @@ def _prepare_loop(runs: list[SeedRun], pool: data.Split | None, mesh) -> _Loop:
     _log(f"{config.variant} on {config.dataset} ({method.describe()}): {together}{num_train} "
          f"train / {len(runs[0].experiment.data.validation.labels)} val, {steps_per_epoch} "
          f"steps/epoch x {config.num_epochs} epochs, global batch {config.batch_size} on "
-         f"{mesh.size} {jax.devices()[0].platform} device(s)")
+         f"{mesh.size} {jax.devices()[0].platform} device(s); {numerics.describe(config)}")
     return _Loop(runs, program, buffer, _Validation(runs, mesh), config, method,
                  steps_per_epoch, total_steps)
 
@@ -326,29 +343,64 @@ def chance_message(run_: SeedRun) -> str | None:
             f"--config.allow_chance=True if this is intended")
 
 
+def _next_event(loop: _Loop, step: int, stop_after_steps: int | None) -> int:
+    """The step after `step` at which the loop must act on the host: an epoch end, a progress
+    line, a mid-epoch checkpoint, a requested stop or the end, at most
+    `config.steps_per_dispatch` steps on (a preemption is checked at each of these), one step
+    on when a stop is already pending (single process: a signal that arrived before this call
+    is answered after one step, one that arrives during it after the call)."""
+    config, spe = loop.config, loop.steps_per_epoch
+
+    def next_multiple(every: int) -> int:
+        return (step // every + 1) * every
+
+    ends = [next_multiple(spe), next_multiple(config.log_every_steps), loop.total_steps,
+            step + (1 if preemption.stop_pending() else loop.program.max_steps)]
+    if config.checkpoint_every_steps:
+        ends.append(next_multiple(config.checkpoint_every_steps))
+    if stop_after_steps is not None and stop_after_steps > step:
+        ends.append(stop_after_steps)
+    return min(ends)
+
+
 def _run_loop(loop: _Loop, stop_after_steps: int | None) -> tuple[int, bool]:
-    """One loop over steps; epoch ends (validate, checkpoint), mid-epoch checkpoints and
-    preemption are events at step boundaries. Returns (steps done, stopped early)."""
+    """One loop over calls of one step or several (`config.steps_per_dispatch`, never across
+    an event: `_next_event`); epoch ends (validate, checkpoint), mid-epoch checkpoints and
+    preemption are events at their boundaries. Returns (steps done, stopped early)."""
     config, spe, program = loop.config, loop.steps_per_epoch, loop.program
-    step = start = program.current_step()
+    step = program.current_step()   # `step` counts the steps done
     order = None
-    for step in range(start + 1, loop.total_steps + 1):   # `step` counts the steps done
-        if stop_after_steps is not None and step > stop_after_steps:
-            return step - 1, True
-        epoch, epoch_end = (step - 1) // spe, step % spe == 0
-        if order is None or (step - 1) % spe == 0:
+    dispatches = 0
+    log_after = None   # a progress line due, printed after the next call is dispatched
+    while step < loop.total_steps:
+        if stop_after_steps is not None and step >= stop_after_steps:
+            return step, True
+        epoch = step // spe
+        if order is None or step % spe == 0:
             order = program.epoch_order(epoch)
-        program.state, metrics = program.step(program.state, order)
-        loop.buffer.add(step, metrics)
+        count = _next_event(loop, step, stop_after_steps) - step
+        step += count
+        program.state, metrics = program.steps(program.state, order, count)
+        loop.buffer.add(step, metrics, count if program.max_steps > 1 else None)
+        dispatches += 1
+        if log_after is not None:   # the line of the call before, while this one runs
+            loop.log_progress(log_after, keep_last=True)
+            log_after = None
+        epoch_end = step % spe == 0
+        checkpoint = bool(config.checkpoint_every_steps) and \
+            step % config.checkpoint_every_steps == 0 and not epoch_end
         if step % config.log_every_steps == 0 or epoch_end:
-            loop.log_progress(step, epoch_end)
-        if config.checkpoint_every_steps and step % config.checkpoint_every_steps == 0 \
-                and not epoch_end:
+            if epoch_end or checkpoint or step == stop_after_steps:
+                loop.log_progress(step, keep_last=False)   # the loop waits here anyway
+            else:
+                log_after = step
+        if checkpoint:
             loop.save_last(step)
-        # Called after every step on every process (JAX's multi-host sync point needs it). At
-        # an epoch end the stop waits for validation and the epoch's checkpoint, so a resumed
+        # Called after every call on every process, with a count that goes up by one each
+        # time (JAX's multi-host sync point needs both; the hosts cut the same calls). At an
+        # epoch end the stop waits for validation and the epoch's checkpoint, so a resumed
         # run never skips a validation.
-        preempted = preemption.should_stop(step)
+        preempted = preemption.should_stop(dispatches)
         stop_now = stop_after_steps is not None and step >= stop_after_steps
         if epoch_end and not stop_now:
             loop.buffer.flush()
@@ -370,21 +422,27 @@ def _train_seeds(runs: list[SeedRun], *, stop_after_steps: int | None,
     seeds' `train_index` point into), then evaluate each seed's best checkpoint."""
     mesh = sharding.make_mesh()
     try:
-        loop = _prepare_loop(runs, pool, mesh)
-        try:
-            step, stopped_early = _run_loop(loop, stop_after_steps)
-        finally:
-            for run_ in runs:
-                if run_.ckpt is not None:
-                    run_.ckpt.wait()
-                if run_.writer is not None:
-                    run_.writer.close()
-        return [_finish(run_, loop.program, i, step, stopped_early, mesh)
-                for i, run_ in enumerate(runs)]
+        with numerics.precision(runs[0].config):
+            return _train_and_finish(runs, pool, mesh, stop_after_steps)
     except Exception as e:  # noqa: BLE001 (Orbax's async save wraps the OSError)
         if isinstance(e, DiskFullError) or not files.is_disk_full(e):
             raise
         raise DiskFullError(_disk_full_message(runs, e)) from e
+
+
+def _train_and_finish(runs: list[SeedRun], pool: data.Split | None, mesh,
+                      stop_after_steps: int | None) -> list[dict[str, Any]]:
+    loop = _prepare_loop(runs, pool, mesh)
+    try:
+        step, stopped_early = _run_loop(loop, stop_after_steps)
+    finally:
+        for run_ in runs:
+            if run_.ckpt is not None:
+                run_.ckpt.wait()
+            if run_.writer is not None:
+                run_.writer.close()
+    return [_finish(run_, loop.program, i, step, stopped_early, mesh)
+            for i, run_ in enumerate(runs)]
 
 
 class DiskFullError(OSError):
@@ -474,6 +532,7 @@ def train_ensemble(config, workdir: str | pathlib.Path) -> dict[str, Any]:
 def run(config, workdir: str | pathlib.Path) -> list[dict[str, Any]]:
     """One run per seed of `config.seeds` (workdir/seed_<s>), or a single run in `workdir`;
     a deep ensemble per seed when `config.ensemble_size` is set."""
+    numerics.configure_process(bool(config.get("deterministic", True)), workdir)
     experiment.resolve_own_data(config)   # K and the default model, before any copy of config
     seeds = configuration.parse_seeds(config)
     workdir = pathlib.Path(workdir)
