@@ -25,6 +25,11 @@
   from run to run in the last bits; the tests that compare a resumed run with an uninterrupted
   one need bit-reproducible kernels, so `--xla_gpu_deterministic_ops=true` is added to
   $XLA_FLAGS before jax starts (ignored on a CPU).
+- float32 products are computed in float32 (`jax_default_matmul_precision="highest"`): the
+  suite checks float32 arithmetic against float64 references with tolerances derived for
+  float32. On an NVIDIA GPU jax's default would be TF32 (10-bit mantissa inputs), whose error
+  is not what those tolerances bound; on a CPU the setting changes nothing. The trainer
+  applies each run's own `config.matmul_precision` (tests/test_numerics.py checks that).
 - Compiled programs go to a persistent compilation cache shared by the run's processes (the
   pytest workers and the training subprocesses they start; removed when the run ends): a
   resumed run, a re-evaluation or a second test of the same preset loads the executable
@@ -57,6 +62,8 @@ if "xla_gpu_deterministic_ops" not in os.environ.get("XLA_FLAGS", ""):
         filter(None, [os.environ.get("XLA_FLAGS"), "--xla_gpu_deterministic_ops=true"]))
 
 import jax  # noqa: E402  (after XLA_FLAGS: the flags are read when the backend starts)
+
+jax.config.update("jax_default_matmul_precision", "highest")   # module docstring
 import pytest  # noqa: E402
 from compile_mode import fast_compilation  # noqa: E402
 from data_fixtures import GeneratedData, write_generated_data  # noqa: E402

@@ -247,7 +247,8 @@ def test_fisher_logdet_at_large_concentrations():
     t = jsp.polygamma(1, jnp.asarray(a))
     naive = -(jnp.sum(jnp.log(t), -1) + jnp.log1p(-jsp.polygamma(1, jnp.sum(jnp.asarray(a), -1))
                                                  * jnp.sum(1 / t, -1)))
-    assert np.max(np.abs(np.asarray(naive, np.float64) - want)) > 0.5   # ours: < 2e-3
+    if jax.default_backend() == "cpu":   # XLA:CPU's float32 polygamma; a GPU's is more exact
+        assert np.max(np.abs(np.asarray(naive, np.float64) - want)) > 0.5   # ours: < 2e-3
 
 
 def test_fisher_logdet_gradient_matches_finite_differences():

@@ -228,6 +228,11 @@ def _training_init(dataset, seed, shape, init="torch"):
                                              jnp.zeros((1, *shape)), train=False))(key)["params"]
 
 
+@pytest.mark.skipif(
+    jax.default_backend() != "cpu",
+    reason="the SHA-256 pins the bits XLA:CPU computes for the init's float32 arithmetic "
+           "(scaling uniform draws); a GPU may fuse a multiply-add and round the last bit "
+           "otherwise. The published runs were initialised on a CPU")
 @pytest.mark.parametrize("seed", sorted(TORCH_INIT_SHA256))
 def test_torch_init_reproduces_the_published_convnet_parameters(seed):
     params = _training_init("mnist", seed, (28, 28, 1))

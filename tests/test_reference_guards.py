@@ -241,7 +241,8 @@ def test_pn_kl_epsilon_changes_the_reverse_kl_by_about_epsilon_over_alpha_min(al
         theirs = _reverse_kl(alpha, target, 1e-8)           # the reference's epsilon
         worst = _rel(theirs, ours).max()
         assert 0.5 * 1e-8 / alpha_min < worst < 5 * 1e-8 / alpha_min
-        np.testing.assert_allclose(worst, want, rtol=0.05)
+        if jax.default_backend() == "cpu":   # the documented values: XLA:CPU's lgamma/digamma
+            np.testing.assert_allclose(worst, want, rtol=0.05)
 
 
 # ------------------------------------------------------------------ Prior Networks: logit clip

@@ -62,12 +62,22 @@ def cli_args(workdir: pathlib.Path, data_dir: pathlib.Path, variant: str = "gedl
 
 
 def subprocess_env(cache_dir: pathlib.Path, devices: int = 1, **extra: str) -> dict[str, str]:
-    """Environment of a training subprocess: CPU, `devices` fake devices, offline, a private
-    cache, fast compiles."""
+    """Environment of a training subprocess: offline, a private cache, fast compiles; on the
+    test process's own platform with one device, so its results compare with an in-process
+    run bit for bit (on a GPU: the caller's XLA_FLAGS, deterministic kernels included, and no
+    preallocation beside the test process); `devices` > 1: that many fake CPU devices."""
+    import jax  # noqa: PLC0415
+
     env = dict(os.environ)
+    kept = [f for f in os.environ.get("XLA_FLAGS", "").split()
+            if not f.startswith("--xla_force_host_platform_device_count")]
+    if devices > 1 or jax.default_backend() == "cpu":
+        env["JAX_PLATFORMS"] = "cpu"
+        kept.append(f"--xla_force_host_platform_device_count={devices}")
+    else:
+        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
     env.update({
-        "JAX_PLATFORMS": "cpu",
-        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+        "XLA_FLAGS": " ".join(kept),
         "GEDL_OFFLINE": "1",
         "GEDL_CACHE_DIR": str(cache_dir),
         "JAX_DISABLE_MOST_OPTIMIZATIONS": "1",
