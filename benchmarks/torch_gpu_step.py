@@ -40,10 +40,12 @@ TF32: `--tf32=on` (default) sets `torch.backends.cuda.matmul.allow_tf32 = True`,
 `--tf32=off` sets both flags False and the precision "highest". The settings in force are printed
 and written into every result.
 
-Timing: `--warmup` steps (the first one compiles or, for cudagraphs, the warm-up is followed by
-the capture, timed as `setup_s`), then `--repeats` repeats of `--steps` steps, each between
-`torch.cuda.synchronize()` calls; the median over repeats gives images/s and step ms. One JSON line
-per configuration goes to stdout, and with `--out FILE.json` all of them with the environment.
+Timing: 3 setup steps, timed as `setup_s` (compile mode: they compile the step, recompiling
+where a later call sees new state, e.g. Adam's, created by the first step; cudagraphs mode: they
+are the warm-up on a side stream, then the capture and 3 replays), `--warmup` more steps, then
+`--repeats` repeats of `--steps` steps, each between `torch.cuda.synchronize()` calls; the median
+over repeats gives images/s and step ms. One JSON line per configuration goes to stdout, and
+with `--out FILE.json` all of them with the environment.
 
 From the repository root, with a Python that has torch ($TORCH_PYTHON):
 
@@ -77,6 +79,7 @@ KL_WEIGHT = 1.0
 LEARNING_RATE = 1e-3
 IMAGE_SHAPES = {"convnet": (28, 28, 1), "vgg16": (32, 32, 3)}   # H, W, C
 MODES = ("eager", "compile", "cudagraphs")
+SETUP_STEPS = 3   # steps timed as setup_s, before the --warmup steps
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 VGG16_CONFIG = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M",
                 512, 512, 512, "M")
@@ -159,7 +162,8 @@ def tf32_settings(tf32: str) -> dict:
 def make_train_step(model_name: str, batch: int, steps: int, dtype: str, mode: str,
                     device: torch.device, memory_format: str, seed: int = 0):
     """Returns (step, setup_s): `step()` runs one train step (not synchronised) in `mode`;
-    setup_s is the time of the first step(s) that compile or capture it (warm-up in eager)."""
+    setup_s is the time of its first `SETUP_STEPS` steps, which compile it (compile), or of
+    `SETUP_STEPS` steps on a side stream, the capture and `SETUP_STEPS` replays (cudagraphs)."""
     torch.manual_seed(seed)
     channels_last = memory_format == "channels_last"
     model = NETWORKS[model_name]().to(device)
@@ -196,24 +200,23 @@ def make_train_step(model_name: str, batch: int, steps: int, dtype: str, mode: s
     t0 = time.perf_counter()
     if mode == "eager":
         step = train_step
-        step()
     elif mode == "compile":
         step = torch.compile(train_step)
-        step()
     elif mode == "cudagraphs":
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            for _ in range(3):
+            for _ in range(SETUP_STEPS):
                 train_step()
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             train_step()
         step = graph.replay
-        step()
     else:
         raise ValueError(f"unknown mode {mode!r}; allowed: {', '.join(MODES)}")
+    for _ in range(SETUP_STEPS):   # compile: later calls may recompile (Adam's state exists)
+        step()
     synchronize(device)
     return step, time.perf_counter() - t0
 
@@ -236,7 +239,7 @@ def bench_one(model_name: str, batch: int, dtype: str, mode: str, device: torch.
               steps: int, repeats: int, warmup: int, memory_format: str) -> dict:
     """Times one configuration: median over repeats of `steps` steps."""
     step, setup_s = make_train_step(model_name, batch, steps, dtype, mode, device, memory_format)
-    for _ in range(max(warmup - 1, 0)):
+    for _ in range(warmup):
         step()
     synchronize(device)
     times = []
@@ -274,11 +277,17 @@ def loss_check(path: str) -> int:
     return 0
 
 
+def bad_input(message: str):
+    """One `error:` line on stderr, exit status 2."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def comma_list(text: str, allowed, what: str) -> list[str]:
     items = [t for t in text.split(",") if t]
     bad = [t for t in items if t not in allowed]
     if bad or not items:
-        sys.exit(f"error: --{what}: {','.join(bad) or 'empty'} not one of {', '.join(allowed)}")
+        bad_input(f"--{what}: {','.join(bad) or 'empty'} is not one of {', '.join(allowed)}")
     return items
 
 
@@ -293,7 +302,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=20, help="steps per timed repeat (and the "
                                                          "number of batches in the data set)")
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--warmup", type=int, default=5, help="warm-up steps (>= 1) before timing")
+    p.add_argument("--warmup", type=int, default=5,
+                   help="warm-up steps (>= 1) after the 3 setup steps, before timing")
     p.add_argument("--tf32", default="on", choices=("on", "off"))
     p.add_argument("--memory_format", default="channels_last",
                    choices=("channels_last", "contiguous"))
@@ -312,7 +322,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     except ValueError:
         batches = [0]
     if min(batches) < 1 or args.steps < 1 or args.repeats < 1 or args.warmup < 1:
-        sys.exit("error: --batches, --steps, --repeats and --warmup must be positive integers")
+        bad_input("--batches, --steps, --repeats and --warmup must be positive integers")
     return args
 
 
