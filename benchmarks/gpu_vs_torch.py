@@ -65,7 +65,8 @@ def jax_command(args, out: pathlib.Path) -> list[str]:
 
 def torch_command(args, python: str, out: pathlib.Path) -> list[str]:
     cmd = [python, "-m", "benchmarks.torch_gpu_step", f"--models={args.models}",
-           f"--dtypes={args.dtypes}", f"--tf32={args.tf32}", f"--out={out}"]
+           f"--dtypes={args.dtypes}", f"--tf32={args.tf32}",
+           f"--compile_mode={args.torch_compile_mode}", f"--out={out}"]
     if args.dry_run:
         return [*cmd, "--dry-run"]
     return [*cmd, f"--batches={args.batches}", f"--steps={args.steps}",
@@ -110,7 +111,8 @@ def vs_torch_table(jax_out: dict | None, torch_out: dict | None, torch_missing: 
                      f"CUDA {e.get('cuda')}, TF32 {e.get('tf32')} (cuda.matmul.allow_tf32 "
                      f"{e.get('cuda_matmul_allow_tf32')}, cudnn.allow_tf32 "
                      f"{e.get('cudnn_allow_tf32')}, float32 matmul precision "
-                     f"{e.get('float32_matmul_precision')}), {e.get('memory_format')}.")
+                     f"{e.get('float32_matmul_precision')}), {e.get('memory_format')}, "
+                     f"torch.compile mode {e.get('compile_mode')}.")
     else:
         lines.append(f"PyTorch: not measured ({torch_missing or 'no results'}).")
     lines += ["Images/s, median of repeats after warm-up; synthetic uint8 data resident on the "
@@ -148,6 +150,8 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=20, help="steps per timed repeat (both sides)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--tf32", default="on", choices=("on", "off"), help="PyTorch's TF32 setting")
+    p.add_argument("--torch_compile_mode", default="default",
+                   help="torch.compile's mode for the PyTorch compile column")
     p.add_argument("--dry-run", "--dry_run", dest="dry_run", action="store_true",
                    help="tiny settings on both sides (seconds on a CPU)")
     args = p.parse_args(argv)

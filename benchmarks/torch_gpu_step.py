@@ -31,7 +31,9 @@ rate; the KL weight and prior of the two differ only by the scalar 1/tau_t.
 Modes:
 - `eager`: the step as a plain PyTorch function.
 - `compile`: `torch.compile` of the whole step function (data gather, forward, loss, backward and
-  the Adam step; Dynamo splits it at `backward()`, and compiles the optimizer step as well).
+  the Adam step; Dynamo splits it at `backward()`, and compiles the optimizer step as well), with
+  `--compile_mode` (default "default"; "reduce-overhead" adds torch's own CUDA graphs,
+  "max-autotune" searches kernels).
 - `cudagraphs`: the whole step (gather, forward, loss, backward, Adam) captured once in a
   `torch.cuda.CUDAGraph` after warm-up steps on a side stream, then replayed (CUDA only).
 
@@ -40,9 +42,9 @@ TF32: `--tf32=on` (default) sets `torch.backends.cuda.matmul.allow_tf32 = True`,
 `--tf32=off` sets both flags False and the precision "highest". The settings in force are printed
 and written into every result.
 
-Timing: 3 setup steps, timed as `setup_s` (compile mode: they compile the step, recompiling
-where a later call sees new state, e.g. Adam's, created by the first step; cudagraphs mode: they
-are the warm-up on a side stream, then the capture and 3 replays), `--warmup` more steps, then
+Timing: 3 setup steps, timed as `setup_s` (compile mode: they compile the step, and any
+recompilation a later call needs; cudagraphs mode: they are the warm-up on a side stream, then
+the capture and 3 replays), `--warmup` more steps, then
 `--repeats` repeats of `--steps` steps, each between `torch.cuda.synchronize()` calls; the median
 over repeats gives images/s and step ms. One JSON line per configuration goes to stdout, and
 with `--out FILE.json` all of them with the environment.
@@ -160,7 +162,8 @@ def tf32_settings(tf32: str) -> dict:
 
 
 def make_train_step(model_name: str, batch: int, steps: int, dtype: str, mode: str,
-                    device: torch.device, memory_format: str, seed: int = 0):
+                    device: torch.device, memory_format: str, compile_mode: str = "default",
+                    seed: int = 0):
     """Returns (step, setup_s): `step()` runs one train step (not synchronised) in `mode`;
     setup_s is the time of its first `SETUP_STEPS` steps, which compile it (compile), or of
     `SETUP_STEPS` steps on a side stream, the capture and `SETUP_STEPS` replays (cudagraphs)."""
@@ -201,7 +204,7 @@ def make_train_step(model_name: str, batch: int, steps: int, dtype: str, mode: s
     if mode == "eager":
         step = train_step
     elif mode == "compile":
-        step = torch.compile(train_step)
+        step = torch.compile(train_step, mode=compile_mode)
     elif mode == "cudagraphs":
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -215,7 +218,7 @@ def make_train_step(model_name: str, batch: int, steps: int, dtype: str, mode: s
         step = graph.replay
     else:
         raise ValueError(f"unknown mode {mode!r}; allowed: {', '.join(MODES)}")
-    for _ in range(SETUP_STEPS):   # compile: later calls may recompile (Adam's state exists)
+    for _ in range(SETUP_STEPS):   # compile: a later call may recompile
         step()
     synchronize(device)
     return step, time.perf_counter() - t0
@@ -236,9 +239,11 @@ def skip_reason(mode: str, device: torch.device, dry_run: bool, modes_given: boo
 
 
 def bench_one(model_name: str, batch: int, dtype: str, mode: str, device: torch.device,
-              steps: int, repeats: int, warmup: int, memory_format: str) -> dict:
+              steps: int, repeats: int, warmup: int, memory_format: str,
+              compile_mode: str = "default") -> dict:
     """Times one configuration: median over repeats of `steps` steps."""
-    step, setup_s = make_train_step(model_name, batch, steps, dtype, mode, device, memory_format)
+    step, setup_s = make_train_step(model_name, batch, steps, dtype, mode, device, memory_format,
+                                    compile_mode)
     for _ in range(warmup):
         step()
     synchronize(device)
@@ -255,13 +260,14 @@ def bench_one(model_name: str, batch: int, dtype: str, mode: str, device: torch.
             "step_ms_spread": [1e3 * min(times), 1e3 * max(times)], "setup_s": setup_s}
 
 
-def environment(device: torch.device, tf32: dict, memory_format: str) -> dict:
+def environment(device: torch.device, tf32: dict, memory_format: str, compile_mode: str) -> dict:
     name = torch.cuda.get_device_name() if device.type == "cuda" else (
         platform.processor() or platform.machine())
     return {"framework": "torch", "device": name, "platform": device.type,
             "torch": torch.__version__, "cuda": torch.version.cuda,
             "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
-            "python": platform.python_version(), "memory_format": memory_format, **tf32}
+            "python": platform.python_version(), "memory_format": memory_format,
+            "compile_mode": compile_mode, **tf32}
 
 
 # --------------------------------------------------------------------------------------------
@@ -307,6 +313,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--tf32", default="on", choices=("on", "off"))
     p.add_argument("--memory_format", default="channels_last",
                    choices=("channels_last", "contiguous"))
+    p.add_argument("--compile_mode", default="default",
+                   choices=("default", "reduce-overhead", "max-autotune",
+                            "max-autotune-no-cudagraphs"),
+                   help="torch.compile's mode in the compile mode")
     p.add_argument("--out", default=None, help="JSON file for all results and the environment")
     p.add_argument("--dry-run", "--dry_run", dest="dry_run", action="store_true",
                    help="tiny check: batch 8, 2 steps, 1 repeat; the CPU when there is no GPU")
@@ -336,7 +346,7 @@ def main(argv=None) -> int:
     if args.dry_run:
         batches, steps, repeats, warmup = [8], 2, 1, 1
     tf32 = tf32_settings(args.tf32)
-    env = environment(device, tf32, args.memory_format)
+    env = environment(device, tf32, args.memory_format, args.compile_mode)
     print(f"# {json.dumps(env)}", file=sys.stderr, flush=True)
     modes = (args.modes or ",".join(MODES)).split(",")
     rows = []
@@ -354,7 +364,8 @@ def main(argv=None) -> int:
                     else:
                         try:
                             row.update(bench_one(model_name, batch, dtype, mode, device, steps,
-                                                 repeats, warmup, args.memory_format))
+                                                 repeats, warmup, args.memory_format,
+                                                 args.compile_mode))
                         except Exception as e:  # e.g. out of memory, a mode that fails
                             row["error"] = repr(e)[:500]
                             print(f"# {model_name} b{batch} {dtype} {mode}: failed: {e!r}"[:500],

@@ -160,3 +160,22 @@ def test_gpu_vs_torch_dry_run_without_torch_writes_our_numbers(tmp_path):
     assert (f"| convnet | 8 | float32 | {ours} | not measured | not measured | not measured | "
             "n/a |") in table
     assert not (tmp_path / "torch.json").exists()
+
+
+@needs_torch
+def test_gpu_vs_torch_dry_run_with_torch_fills_the_eager_column(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "benchmarks.gpu_vs_torch", "--dry-run",
+                           f"--torch_python={TORCH_PYTHON}", f"--out={tmp_path}"],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    ours = json.loads((tmp_path / "jax.json").read_text())["results"][0]["images_per_s"]
+    torch_rows = json.loads((tmp_path / "torch.json").read_text())["results"]
+    assert [(r["model"], r["batch"], r["dtype"]) for r in torch_rows] == \
+        [("convnet", 8, "float32")] * 3
+    eager = next(r for r in torch_rows if r["mode"] == "eager")["images_per_s"]
+    row = next(line for line in (tmp_path / "vs_torch.md").read_text().splitlines()
+               if line.startswith("| convnet | 8 | float32 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[3:5] == [f"{ours:,.0f}", f"{eager:,.0f}"]
+    if torch_rows[0]["platform"] == "cpu":   # compile and cudagraphs are skipped on the CPU
+        assert cells[5:] == ["skipped", "skipped", f"{ours / eager:.2f}"]
