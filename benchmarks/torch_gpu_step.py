@@ -164,7 +164,8 @@ def tf32_settings(tf32: str) -> dict:
 def make_train_step(model_name: str, batch: int, steps: int, dtype: str, mode: str,
                     device: torch.device, memory_format: str, compile_mode: str = "default",
                     seed: int = 0):
-    """Returns (step, setup_s): `step()` runs one train step (not synchronised) in `mode`;
+    """Returns (step, setup_s): `step()` runs one train step in `mode` and returns its loss, a
+    device tensor (not synchronised);
     setup_s is the time of its first `SETUP_STEPS` steps, which compile it (compile), or of
     `SETUP_STEPS` steps on a side stream, the capture and `SETUP_STEPS` replays (cudagraphs)."""
     torch.manual_seed(seed)
@@ -195,7 +196,9 @@ def make_train_step(model_name: str, batch: int, steps: int, dtype: str, mode: s
                             enabled=autocast_dtype != torch.float32):
             logits = model(x)
         loss = gedl_loss_per_sample(logits.float(), y).mean()
-        optimizer.zero_grad(set_to_none=mode != "cudagraphs")
+        # set_to_none: in a capture, backward() then writes the gradients into buffers of the
+        # graph's own pool on every replay (the pattern of PyTorch's CUDA-graph docs).
+        optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         return loss.detach()
@@ -214,8 +217,11 @@ def make_train_step(model_name: str, batch: int, steps: int, dtype: str, mode: s
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            train_step()
-        step = graph.replay
+            static_loss = train_step()
+
+        def step() -> torch.Tensor:
+            graph.replay()
+            return static_loss
     else:
         raise ValueError(f"unknown mode {mode!r}; allowed: {', '.join(MODES)}")
     for _ in range(SETUP_STEPS):   # compile: a later call may recompile
