@@ -46,7 +46,7 @@ def torch_importable(python: str) -> str | None:
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"{python} could not be run ({e})"
     if done.returncode:
-        last = (done.stderr.strip().splitlines() or ["exit status %d" % done.returncode])[-1]
+        last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
         return f"{python} cannot import torch ({last})"
     return None
 

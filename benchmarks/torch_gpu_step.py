@@ -165,9 +165,9 @@ def make_train_step(model_name: str, batch: int, steps: int, dtype: str, mode: s
                     device: torch.device, memory_format: str, compile_mode: str = "default",
                     seed: int = 0):
     """Returns (step, setup_s): `step()` runs one train step in `mode` and returns its loss, a
-    device tensor (not synchronised);
-    setup_s is the time of its first `SETUP_STEPS` steps, which compile it (compile), or of
-    `SETUP_STEPS` steps on a side stream, the capture and `SETUP_STEPS` replays (cudagraphs)."""
+    device tensor (not synchronised); setup_s is the time of the first `SETUP_STEPS` steps, which
+    compile it (compile), or of `SETUP_STEPS` steps on a side stream, the capture and
+    `SETUP_STEPS` replays (cudagraphs)."""
     torch.manual_seed(seed)
     channels_last = memory_format == "channels_last"
     model = NETWORKS[model_name]().to(device)
