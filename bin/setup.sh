@@ -16,8 +16,9 @@
 # bounds in pyproject.toml allow), with a warning: not what CI tests.
 # Out of date: the venv lacks the record a finished setup writes ($VENV/.gedl-setup-stamp), or
 # the constraints file of its Python or the [project] table of pyproject.toml (the dependencies
-# and extras) changed since. Setting up again installs in place, with the extras recorded
-# (GEDL_EXTRAS overrides them). Two setups of one venv never run at once (flock, where present).
+# and extras) changed since, or GEDL_EXTRAS names other extras than it was set up with. Setting
+# up again installs in place, with the extras recorded unless GEDL_EXTRAS names others. Two
+# setups of one venv never run at once (flock, where present).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -75,6 +76,8 @@ setup_needed() {
     else echo "$VENV has no record of a finished setup"; fi
   elif [ -n "$reason" ]; then
     echo "$VENV is out of date: $reason"
+  elif [ -n "${GEDL_EXTRAS:-}" ] && [ "$GEDL_EXTRAS" != "$(sed -n 's/^extras //p' "$STAMP")" ]; then
+    echo "$VENV was set up with the extras [$(sed -n 's/^extras //p' "$STAMP")], not [$GEDL_EXTRAS]"
   fi
 }
 

@@ -34,6 +34,9 @@ from gedl_jax.run import preemption
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 VERSION = "%d.%d" % sys.version_info[:2]
+# As the session found it, before the tests' private cache replaces it: pip's cache, where a clone
+# on this machine would find the wheels it downloaded before.
+USER_CACHE_HOME = os.environ.get("XDG_CACHE_HOME")
 CONSTRAINTS = f"requirements/constraints-py{VERSION}.txt"
 
 # A Python that logs what it would install or run (FAKE_LOG; a run's arguments shell-quoted)
@@ -136,6 +139,19 @@ def test_a_changed_constraints_file_sets_the_venv_up_again_in_place_with_its_ext
         "venv .venv", "pip install -q --upgrade pip",
         f"pip install -q -c {CONSTRAINTS} -e .[dev,cuda12]",
         "run gedl_jax.train --config=configs/mnist.py:quick"]
+    assert checkout.run("bin/setup.sh", "--check").returncode == 0
+
+
+def test_other_extras_asked_for_set_the_venv_up_again(checkout):
+    checkout.run("bin/setup.sh")
+    assert checkout.run("bin/setup.sh", "--check", GEDL_EXTRAS="dev").returncode == 0
+    check = checkout.run("bin/setup.sh", "--check", GEDL_EXTRAS="dev,cuda12")
+    assert (check.returncode, check.stdout) == (
+        1, "setup: .venv was set up with the extras [dev], not [dev,cuda12]\n")
+    checkout.logged()
+    proc = checkout.run("bin/test", GEDL_EXTRAS="dev,cuda12")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert checkout.logged()[2] == f"pip install -q -c {CONSTRAINTS} -e .[dev,cuda12]"
     assert checkout.run("bin/setup.sh", "--check").returncode == 0
 
 
@@ -250,7 +266,10 @@ def test_from_a_fresh_clone_the_tests_pass_and_the_main_job_trains(tmp_path):
         pytest.skip(problem)
     clone = _tracked_copy(tmp_path / "clone")
     env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHON", "GEDL_VENV", "GEDL_EXTRAS", "PYTHONPATH", "VIRTUAL_ENV")}
+           if k not in ("PYTHON", "GEDL_VENV", "GEDL_EXTRAS", "PYTHONPATH", "VIRTUAL_ENV",
+                        "XDG_CACHE_HOME")}
+    if USER_CACHE_HOME is not None:
+        env["XDG_CACHE_HOME"] = USER_CACHE_HOME
 
     tests = subprocess.run(["bin/test", "tests/test_evidential_schedules.py", "-q"], cwd=clone,
                            env=env, capture_output=True, text=True, timeout=900)
@@ -264,6 +283,7 @@ def test_from_a_fresh_clone_the_tests_pass_and_the_main_job_trains(tmp_path):
     proc = subprocess.Popen(
         ["bin/train", "--config=configs/mnist.py:quick", f"--config.dataset=npz:{dataset}",
          f"--config.ood_datasets=npz:{ood}", "--config.num_epochs=3", "--config.batch_size=32",
+         "--config.train_examples=0", "--config.val_examples=0", "--config.eval_examples=0",
          "--config.plots=False", "--config.allow_chance=True", "--workdir=runs/first"],
         cwd=clone, env={**env, "JAX_PLATFORMS": "cpu"}, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
