@@ -7,8 +7,9 @@ measured number), and the blocks a script writes, between `<!-- NAME.py: begin -
 `<!-- NAME.py: end -->`, which `test_generated_blocks_are_their_scripts_output` keeps equal to
 the output of the script NAME.py beside the README.
 
-**Which numbers.** Every decimal number (digits, a point, digits), at the precision printed: 99.15
-matches a value in [99.145, 99.155]. Not checked, because they are not results:
+**Which numbers.** Every decimal number (digits, a point, digits) of up to 4 decimals, at the
+precision printed: 99.15 matches a value in [99.145, 99.155]. Not checked, because they are not
+results:
 - integers: they count epochs, seeds, images, steps and runs (and the few rounded integer
   percentages are left to review);
 - numbers with more than one point (versions such as 3.12.3), and digits inside words or hashes;
@@ -31,15 +32,25 @@ other `docs/results/` folder it links to (`Evidence`):
   `curves.md`, `fixed_point.md`, `evidence_split.md`, `table.md`: every `.md` but the README),
   and for every folder the output of its table scripts (`TABLE_SCRIPTS`).
 
+A table whose header line is that of a table a program wrote into the folder (e.g. a copy of
+`evidence_split.md`) must hold only rows of that table, verbatim.
+
 Where the text says which value a number is, the check is narrower:
 - a table cell under one of the six headline columns must be a value of that column *for that
   row's method* (named in the row's first cell, else in the first `name` of the section's
   heading; the paper's row for "the paper"); a row about an epoch of a curve may also be any
   epoch's value; the number after a `±` must be one of that column's standard deviations;
-- in a sentence, a number right after a column's name ("KMNIST MP 93.40", "accuracy is 99.37")
-  must be a value of that column (a gap "... 0.21 points" is not: it is checked as any number).
-Any other number in a sentence is checked against all of the above, which catches a number no
-run holds but not a swap between two results.
+- in a sentence, a number right after a column's name ("KMNIST MP 93.40", "accuracy is 99.37",
+  "Fashion-MNIST UM (99.79") must be a value, standard deviation or gap of that column (or,
+  where its line or the lines beside it speak of an epoch, an epoch's evaluation); a
+  number of 50 or more right after a method's or reading's name ("RED's 99.52", "`gedl` (3.50")
+  a value of that method, or of the paper's row for it, in any column; the numbers that follow
+  it joined by "/", "," or "and" ("99.60/99.59 and 99.77/99.75") likewise. A number followed by
+  "points" is a gap, checked as any number.
+Any other number in a sentence is checked against all of the above. That catches a number no
+result holds, but not one changed into another result's value; among the many small numbers
+(gaps, strengths, KL weights of every logged step) it catches little. The tables and the
+numbers named by a column or method are where the check is strict.
 
 `test_a_number_changed_by_hand_is_reported` plants changed numbers in the long table's README
 (a table cell and a sentence) and checks that each is reported with its line.
@@ -155,6 +166,8 @@ class Evidence:
         self.own_finals: dict[tuple[str, str], set[float]] = collections.defaultdict(set)
         self.epochs: dict[tuple[str, str], set[float]] = collections.defaultdict(set)
         self.stds: dict[str, set[float]] = collections.defaultdict(set)
+        # header line of a table a program wrote -> its rows (a README may copy rows of it)
+        self.tables: dict[str, list[str]] = {}
         # (folder of the runs, method, column, step) -> each seed's value: for the curves' means
         self._curves: dict[tuple, list[float]] = collections.defaultdict(list)
         for folder in own:
@@ -196,13 +209,14 @@ class Evidence:
                 pool |= self.of_column(self.epochs, column, method)
         return text in {_printed(v, len(text.split(".")[1])) for v in pool}
 
-    def named(self, text: str, kind: str, key: str) -> bool:
+    def named(self, text: str, kind: str, key: str, epochs: bool) -> bool:
         """Whether a number a sentence prints after a column's name is a value, std or gap of
-        that column; after a method's name, a value of that method or of the paper's row for it
-        (any column)."""
+        that column (any epoch's value where `epochs`: the line speaks of an epoch); after a
+        method's name, a value of that method or of the paper's row for it (any column)."""
         if kind == "column":
-            pool = (self.of_column(self.finals, key) | self.of_column(self.epochs, key)
-                    | self.stds[key] | self.gaps[key])
+            pool = self.of_column(self.finals, key) | self.stds[key] | self.gaps[key]
+            if epochs:
+                pool |= self.of_column(self.epochs, key)
         else:
             pool = set().union(*[self.in_method(key, c) | self.finals["paper" + key, c]
                                  for c in HEADLINE_PATHS])
@@ -229,6 +243,11 @@ class Evidence:
 
     def _add_text(self, text: str) -> None:
         self.values |= {float(m.group(1)) for m in NUMBER.finditer(text)}
+        lines = [line.strip() for line in text.splitlines()]
+        for i, line in enumerate(lines[:-1]):
+            if line.startswith("|") and lines[i + 1].startswith("|---"):   # a table's header
+                rows = itertools.takewhile(lambda row: row.startswith("|"), lines[i + 2:])
+                self.tables.setdefault(line, []).extend(rows)
 
     def _add_log_row(self, row: dict, method: str, study: pathlib.Path) -> None:
         if row.get("split") == "epoch_eval":
@@ -268,7 +287,8 @@ class Evidence:
                     self.finals[name, column].add(100 * node)
             for path in RESULT_PATHS:
                 for node in _glob(run, path):
-                    values = [node.get("mean"), node.get("std")] if isinstance(node, dict) else [node]
+                    values = ([node.get("mean"), node.get("std")] if isinstance(node, dict)
+                              else [node])
                     for value in values:
                         if isinstance(value, (int, float)) and not isinstance(value, bool):
                             self.values |= {float(value), 100 * float(value)}
@@ -375,13 +395,21 @@ def unsupported(name: str, text: str, evidence: Evidence, allowed: dict[str, str
     problems = []
     header: list[str] = []
     previous = None
+    raw = text.splitlines()
+    copied_from: list[str] | None = None
     for number, line, heading in results_text(readme, text):
         is_row = line.startswith("|")
         cells = [c.strip() for c in line.strip().strip("|").split("|")] if is_row else [line]
         if is_row and previous != number - 1:               # a table's first row: its header
             header, previous = cells, number
+            copied_from = evidence.tables.get(raw[number - 1].strip())
             continue
         previous = number if is_row else None
+        if is_row and copied_from is not None and not set(line) <= set("|-: "):
+            if raw[number - 1].strip() not in copied_from:  # a copy of a program's table
+                problems.append(f"{name}:{number}: this row is not in the committed table with "
+                                f"the same header (a program's output): {raw[number - 1]!r}")
+            continue
         row_method = None
         if is_row:
             label = method_key(cells[0].strip("* `"))
@@ -416,11 +444,13 @@ def unsupported(name: str, text: str, evidence: Evidence, allowed: dict[str, str
                     kind, key = inherited or (None, None)   # "99.60/99.59 and 99.77/99.75"
                 else:
                     kind, key = _named_before(cell[:match.start()], evidence)
-                if POINTS_AFTER.match(cell, match.end()) or kind == "method" and float(printed) < 50:
+                gap = POINTS_AFTER.match(cell, match.end())
+                if gap or kind == "method" and float(printed) < 50:
                     kind, key = None, None   # a gap ("0.21 points"), a std, ECE or distance
                 inherited = (kind, key)
                 context = f"...{cell[max(0, match.start() - 40):match.end() + 20]}..."
-                if kind is not None and not evidence.named(printed, kind, key):
+                about_an_epoch = "epoch" in " ".join(raw[max(0, number - 2):number + 1])
+                if kind is not None and not evidence.named(printed, kind, key, about_an_epoch):
                     problems.append(f"{where} is no value of {kind} {key} in the committed "
                                     f"results: {context}")
                 elif kind is None and not evidence.has(printed):
@@ -471,14 +501,64 @@ def test_every_number_in_the_results_prose_is_in_the_committed_results(readme):
     assert not problems, "\n".join(problems)
 
 
+def block_problems(readme: pathlib.Path, text: str) -> list[str]:
+    """A block between `<!-- NAME.py: begin -->` and `<!-- NAME.py: end -->` that is not the
+    output of the script NAME.py beside the README."""
+    problems = []
+    for match in BLOCK.finditer(text):
+        script = readme.parent / match.group(1)
+        if match.group(2) != _output_of(script, []):
+            line = text[:match.start()].count("\n") + 1
+            problems.append(f"{readme.relative_to(REPO)}:{line}: the block of {script.name} is "
+                            f"not its output; paste the output of "
+                            f"`python {script.relative_to(REPO)}` between the markers")
+    return problems
+
+
 @pytest.mark.parametrize("readme", [p for p in readmes() if BLOCK.search(p.read_text())],
                          ids=lambda p: str(p.relative_to(REPO)))
 def test_generated_blocks_are_their_scripts_output(readme):
-    for match in BLOCK.finditer(readme.read_text()):
-        script = readme.parent / match.group(1)
-        assert match.group(2) == _output_of(script, []), (
-            f"{readme.relative_to(REPO)}: the block of {script.name} is not its output; paste "
-            f"the output of `python {script.relative_to(REPO)}` between the markers")
+    problems = block_problems(readme, readme.read_text())
+    assert not problems, "\n".join(problems)
+
+
+def test_a_generated_block_edited_by_hand_is_reported():
+    readme = RESULTS / "mnist_long" / "README.md"
+    text = readme.read_text()
+    row = "| mc_dropout | 3 | -0.11 | -0.09 | -0.60 |"
+    assert row in text and block_problems(readme, text) == []
+    problems = block_problems(readme, text.replace(row, row.replace("-0.60", "+0.60")))
+    assert len(problems) == 1 and "the block of against_paper.py is not its output" in problems[0]
+
+
+def bold_problems(name: str, text: str) -> list[str]:
+    """Where a results table marks numbers in bold ("the highest mean of the column"): each bold
+    number must be the largest of its column in that table (the paper's rows aside), and every
+    number equal to it bold."""
+    problems = []
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if not (line.startswith("|") and i + 1 < len(lines) and lines[i + 1].startswith("|---")):
+            continue
+        rows = [r.strip().strip("|").split("|")
+                for r in itertools.takewhile(lambda r: r.startswith("|"), lines[i + 2:])]
+        for column in range(1, len(line.strip().strip("|").split("|"))):
+            cells = [r[column].strip() for r in rows
+                     if column < len(r) and not r[0].strip().startswith("the paper")]
+            values = [(float(m.group(1)), c.startswith("**")) for c in cells
+                      if (m := re.fullmatch(r"\**(\d+\.\d+)\**", c))]
+            if any(bold for _, bold in values):
+                best = max(v for v, _ in values)
+                if not all(bold == (v == best) for v, bold in values):
+                    problems.append(f"{name}:{i + 1}: column {column + 1}: bold marks "
+                                    f"{[v for v, b in values if b]}, the highest is {best}")
+    return problems
+
+
+@pytest.mark.parametrize("readme", readmes(), ids=lambda p: str(p.relative_to(REPO)))
+def test_a_bold_number_is_the_highest_of_its_column(readme):
+    problems = bold_problems(str(readme.relative_to(REPO)), readme.read_text())
+    assert not problems, "\n".join(problems)
 
 
 def test_every_listed_number_still_occurs():
@@ -514,3 +594,24 @@ def test_a_number_changed_by_hand_is_reported(tmp_path):
     swapped = text.replace(cell, cell.replace("93.40", "89.88"))
     assert any("89.88 is no value of column KMNIST MP of mcdropout" in p
                for p in check(readme, swapped))
+    # A bold mark moved to a number that is not the column's highest.
+    ensemble, rkl_pn = "| ensemble (5) | **99.44** |", "| RKL-PN | 99.43 |"
+    assert ensemble in text and rkl_pn in text and bold_problems("x", text) == []
+    moved = (text.replace(ensemble, "| ensemble (5) | 99.44 |")
+             .replace(rkl_pn, "| RKL-PN | **99.43** |"))
+    header = text[:text.index("| row | Acc |")].count("\n") + 1
+    assert bold_problems("x", moved) == [f"x:{header}: column 2: bold marks [99.43], "
+                                         "the highest is 99.44"]
+
+
+def test_a_changed_row_of_a_copied_program_table_is_reported():
+    """The 200-epoch README copies rows of its evidence_split.md: a changed number in one is
+    reported, with its line."""
+    readme = RESULTS / "mnist_paper" / "README.md"
+    text = readme.read_text()
+    row = "| kmnist | 10000 | 1.412 | 1.202 | 0.832 | 0.474 | 0.832 | 0.714 |"
+    assert row in text and row in (readme.parent / "evidence_split.md").read_text()
+    line = text[:text.index(row)].count("\n") + 1
+    problems = check(readme, text.replace(row, row.replace("0.474", "0.471")))
+    assert len(problems) == 1 and problems[0].startswith(
+        f"docs/results/mnist_paper/README.md:{line}: this row is not in the committed table")

@@ -1,12 +1,13 @@
 """Seed 0 of one reading trained on two machines, beside the spread between seeds.
 
 Four readings were trained at the long setting both on the project's CPU (seed 0 only:
-`<reading>_seed0/` beside this script) and on the H100 (seeds 0, 1 and 2: `h100/<reading>_seed<s>/`).
-For each of them and each column of the paper's MNIST table (in %), this prints the CPU's
-seed 0, the H100's seed 0, their difference (CPU - H100), and the H100's three seeds: their
-range (max - min) and sample standard deviation. Differences and ranges are taken between the
-printed (2-decimal) numbers, so that subtracting the printed numbers gives them to the digit. The CPU's seeds 1 and 2 of these readings were
-not trained, so the CPU's own spread between seeds is not measured.
+`<reading>_seed0/` beside this script) and on the H100 (seeds 0, 1 and 2:
+`h100/<reading>_seed<s>/`). For each of them and each column of the paper's MNIST table
+(in %), this prints the CPU's seed 0, the H100's seed 0, their difference (CPU - H100), and the
+H100's three seeds: their range (max - min) and sample standard deviation. Differences and
+ranges are taken between the printed (2-decimal) numbers, so that subtracting the printed
+numbers gives them to the digit. The CPU's seeds 1 and 2 of these readings were not trained, so
+the CPU's own spread between seeds is not measured.
 
 A second table ranks every run of the folder within its machine by its distance to the paper's
 GEDL row (the mean absolute difference over the six columns, as `rank_readings.py` computes it
