@@ -1,6 +1,6 @@
 """Every number the results prose prints is in the committed results.
 
-**Which text.** The results section of README.md ("## Results and speed") and every
+**Which text.** The sections of README.md that state results (`README_RESULTS`) and every
 `docs/results/*/README.md`, less: fenced and indented code and inline code (commands, names),
 the sections headed as in `NOT_RESULTS_SECTIONS` (commands, provenance, a derivation: no
 measured number), and the blocks a script writes, between `<!-- NAME.py: begin -->` and
@@ -71,6 +71,10 @@ from training_fixtures import load_script
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = REPO / "docs" / "results"
+
+# README.md's sections that state results: their numbers are checked (the rest of it describes
+# the software).
+README_RESULTS = ("Results and speed", "How the variants map to the paper")
 
 # Headings (the text after the #s; a prefix matches) of sections with no measured number.
 NOT_RESULTS_SECTIONS = (
@@ -350,7 +354,7 @@ def results_text(readme: pathlib.Path, text: str) -> list[tuple[int, str, str]]:
     sections, less code, unchecked sections, and generated blocks."""
     text = BLOCK.sub(lambda m: "\n" * m.group(0).count("\n"), text)
     is_top = readme.parent == REPO
-    checked, heading, in_code, in_section = [], "", False, not is_top
+    checked, heading, chapter, in_code, in_section = [], "", "", False, not is_top
     for number, line in enumerate(text.splitlines(), 1):
         if line.startswith("```"):
             in_code = not in_code
@@ -359,8 +363,9 @@ def results_text(readme: pathlib.Path, text: str) -> list[tuple[int, str, str]]:
             continue
         if line.startswith("#"):
             heading = line.lstrip("#").strip()
-            if is_top and line.startswith("## "):
-                in_section = heading == "Results and speed"
+            if is_top:
+                chapter = heading if line.startswith("## ") else chapter
+                in_section = chapter in README_RESULTS or heading in README_RESULTS
             continue
         if in_section and not heading.startswith(NOT_RESULTS_SECTIONS):
             checked.append((number, re.sub(r"`[^`]*`", _blank_code, line), heading))
