@@ -43,7 +43,7 @@ Where the text says which value a number is, the check is narrower:
 - in a sentence, a number right after a column's name ("KMNIST MP 93.40", "accuracy is 99.37",
   "Fashion-MNIST UM (99.79") must be a value, standard deviation or gap of that column (or,
   where its line or the lines beside it speak of an epoch, an epoch's evaluation); a
-  number of 50 or more right after a method's or reading's name ("RED's 99.52", "`gedl` (3.50")
+  number of 50 or more right after a method's or reading's name ("RED's 99.52", "KL-PN (99.60")
   a value of that method, or of the paper's row for it, in any column; the numbers that follow
   it joined by "/", "," or "and" ("99.60/99.59 and 99.77/99.75") likewise. A number followed by
   "points" is a gap, checked as any number.
@@ -52,8 +52,13 @@ result holds, but not one changed into another result's value; among the many sm
 (gaps, strengths, KL weights of every logged step) it catches little. The tables and the
 numbers named by a column or method are where the check is strict.
 
-`test_a_number_changed_by_hand_is_reported` plants changed numbers in the long table's README
-(a table cell and a sentence) and checks that each is reported with its line.
+A bold number in a results table must be the highest of its column in that table
+(`bold_problems`).
+
+Planted changes show that each check reports: a table cell, a number in a sentence, another
+row's value in a cell and a moved bold mark in the long table's README
+(`test_a_number_changed_by_hand_is_reported`), a generated block edited by hand, and a changed
+row of a copied program table in the 200-epoch README.
 """
 
 from __future__ import annotations
@@ -143,7 +148,7 @@ LINK = re.compile(r"\]\(([^)#\s]+)|(?<![\w/])(docs/results/\w+)")
 COLUMN_BEFORE = {c: re.compile(w + r"(?:\s+is|\s*=|\s*:|\s*\()?\s*$")
                  for c, w in COLUMN_WORDS.items()}
 # How a sentence names a method or reading right before its number: "RED's 99.52",
-# "F-EDL (99.79", "`kl_masked`: 98.76".
+# "F-EDL (99.79", "`kl_masked` (0.46" (a number under 50 after a name is not held to it).
 METHOD_BEFORE = re.compile(r"(GEDL|I-EDL|R-EDL|F-EDL|EDL|RED|DAEDL|PostNet|RKL-PN|KL-PN|DUQ|"
                            r"MC Dropout|ensemble|`[a-z_0-9]+`)(?:'s)?(?:\s+is|\s*:|\s*\()?\s*$")
 
