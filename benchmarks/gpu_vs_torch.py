@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -70,7 +71,7 @@ def torch_command(args, python: str, out: pathlib.Path) -> list[str]:
     if args.dry_run:
         return [*cmd, "--dry-run"]
     return [*cmd, f"--batches={args.batches}", f"--steps={args.steps}",
-            f"--repeats={args.repeats}", f"--modes={','.join(TORCH_MODES)}"]
+            f"--repeats={args.repeats}", f"--modes={args.torch_modes}"]
 
 
 def run(cmd: list[str]) -> int:
@@ -152,6 +153,11 @@ def main(argv=None) -> int:
     p.add_argument("--tf32", default="on", choices=("on", "off"), help="PyTorch's TF32 setting")
     p.add_argument("--torch_compile_mode", default="default",
                    help="torch.compile's mode for the PyTorch compile column")
+    p.add_argument("--torch_modes", default=",".join(TORCH_MODES),
+                   help="the PyTorch columns to measure (the others read 'not measured')")
+    p.add_argument("--jax_json", default=None,
+                   help="our side from this bin/benchmark.py --out file of the same machine and "
+                        "settings instead of running it again (bin/gpu_check.sh: its bench part)")
     p.add_argument("--dry-run", "--dry_run", dest="dry_run", action="store_true",
                    help="tiny settings on both sides (seconds on a CPU)")
     args = p.parse_args(argv)
@@ -164,7 +170,12 @@ def main(argv=None) -> int:
     for stale in (jax_json, torch_json):
         stale.unlink(missing_ok=True)
 
-    failed = run(jax_command(args, jax_json)) != 0
+    if args.jax_json:
+        shutil.copyfile(args.jax_json, jax_json)
+        print(f"our side: {args.jax_json}", flush=True)
+        failed = False
+    else:
+        failed = run(jax_command(args, jax_json)) != 0
     torch_missing = torch_importable(args.torch_python)
     if torch_missing:
         print(f"torch column not measured: {torch_missing}", flush=True)

@@ -9,9 +9,22 @@ hardware and versions named.
 
     python bin/benchmark.py                                  # default grid, this machine
     python bin/benchmark.py --models=vgg16 --batches=128,512 --dtypes=bfloat16 --out=bench.json
+    python bin/benchmark.py --models=convnet --loop_epochs=3  # + the real training loop
 
 The data is synthetic uint8 resident on device, so this measures the model step (input cost is
-measured separately by bin/input_throughput.py).
+measured separately by bin/input_throughput.py). By default the step is timed as the training
+loop runs it on this platform: on an accelerator `--steps` steps in one compiled call
+(`steps.multi_step`, the device-side loop of `config.steps_per_dispatch`), on a CPU one call per
+step; `--device_loop=true/false` chooses.
+`--loop_epochs=N` then runs the real training loop (`gedl_jax.train` on MNIST, README command
+2's program: validation every epoch, checkpoints, metrics) for N epochs and prints its
+images/s beside the bare step's, so the loop's overhead is one number (needs the MNIST files).
+`--deterministic` sets the XLA flags of `config.deterministic` (on by default, as in training)
+before the backend starts; `--deterministic=false` measures what they cost.
+
+"% of peak" divides by the peak of the arithmetic that ran: float32 convolutions and matmuls
+under the default precision run on TF32 tensor cores on an NVIDIA Ampere or later GPU, so
+their peak is the dense TF32 tensor-core peak, not the non-tensor float32 one.
 """
 
 from __future__ import annotations
@@ -36,11 +49,14 @@ from gedl_jax import networks as models
 from gedl_jax.run import optimizer, sharding
 from gedl_jax.run import steps as steps_lib
 
-# Dense peak throughput (FLOP/s) per chip, for the "fraction of peak" column.
+# Dense peak throughput (FLOP/s) per chip and arithmetic, for the "fraction of peak" column
+# (NVIDIA's data sheets, SXM, no sparsity): "tf32" is the tensor-core peak that float32
+# products reach under matmul_precision "default", "float32" the non-tensor peak of
+# matmul_precision "highest".
 PEAK_FLOPS = {
-    "H100": {"bfloat16": 989e12, "float32": 67e12},   # SXM, dense, no sparsity
-    "H200": {"bfloat16": 989e12, "float32": 67e12},
-    "A100": {"bfloat16": 312e12, "float32": 19.5e12},
+    "H100": {"bfloat16": 989e12, "tf32": 494.5e12, "float32": 67e12},
+    "H200": {"bfloat16": 989e12, "tf32": 494.5e12, "float32": 67e12},
+    "A100": {"bfloat16": 312e12, "tf32": 156e12, "float32": 19.5e12},
 }
 
 
@@ -49,11 +65,21 @@ def device_name() -> str:
     return getattr(d, "device_kind", d.platform)
 
 
-def peak_for(dtype: str) -> float | None:
+def arithmetic(dtype: str, precision: str) -> str:
+    """The arithmetic a step of `dtype` runs under `precision` on this device: "bfloat16",
+    "tf32" (float32 under the default precision on a tensor-core GPU) or "float32"."""
+    if dtype == "bfloat16":
+        return "bfloat16"
+    on_tensor_core_gpu = jax.default_backend() == "gpu" and any(
+        key in device_name() for key in PEAK_FLOPS)
+    return "tf32" if precision == "default" and on_tensor_core_gpu else "float32"
+
+
+def peak_for(arith: str) -> float | None:
     kind = device_name()
     for key, peaks in PEAK_FLOPS.items():
         if key in kind:
-            return peaks[dtype]
+            return peaks[arith]
     return None
 
 
@@ -65,13 +91,15 @@ def peak_memory_bytes() -> int | None:
 
 
 def compiled_train_step(model_name: str, batch: int, dtype: str, num_devices: int, steps: int,
-                        seeds: int = 1, variant: str = "gedl"):
+                        seeds: int = 1, variant: str = "gedl", device_loop: bool = False):
     """The real GEDL train step (`steps.make_train_step`, as `gedl_jax.train` runs it), compiled,
     on `steps` batches of synthetic uint8 data resident on the device (another preset's step
     with `variant`; `model_name` may be any network `config.model` takes).
 
     Returns (run, compile_s): `run(n)` does n steps from the current state and blocks on the
-    result; with `seeds` > 1 the vmapped multi-seed step (`config.vmap_seeds`).
+    result; with `seeds` > 1 the vmapped multi-seed step (`config.vmap_seeds`); with
+    `device_loop` the program the training loop runs, up to `steps` steps per call
+    (`steps.multi_step`), called once for `run(steps)`.
     """
     dataset = "mnist" if model_name == "convnet" else "cifar10"
     config = configuration.build_config(dataset, variant)
@@ -95,27 +123,34 @@ def compiled_train_step(model_name: str, batch: int, dtype: str, num_devices: in
     def init(key):
         return steps_lib.init_train_state(method, tx, key, image_shape)
 
+    loop = {"max_steps": steps, "device_loop": True} if device_loop else {}
     if seeds == 1:
-        step_fn = steps_lib.make_train_step(method, tx, mesh, settings, keys)
+        step_fn = steps_lib.make_train_step(method, tx, mesh, settings, keys, **loop)
         extra = (jax.device_put(jnp.arange(n, dtype=jnp.int32), replicated),)
         state = jax.jit(init, out_shardings=replicated)(jax.random.PRNGKey(0))
     else:
-        step_fn = steps_lib.make_multi_seed_train_step(method, tx, mesh, settings)
+        step_fn = steps_lib.make_multi_seed_train_step(method, tx, mesh, settings, **loop)
         order_SxN = jnp.tile(jnp.arange(n, dtype=jnp.int32), (seeds, 1))
         keys_S = {k: jnp.stack([jax.random.fold_in(v, s) for s in range(seeds)])
                   for k, v in keys.items()}
         extra = (jax.device_put(order_SxN, replicated), jax.device_put(keys_S, replicated))
         state = jax.jit(jax.vmap(init), out_shardings=replicated)(
             jax.random.split(jax.random.PRNGKey(0), seeds))
+    count = (np.int32(steps),) if device_loop else ()
     t0 = time.perf_counter()
-    compiled = step_fn.lower(state, images, labels, *extra).compile()
+    compiled = step_fn.lower(state, *count, images, labels, *extra).compile()
     compile_s = time.perf_counter() - t0
     current = {"state": state}
 
     def run(num_steps: int) -> None:
         state = current["state"]
-        for _ in range(num_steps):
-            state, m = compiled(state, images, labels, *extra)
+        if device_loop:
+            for start in range(0, num_steps, steps):
+                state, m = compiled(state, np.int32(min(steps, num_steps - start)), images,
+                                    labels, *extra)
+        else:
+            for _ in range(num_steps):
+                state, m = compiled(state, images, labels, *extra)
         jax.block_until_ready(m)
         current["state"] = state
 
@@ -124,11 +159,14 @@ def compiled_train_step(model_name: str, batch: int, dtype: str, num_devices: in
 
 
 def bench_one(model_name: str, batch: int, dtype: str, num_devices: int, steps: int,
-              repeats: int, seeds: int = 1) -> dict:
+              repeats: int, seeds: int = 1, device_loop: bool = True,
+              precision: str = "default") -> dict:
     """One configuration; with `seeds` > 1 the vmapped multi-seed step (`config.vmap_seeds`)
     trains that many models at once and images/s counts every seed's images."""
     image_shape = (28, 28, 1) if model_name == "convnet" else (32, 32, 3)
-    run, compile_s = compiled_train_step(model_name, batch, dtype, num_devices, steps, seeds)
+    with jax.default_matmul_precision(precision):
+        run, compile_s = compiled_train_step(model_name, batch, dtype, num_devices, steps, seeds,
+                                             device_loop=device_loop)
     run(1)  # warm-up
     times = []
     for _ in range(repeats):
@@ -138,10 +176,13 @@ def bench_one(model_name: str, batch: int, dtype: str, num_devices: int, steps: 
     step_s = statistics.median(times)
     flops_per_image = 3 * models.model_flops_per_example(model_name, image_shape)
     achieved = flops_per_image * batch * seeds / step_s
-    peak = peak_for(dtype)
+    arith = arithmetic(dtype, precision)
+    peak = peak_for(arith)
     return {
         "model": model_name, "batch": batch, "dtype": dtype, "devices": num_devices,
-        "seeds": seeds, "images_per_s": batch * seeds / step_s, "step_ms": 1e3 * step_s,
+        "seeds": seeds, "precision": precision, "arithmetic": arith,
+        "device_loop": device_loop, "images_per_s": batch * seeds / step_s,
+        "step_ms": 1e3 * step_s,
         "step_ms_spread": [1e3 * min(times), 1e3 * max(times)], "compile_s": compile_s,
         "peak_memory_bytes": peak_memory_bytes(), "train_flops_per_image": flops_per_image,
         "achieved_flops": achieved, "fraction_of_peak": (achieved / peak) if peak else None,
@@ -155,29 +196,69 @@ def environment() -> dict:
     except OSError:
         commit = "?"
     import flax  # noqa: PLC0415
+    from gedl_jax.run import numerics  # noqa: PLC0415
     return {"device": device_name(), "platform": jax.devices()[0].platform,
             "device_count": jax.device_count(), "cpu": platform.processor() or platform.machine(),
             "cpu_count": os.cpu_count(), "jax": jax.__version__, "flax": flax.__version__,
-            "python": platform.python_version(), "commit": commit}
+            "python": platform.python_version(), "commit": commit,
+            "deterministic_kernels": numerics.flags_in_force()}
 
 
 def markdown(env: dict, rows: list[dict]) -> str:
+    kernels = "deterministic" if env.get("deterministic_kernels") else "XLA's fastest"
     lines = [f"Hardware: {env['device']} x{env['device_count']} ({env['platform']}), "
              f"{env['cpu_count']} CPU cores; jax {env['jax']}, flax {env['flax']}, "
-             f"commit {env['commit']}. Median of repeats after warm-up; synthetic on-device data.",
+             f"commit {env['commit']}; {kernels} GPU kernels. Median of repeats after warm-up; "
+             f"synthetic on-device data; steps timed in one call each (device loop: yes) or one "
+             f"call per step. % of peak: of the arithmetic's dense peak (tf32 = float32 on "
+             f"tensor cores).",
              "",
-             "| model | batch | dtype | devices | seeds | img/s | step ms | compile s | "
-             "peak mem MiB | train GFLOP/img | achieved TFLOP/s | % of peak |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| model | batch | dtype | arithmetic | devices | seeds | device loop | img/s | "
+             "step ms | compile s | peak mem MiB | train GFLOP/img | achieved TFLOP/s | "
+             "% of peak |",
+             "|---|---:|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         frac = f"{100 * r['fraction_of_peak']:.1f}" if r["fraction_of_peak"] else "n/a"
         mem = f"{r['peak_memory_bytes'] / 2**20:,.0f}" if r["peak_memory_bytes"] else "n/a"
-        lines.append(f"| {r['model']} | {r['batch']} | {r['dtype']} | {r['devices']} | "
-                     f"{r.get('seeds', 1)} | "
-                     f"{r['images_per_s']:,.0f} | {r['step_ms']:.1f} | {r['compile_s']:.1f} | "
+        lines.append(f"| {r['model']} | {r['batch']} | {r['dtype']} | "
+                     f"{r.get('arithmetic', r['dtype'])} | {r['devices']} | "
+                     f"{r.get('seeds', 1)} | {'yes' if r.get('device_loop') else 'no'} | "
+                     f"{r['images_per_s']:,.0f} | {r['step_ms']:.2f} | {r['compile_s']:.1f} | "
                      f"{mem} | {r['train_flops_per_image'] / 1e9:.3f} | "
                      f"{r['achieved_flops'] / 1e12:.3f} | {frac} |")
     return "\n".join(lines)
+
+
+def loop_benchmark(epochs: int, step_row: dict | None, train_examples: int = 0) -> dict:
+    """README command 2's program (GEDL on MNIST, the ConvNet, batch 128, validation and
+    checkpoints every epoch) for `epochs` epochs in a temporary workdir; images/s of the loop
+    from the metrics records' times (the first record's window, which compiles, left out),
+    beside the bare step's (`step_row`). `train_examples` > 0: on that many images only (a
+    smoke run)."""
+    import json as json_  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+
+    from gedl_jax import train  # noqa: PLC0415
+
+    config = configuration.build_config("mnist", "gedl")
+    config.num_epochs, config.evaluate_at_end, config.plots = epochs, False, False
+    config.train_examples = train_examples
+    config.log_every_steps = min(config.log_every_steps, max(1, train_examples // 256))
+    with tempfile.TemporaryDirectory() as workdir:
+        start = time.perf_counter()
+        train.train_and_evaluate(config, workdir)
+        wall = time.perf_counter() - start
+        with open(os.path.join(workdir, "metrics.jsonl")) as f:
+            records = [json_.loads(line) for line in f if '"train"' in line]
+    (first_step, first_time), (last_step, last_time) = [
+        (r["step"], r["time"]) for r in (records[0], records[-1])]
+    loop_rate = (last_step - first_step) * config.batch_size / (last_time - first_time)
+    row = {"loop_epochs": epochs, "loop_steps": last_step, "loop_wall_s": wall,
+           "loop_images_per_s": loop_rate}
+    if step_row:
+        row.update(step_images_per_s=step_row["images_per_s"],
+                   loop_over_step_time=step_row["images_per_s"] / loop_rate)
+    return row
 
 
 def main(argv=None) -> int:
@@ -191,9 +272,29 @@ def main(argv=None) -> int:
                         "(img/s then counts all seeds' images)")
     p.add_argument("--steps", type=int, default=5, help="steps per timed repeat")
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--precisions", default="default",
+                   help="comma-separated matmul precisions of float32 steps (default, highest)")
+    p.add_argument("--device_loop", default="auto", choices=("auto", "true", "false"),
+                   help="time --steps steps per compiled call (true) or one call per step "
+                        "(false); auto: as the training loop runs them here (one call per step "
+                        "on a CPU, training.steps_per_call)")
+    p.add_argument("--deterministic", default="true", choices=("true", "false"),
+                   help="XLA's deterministic GPU kernels, as config.deterministic (true), or "
+                        "its fastest ones")
+    p.add_argument("--loop_epochs", type=int, default=0,
+                   help="also run README command 2's training loop for this many epochs "
+                        "(needs the MNIST files) and compare it with the convnet float32 step")
+    p.add_argument("--loop_train_examples", type=int, default=0,
+                   help="the loop's training images (0 = the whole split; fewer for a smoke run)")
     p.add_argument("--out", default=None, help="JSON output (a .md table is written beside it)")
     args = p.parse_args(argv)
+    if args.deterministic == "true":   # before anything starts the backend
+        from gedl_jax.run import numerics  # noqa: PLC0415
+        os.environ["XLA_FLAGS"] = numerics.with_flags(os.environ.get("XLA_FLAGS", ""),
+                                                      numerics.determinism_flags(None))
     env = environment()
+    device_loop = (args.device_loop == "true" if args.device_loop != "auto"
+                   else jax.default_backend() != "cpu")
     print(f"# {env}", flush=True)
     counts = sorted({jax.device_count() if d == "all" else int(d)
                      for d in args.devices.split(",")})
@@ -202,25 +303,40 @@ def main(argv=None) -> int:
     for model_name in args.models.split(","):
         for batch in [int(b) for b in args.batches.split(",")]:
             for dtype in args.dtypes.split(","):
-                for count, seeds in itertools.product(counts, seed_counts):
+                precisions = args.precisions.split(",") if dtype == "float32" else ["default"]
+                for count, seeds, precision in itertools.product(counts, seed_counts,
+                                                                  precisions):
                     if batch % count:
                         continue
                     try:
                         row = bench_one(model_name, batch, dtype, count, args.steps, args.repeats,
-                                        seeds)
+                                        seeds, device_loop, precision)
                     except Exception as e:  # e.g. out of memory at a large batch
                         print(f"{model_name} b{batch} {dtype} x{count} s{seeds}: failed: {e!r}"
                               [:300], file=sys.stderr, flush=True)
                         continue
                     rows.append(row)
-                    print(f"{model_name:8s} b{batch:5d} {dtype:9s} x{count} seeds {seeds}: "
-                          f"{row['images_per_s']:10,.0f} img/s  {row['step_ms']:8.1f} ms/step  "
-                          f"compile {row['compile_s']:.1f} s", flush=True)
+                    print(f"{model_name:8s} b{batch:5d} {dtype:9s} {row['arithmetic']:8s} "
+                          f"x{count} seeds {seeds}: {row['images_per_s']:10,.0f} img/s  "
+                          f"{row['step_ms']:8.2f} ms/step  compile {row['compile_s']:.1f} s",
+                          flush=True)
     table = markdown(env, rows)
     print(table)
+    loop = None
+    if args.loop_epochs:
+        step_row = next((r for r in rows if r["model"] == "convnet" and r["batch"] == 128
+                         and r["dtype"] == "float32" and r["seeds"] == 1
+                         and r["precision"] == "default"), None)
+        loop = loop_benchmark(args.loop_epochs, step_row, args.loop_train_examples)
+        ratio = (f", {loop['loop_over_step_time']:.2f}x the bare step's time per image "
+                 f"({loop['step_images_per_s']:,.0f} img/s)") if step_row else \
+            " (no convnet batch-128 float32 step row to compare with)"
+        print(f"training loop (README command 2's program, {args.loop_epochs} epochs, "
+              f"{loop['loop_steps']} steps): {loop['loop_images_per_s']:,.0f} img/s{ratio}; "
+              f"wall time {loop['loop_wall_s']:.1f} s", flush=True)
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"environment": env, "results": rows}, f, indent=2)
+            json.dump({"environment": env, "results": rows, "loop": loop}, f, indent=2)
         with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
             f.write(table + "\n")
     return 0

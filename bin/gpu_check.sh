@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# One command for a GPU machine: the test suite on the GPU, the train-step benchmark (with and
+# without deterministic kernels), our step beside an independent PyTorch step, and README
+# command 2 (GEDL on MNIST, 200 epochs) end to end, with the wall time of each part; the
+# results go to docs/results/gpu/<gpu name>/ (tables, logs, wall_times.json, README.md).
+#
+#   bash bin/gpu_check.sh                 # everything, on this machine's GPU
+#   bash bin/gpu_check.sh --dry-run       # every part tiny, on a CPU (CI runs this)
+#   bash bin/gpu_check.sh --parts=bench,train --out=DIR
+#
+# Needs: the package's dependencies with jax's CUDA plugin (GEDL_EXTRAS=dev,cuda12 or cuda13
+# bash bin/setup.sh) and the MNIST, KMNIST and Fashion-MNIST files in $GEDL_DATA_DIR (or the
+# download cache). PYTHON (default: .venv/bin/python if present, else python3) runs everything;
+# TORCH_PYTHON (default: PYTHON) runs the PyTorch reference, whose column says "not measured"
+# when it cannot import torch. GEDL_TEST_WORKERS (default 4) pytest workers share the GPU.
+# GEDL_TORCH_MODES (default eager,compile,cudagraphs) chooses the PyTorch columns;
+# GEDL_CHECK_TIMEOUTS="tests=S,train=S,..." stops a part after S seconds.
+# Parts, in this order: tests, train, bench, torch (default: all). About 8 minutes on one H100.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+DRY_RUN=0
+PARTS="tests,train,bench,torch"
+OUT=""
+TEST_ARGS=()
+for arg in "$@"; do
+  case "$arg" in
+    --dry-run) DRY_RUN=1 ;;
+    --parts=*) PARTS="${arg#--parts=}" ;;
+    --out=*) OUT="${arg#--out=}" ;;
+    --tests=*) read -r -a TEST_ARGS <<< "${arg#--tests=}" ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    *) echo "error: unknown argument '$arg' (--dry-run, --parts=tests,bench,torch,train," \
+            "--out=DIR, --tests='PYTEST ARGS'; --help)" >&2; exit 2 ;;
+  esac
+done
+for part in ${PARTS//,/ }; do
+  case "$part" in tests|bench|torch|train) ;;
+    *) echo "error: unknown part '$part' in --parts (tests, bench, torch, train)" >&2; exit 2 ;;
+  esac
+done
+has_part() { [[ ",$PARTS," == *",$1,"* ]]; }
+
+if [ -z "${PYTHON:-}" ]; then
+  if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
+fi
+TORCH_PYTHON="${TORCH_PYTHON:-$PYTHON}"
+export XLA_PYTHON_CLIENT_PREALLOCATE=false   # several processes share the GPU
+export PYTHONUNBUFFERED=1
+
+backend="$("$PYTHON" -c 'import jax; print(jax.default_backend())' 2>/dev/null)" || {
+  echo "error: $PYTHON cannot import jax; set PYTHON to the interpreter of the gedl-jax" \
+       "environment (bin/setup.sh makes .venv)" >&2; exit 2; }
+if [ "$DRY_RUN" = 0 ] && [ "$backend" != "gpu" ]; then
+  echo "error: jax runs on '$backend', not on a GPU: install the CUDA plugin" \
+       "(GEDL_EXTRAS=dev,cuda12 bash bin/setup.sh; cuda13 for a CUDA 13 driver), or run" \
+       "--dry-run to check the script on a CPU" >&2
+  exit 2
+fi
+gpu_slug="$("$PYTHON" -c 'import jax, re; d = jax.devices()[0]
+print(re.sub(r"[^a-z0-9]+", "_", getattr(d, "device_kind", d.platform).lower()).strip("_"))')"
+if [ -z "$OUT" ]; then
+  if [ "$DRY_RUN" = 1 ]; then OUT="$(mktemp -d)/gpu_check"; else OUT="docs/results/gpu/$gpu_slug"; fi
+fi
+mkdir -p "$OUT"
+WORK="$(mktemp -d)"
+echo "gpu_check: $([ "$DRY_RUN" = 1 ] && echo 'dry run, ')parts $PARTS on $backend" \
+     "($gpu_slug), results in $OUT"
+"$PYTHON" - "$OUT/environment.json" <<'PY'
+import json, os, platform, subprocess, sys
+import flax, jax
+d = jax.devices()[0]
+commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+env = {"device": getattr(d, "device_kind", d.platform), "backend": jax.default_backend(),
+       "device_count": jax.device_count(), "jax": jax.__version__, "flax": flax.__version__,
+       "python": platform.python_version(), "cpu_count": os.cpu_count(),
+       "commit": commit.stdout.strip() or "?", "xla_flags": os.environ.get("XLA_FLAGS", "")}
+json.dump(env, open(sys.argv[1], "w"), indent=2)
+print("gpu_check: " + ", ".join(f"{k} {v}" for k, v in env.items() if k != "xla_flags"))
+PY
+
+declare -A SECONDS_OF STATUS_OF
+ORDER=()
+# GEDL_CHECK_TIMEOUTS="tests=120,train=150": a part still running after that many seconds is
+# stopped (exit status 124), so a lease of fixed length still gets the parts after it.
+part_timeout() {
+  local entry timeouts="${GEDL_CHECK_TIMEOUTS:-}"
+  for entry in ${timeouts//,/ }; do
+    [ "${entry%%=*}" = "$1" ] && { echo "${entry#*=}"; return; }
+  done
+  echo 0
+}
+run_part() {   # name, command...: runs it, logs to $OUT/<name>.log, records wall time and status
+  local name="$1"; shift
+  local start=$SECONDS limit
+  limit="$(part_timeout "$name")"
+  echo "gpu_check: === $name: $* ==="
+  [ "$limit" != 0 ] && set -- timeout "$limit" "$@"
+  "$@" 2>&1 | tee "$OUT/$name.log"
+  local rc=${PIPESTATUS[0]}
+  ORDER+=("$name")
+  SECONDS_OF[$name]=$((SECONDS - start))
+  STATUS_OF[$name]=$rc
+  echo "gpu_check: $name took ${SECONDS_OF[$name]} s, exit status $rc"
+}
+
+if has_part tests; then
+  if [ "${#TEST_ARGS[@]}" = 0 ]; then
+    if [ "$DRY_RUN" = 1 ]; then
+      TEST_ARGS=(-q tests/test_multi_step.py::test_multi_step_rows_hold_each_steps_metrics
+                 tests/test_numerics.py)
+    else
+      TEST_ARGS=(-q -n "${GEDL_TEST_WORKERS:-4}")
+    fi
+  fi
+  run_part tests "$PYTHON" -m pytest -p no:cacheprovider "${TEST_ARGS[@]}"
+fi
+
+if has_part train; then
+  # README command 2 as typed (GEDL on MNIST, the paper's 200 epochs); --dry-run: 1 epoch of
+  # the quick preset.
+  config=(--config=configs/mnist.py)
+  [ "$DRY_RUN" = 1 ] && config=(--config=configs/mnist.py:quick --config.num_epochs=1)
+  run_part train "$PYTHON" -m gedl_jax.train "${config[@]}" --workdir="$WORK/mnist_gedl"
+  for f in eval_results.json eval_table.md metrics.jsonl config.json; do
+    [ -f "$WORK/mnist_gedl/$f" ] && cp "$WORK/mnist_gedl/$f" "$OUT/train_$f"
+  done
+fi
+
+if has_part bench; then
+  if [ "$DRY_RUN" = 1 ]; then
+    bench=(--models=convnet --batches=8 --dtypes=float32 --steps=2 --repeats=1 --devices=1)
+  else
+    bench=(--models=convnet,vgg16 --batches=128 --dtypes=float32,bfloat16 --devices=1
+           --steps=20 --repeats=5)
+  fi
+  loop=(--loop_epochs=3)
+  [ "$DRY_RUN" = 1 ] && loop=(--loop_epochs=1 --loop_train_examples=2560)
+  run_part bench "$PYTHON" bin/benchmark.py "${bench[@]}" "${loop[@]}" \
+    --out="$OUT/benchmark.json"
+  # What deterministic kernels cost: the same steps with XLA's fastest kernels (the flags are
+  # read when the backend starts, so in another process).
+  run_part bench_nondeterministic "$PYTHON" bin/benchmark.py "${bench[@]}" \
+    --models=convnet --dtypes=float32 --deterministic=false \
+    --out="$OUT/benchmark_nondeterministic.json"
+fi
+
+if has_part torch; then
+  if [ "$DRY_RUN" = 1 ]; then
+    vs=(--dry-run)
+  else
+    vs=(--models=convnet,vgg16 --batches=128 --dtypes=float32,bfloat16 --steps=20 --repeats=5
+        --torch_modes="${GEDL_TORCH_MODES:-eager,compile,cudagraphs}")
+    # our side: the bench part's numbers (same settings), when it ran
+    [ -f "$OUT/benchmark.json" ] && vs+=(--jax_json="$OUT/benchmark.json")
+  fi
+  run_part torch "$PYTHON" -m benchmarks.gpu_vs_torch --torch_python="$TORCH_PYTHON" \
+    --out="$OUT/vs_torch" "${vs[@]}"
+fi
+
+# Wall times and exit statuses, then the summary README (bin/gpu_report.py).
+{
+  echo "{"
+  first=1
+  for name in "${ORDER[@]}"; do
+    [ $first = 1 ] || echo ","
+    first=0
+    printf '  "%s": {"seconds": %s, "exit_status": %s}' "$name" "${SECONDS_OF[$name]}" \
+      "${STATUS_OF[$name]}"
+  done
+  echo ""
+  echo "}"
+} > "$OUT/wall_times.json"
+"$PYTHON" bin/gpu_report.py "$OUT" || STATUS_OF[report]=1
+rm -rf "$WORK"
+failed=0
+for name in "${ORDER[@]}" ${STATUS_OF[report]+report}; do
+  [ "${STATUS_OF[$name]}" = 0 ] || { echo "gpu_check: $name FAILED (exit ${STATUS_OF[$name]})"; failed=1; }
+done
+echo "gpu_check: results in $OUT$([ $failed = 0 ] && echo ', every part passed')"
+exit $failed

@@ -1,0 +1,132 @@
+#!/usr/bin/env python
+"""The README.md of a `bin/gpu_check.sh` results folder, made from the files the check wrote.
+
+    python bin/gpu_report.py docs/results/gpu/nvidia_h200
+
+Reads environment.json, wall_times.json, tests.log (pytest's closing line), benchmark*.json,
+vs_torch/vs_torch.md, train.log and train_metrics.jsonl / train_eval_results.json where present,
+and writes README.md beside them: the machine and versions, each part's wall time and exit
+status, the test counts, the step table, what deterministic kernels cost, our step beside
+PyTorch's, and README command 2's training time against its floor (the steps times the
+benchmarked time of one step in the device loop). Every number is read from those files; a part
+that did not run is named as not run.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+import sys
+
+
+def _json(path: pathlib.Path):
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _pytest_summary(log: pathlib.Path) -> str | None:
+    if not log.exists():
+        return None
+    lines = [line.strip("= ") for line in log.read_text().splitlines()
+             if re.search(r"\d+ (passed|failed|error)", line)]
+    return lines[-1] if lines else None
+
+
+def _step_row(bench: dict | None, model: str, dtype: str = "float32",
+              batch: int = 128) -> dict | None:
+    for row in (bench or {}).get("results", []):
+        if row["model"] == model and row["dtype"] == dtype and row["batch"] == batch \
+                and row.get("seeds", 1) == 1 and row.get("precision", "default") == "default":
+            return row
+    return None
+
+
+def _training(folder: pathlib.Path, bench: dict | None) -> list[str]:
+    metrics = folder / "train_metrics.jsonl"
+    if not metrics.exists():
+        return ["README command 2 did not run."]
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    train = [r for r in records if r["split"] == "train"]
+    lines = []
+    if len(train) >= 2:
+        steps = train[-1]["step"] - train[0]["step"]
+        seconds = train[-1]["time"] - train[0]["time"]
+        lines.append(f"Training loop: steps {train[0]['step']}-{train[-1]['step']} took "
+                     f"{seconds:.1f} s ({steps * 128 / seconds:,.0f} img/s; from the first to "
+                     f"the last train record of metrics.jsonl, so compilation and the final "
+                     f"evaluation are not in it, every epoch's validation and checkpoint are).")
+        step = _step_row(bench, "convnet")
+        if step:
+            floor = steps * step["step_ms"] / 1e3
+            lines.append(f"Its floor, {steps} steps x {step['step_ms']:.3f} ms (the benchmarked "
+                         f"ConvNet step in the device loop): {floor:.1f} s; the loop took "
+                         f"**{seconds / floor:.2f}x** the floor.")
+    walls = _json(folder / "wall_times.json") or {}
+    if "train" in walls:
+        lines.append(f"Whole command (start-up, data, compilation, training, evaluation): "
+                     f"{walls['train']['seconds']} s.")
+    results = _json(folder / "train_eval_results.json")
+    if results:
+        ood = ", ".join(f"{name} AUPR MP {100 * e['detection']['mp']['aupr_in']:.2f} / UM "
+                        f"{100 * e['detection']['um']['aupr_in']:.2f}"
+                        for name, e in results.get("ood", {}).items()
+                        if "um" in e.get("detection", {}))
+        lines.append(f"Its result: test accuracy {100 * results['id']['accuracy']:.2f} %"
+                     f"{'; ' + ood if ood else ''}.")
+    return lines
+
+
+def report(folder: pathlib.Path) -> str:
+    env = _json(folder / "environment.json") or {}
+    walls = _json(folder / "wall_times.json") or {}
+    bench = _json(folder / "benchmark.json")
+    fast = _json(folder / "benchmark_nondeterministic.json")
+    out = [f"# gpu_check on {env.get('device', '?')}", "",
+           f"`bash bin/gpu_check.sh` at commit {env.get('commit', '?')}: jax {env.get('jax')}, "
+           f"flax {env.get('flax')}, Python {env.get('python')}, {env.get('cpu_count')} CPU "
+           f"cores. Made by `bin/gpu_report.py` from the files in this folder.", "",
+           "| part | wall time s | exit status |", "|---|---:|---:|"]
+    out += [f"| {name} | {w['seconds']} | {w['exit_status']} |" for name, w in walls.items()]
+    out += ["", "## Tests", "", f"pytest: {_pytest_summary(folder / 'tests.log') or 'not run'}"]
+    out += ["", "## Train step", ""]
+    table = folder / "benchmark.md"
+    out += [table.read_text().strip()] if table.exists() else ["Not run."]
+    if bench and fast:
+        out += ["", "What deterministic kernels cost (float32, the same steps with XLA's "
+                "fastest kernels in another process):", "",
+                "| model | deterministic img/s | fastest img/s | cost |", "|---|---:|---:|---:|"]
+        for row in fast["results"]:
+            det = _step_row(bench, row["model"], row["dtype"], row["batch"])
+            if det:
+                cost = 1 - det["images_per_s"] / row["images_per_s"]
+                out.append(f"| {row['model']} | {det['images_per_s']:,.0f} | "
+                           f"{row['images_per_s']:,.0f} | {100 * cost:.1f} % |")
+    if bench and bench.get("loop"):
+        loop = bench["loop"]
+        ratio = (f"{loop['loop_over_step_time']:.2f}x the bare step's time per image"
+                 if "loop_over_step_time" in loop else "no batch-128 ConvNet step to compare")
+        out += ["", f"Training loop ({loop['loop_epochs']} epoch(s) of README command 2's "
+                f"program, {loop['loop_steps']} steps): {loop['loop_images_per_s']:,.0f} img/s, "
+                f"{ratio}."]
+    vs = folder / "vs_torch" / "vs_torch.md"
+    out += ["", "## Beside PyTorch", "", vs.read_text().strip() if vs.exists() else "Not run."]
+    config = _json(folder / "train_config.json") or {}
+    out += ["", f"## README command 2 (GEDL on MNIST; this run: {config.get('num_epochs', '?')} "
+            f"epochs)", "", *_training(folder, bench)]
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or not pathlib.Path(args[0]).is_dir():
+        print("usage: python bin/gpu_report.py RESULTS_FOLDER (what bin/gpu_check.sh wrote)",
+              file=sys.stderr)
+        return 2
+    folder = pathlib.Path(args[0])
+    (folder / "README.md").write_text(report(folder))
+    print(f"gpu_report: wrote {folder / 'README.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
