@@ -24,7 +24,8 @@
 - On a GPU, XLA's default kernels (atomic adds in reductions and convolution gradients) differ
   from run to run in the last bits; the tests that compare a resumed run with an uninterrupted
   one need bit-reproducible kernels, so `--xla_gpu_deterministic_ops=true` is added to
-  $XLA_FLAGS before jax starts (ignored on a CPU).
+  $XLA_FLAGS before jax starts (ignored on a CPU), with one autotuning cache for the run's
+  processes (each would otherwise time candidate kernels and may pick others).
 - float32 products are computed in float32 (`jax_default_matmul_precision="highest"`): the
   suite checks float32 arithmetic against float64 references with tolerances derived for
   float32. On an NVIDIA GPU jax's default would be TF32 (10-bit mantissa inputs), whose error
@@ -58,8 +59,14 @@ if _CACHE_VAR not in os.environ:
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 if "xla_gpu_deterministic_ops" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = " ".join(
-        filter(None, [os.environ.get("XLA_FLAGS"), "--xla_gpu_deterministic_ops=true"]))
+    # and one autotuning cache for the run's processes (the trainer keeps its own one per
+    # workdir, unless XLA_FLAGS name one): a training subprocess runs the kernels the test
+    # process chose, so their results compare bit for bit
+    _autotune_dir = tempfile.mkdtemp(prefix="gedl_jax_tests_autotune_")
+    atexit.register(shutil.rmtree, _autotune_dir, ignore_errors=True)
+    os.environ["XLA_FLAGS"] = " ".join(filter(None, [
+        os.environ.get("XLA_FLAGS"), "--xla_gpu_deterministic_ops=true",
+        f"--xla_gpu_per_fusion_autotune_cache_dir={_autotune_dir}"]))
 
 import jax  # noqa: E402  (after XLA_FLAGS: the flags are read when the backend starts)
 
