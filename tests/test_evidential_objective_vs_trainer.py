@@ -56,7 +56,7 @@ def test_own_loop_reproduces_the_trainers_gedl_losses(fast_compile):
         if step % steps_per_epoch == 0:
             order = program.epoch_order(step // steps_per_epoch)
         program.state, metrics = program.steps(program.state, order, 1)
-        trainer_losses.append(float(metrics["loss"][0]))
+        trainer_losses.append(float(metrics["loss"]))
     trainer_state = jax.device_get(program.state)
 
     # --- a user's own loop -------------------------------------------------------------------

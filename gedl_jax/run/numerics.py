@@ -45,7 +45,8 @@ def backend_started() -> bool:
     """Whether jax has started its backends (after which XLA_FLAGS are no longer read)."""
     from jax._src import xla_bridge  # noqa: PLC0415
 
-    return bool(xla_bridge.backends_are_initialized())
+    started = getattr(xla_bridge, "backends_are_initialized", None)   # jax >= 0.4.3x
+    return bool(started()) if started else bool(getattr(xla_bridge, "_backends", {}))
 
 
 def _flag_name(flag: str) -> str:
