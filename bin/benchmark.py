@@ -243,7 +243,8 @@ def loop_benchmark(epochs: int, step_row: dict | None, train_examples: int = 0) 
     config = configuration.build_config("mnist", "gedl")
     config.num_epochs, config.evaluate_at_end, config.plots = epochs, False, False
     config.train_examples = train_examples
-    config.log_every_steps = min(config.log_every_steps, max(1, train_examples // 256))
+    if train_examples:   # a smoke run: a few progress lines all the same
+        config.log_every_steps = min(config.log_every_steps, max(1, train_examples // 256))
     with tempfile.TemporaryDirectory() as workdir:
         start = time.perf_counter()
         train.train_and_evaluate(config, workdir)

@@ -49,8 +49,27 @@ MODELS = ["mlp", pytest.param("convnet", marks=pytest.mark.skipif(
 
 
 def _config(data_dir, steps_per_dispatch, model, **fields):
+    # float32 products: the one-step program is compared with the loop to float32 rounding
+    # where they are not bit-identical (below), not to TF32's
     return tiny_config(data_dir, **{**SMALL, **fields}, model=model,
-                       steps_per_dispatch=steps_per_dispatch)
+                       steps_per_dispatch=steps_per_dispatch, matmul_precision="highest")
+
+
+def _same_run(a, b, workdir_a, workdir_b, bitwise=True):
+    """Parameters, optimiser and method state, validations and the metrics log of two runs:
+    bit for bit, or (`bitwise=False`, two different programs) to float32 rounding."""
+    if bitwise:
+        assert_same_leaves(a["state"], b["state"])
+        assert (a["best_val_accuracy"], a["best_step"]) == (b["best_val_accuracy"], b["best_step"])
+        assert _train_records(workdir_a) == _train_records(workdir_b)
+        return
+    for x, y in zip(leaves(a["state"]), leaves(b["state"]), strict=True):
+        np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
+    ra, rb = _train_records(workdir_a), _train_records(workdir_b)
+    assert [(r["step"], r["split"]) for r in ra] == [(r["step"], r["split"]) for r in rb]
+    for x, y in zip(ra, rb):
+        for key in x.keys() - {"step", "split"}:
+            np.testing.assert_allclose(x[key], y[key], rtol=1e-3, atol=1e-4, err_msg=key)
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -63,10 +82,10 @@ def test_how_steps_are_cut_into_calls_does_not_change_the_run(data_dir, tmp_path
         [3, 5, 6, 8, 9, 10, 12, 15, 16]
     for n in (2, 1):
         assert runs[n]["steps"] == runs[8]["steps"] == STEPS
-        assert_same_leaves(runs[8]["state"], runs[n]["state"])
-        assert (runs[n]["best_val_accuracy"], runs[n]["best_step"]) == \
-            (runs[8]["best_val_accuracy"], runs[8]["best_step"])
-        assert _train_records(tmp_path / str(n)) == records
+        # 8 and 2 run one program; 1 runs the step alone, which XLA:CPU compiles to the same
+        # arithmetic for the MLP (measured: bit for bit) and a GPU may fuse otherwise
+        _same_run(runs[8], runs[n], tmp_path / "8", tmp_path / str(n),
+                  bitwise=n != 1 or jax.default_backend() == "cpu")
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -74,12 +93,9 @@ def test_vmapped_seeds_cut_into_calls_differently_give_the_same_runs(data_dir, t
                                                                      model):
     runs = [train.run(_config(data_dir, n, model, seeds="3,4", vmap_seeds=True, num_epochs=1),
                       tmp_path / str(n)) for n in (8, 1)]
-    for x, y in zip(*runs, strict=True):
-        assert_same_leaves(x["state"], y["state"])
-        assert x["best_val_accuracy"] == y["best_val_accuracy"]
-    for seed in (3, 4):
-        assert _train_records(tmp_path / "8" / f"seed_{seed}") == \
-            _train_records(tmp_path / "1" / f"seed_{seed}")
+    for seed, x, y in zip((3, 4), *runs, strict=True):
+        _same_run(x, y, tmp_path / "8" / f"seed_{seed}", tmp_path / "1" / f"seed_{seed}",
+                  bitwise=jax.default_backend() == "cpu")
 
 
 @pytest.mark.parametrize("model", MODELS)
