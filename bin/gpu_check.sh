@@ -71,10 +71,15 @@ import json, os, platform, subprocess, sys
 import flax, jax
 d = jax.devices()[0]
 commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+# a copy whose git metadata is not its tree's (a device copy): GEDL_COMMIT names the tree
+dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                       capture_output=True, text=True).stdout.strip()
 env = {"device": getattr(d, "device_kind", d.platform), "backend": jax.default_backend(),
        "device_count": jax.device_count(), "jax": jax.__version__, "flax": flax.__version__,
        "python": platform.python_version(), "cpu_count": os.cpu_count(),
-       "commit": commit.stdout.strip() or "?", "xla_flags": os.environ.get("XLA_FLAGS", "")}
+       "commit": os.environ.get("GEDL_COMMIT") or commit.stdout.strip() or "?",
+       "tree_differs_from_commit": bool(dirty) and not os.environ.get("GEDL_COMMIT"),
+       "xla_flags": os.environ.get("XLA_FLAGS", "")}
 json.dump(env, open(sys.argv[1], "w"), indent=2)
 print("gpu_check: " + ", ".join(f"{k} {v}" for k, v in env.items() if k != "xla_flags"))
 PY

@@ -25,11 +25,23 @@ def _json(path: pathlib.Path):
 
 
 def _pytest_summary(log: pathlib.Path) -> str | None:
+    """pytest's closing line; for a run stopped before it (a time limit), the counts of its
+    progress characters so far (names of failures are only in the closing summary)."""
     if not log.exists():
         return None
-    lines = [line.strip("= ") for line in log.read_text().splitlines()
-             if re.search(r"\d+ (passed|failed|error)", line)]
-    return lines[-1] if lines else None
+    text = log.read_text().splitlines()
+    lines = [line.strip("= ") for line in text if re.search(r"\d+ (passed|failed|error)", line)]
+    if lines:
+        return lines[-1]
+    progress = "".join(line.split(" [")[0] for line in text
+                       if line and set(line.split(" [")[0]) <= set(".FEsx"))
+    if not progress:
+        return None
+    counts = {name: progress.count(char) for char, name in
+              (("." , "passed"), ("F", "failed"), ("E", "errors"), ("s", "skipped"))}
+    return ("stopped before its closing line (the part's time limit): so far " +
+            ", ".join(f"{n} {name}" for name, n in counts.items() if n) +
+            "; which tests failed is not in the log")
 
 
 def _step_row(bench: dict | None, model: str, dtype: str = "float32",
