@@ -137,7 +137,7 @@ if has_part bench; then
     bench=(--models=convnet --batches=8 --dtypes=float32 --steps=2 --repeats=1 --devices=1)
   else
     bench=(--models=convnet,vgg16 --batches=128 --dtypes=float32,bfloat16 --devices=1
-           --steps=20 --repeats=5)
+           --steps=20 --repeats=5 --precisions=default,highest)
   fi
   loop=(--loop_epochs=3)
   [ "$DRY_RUN" = 1 ] && loop=(--loop_epochs=1 --loop_train_examples=2560)
@@ -146,7 +146,7 @@ if has_part bench; then
   # What deterministic kernels cost: the same steps with XLA's fastest kernels (the flags are
   # read when the backend starts, so in another process).
   run_part bench_nondeterministic "$PYTHON" bin/benchmark.py "${bench[@]}" \
-    --models=convnet --dtypes=float32 --deterministic=false \
+    --models=convnet --dtypes=float32 --precisions=default --deterministic=false \
     --out="$OUT/benchmark_nondeterministic.json"
 fi
 
