@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 from gedl_jax import cli, data, evaluation, files
-from gedl_jax.run import preemption
+from gedl_jax.run import lock, preemption
 from gedl_jax.run.corruption_study import corruption_study, study_table
 from gedl_jax.run.ensemble import evaluate_ensemble_and_write, member_dirs
 from gedl_jax.run.workdir import (
@@ -39,12 +39,13 @@ def evaluate_workdir(workdir, extra_ood: tuple[str, ...] = (),
     `results_dir` (created; default: the workdir)."""
     config = saved_config(workdir, overrides)
     results_dir = pathlib.Path(results_dir or workdir)
-    files.check_writable(results_dir, "the results folder")   # before any work
-    results_dir.mkdir(parents=True, exist_ok=True)
-    if config.ensemble_size:
-        return evaluate_ensemble_and_write(config, member_dirs(workdir, config), results_dir,
-                                           overrides, extra_ood)
-    return evaluate_run(restore_run(workdir, overrides), results_dir, extra_ood)
+    # Checked writable and created before any work; no training or other evaluation writes
+    # into it meanwhile.
+    with lock.holding(results_dir, "the results folder"):
+        if config.ensemble_size:
+            return evaluate_ensemble_and_write(config, member_dirs(workdir, config),
+                                               results_dir, overrides, extra_ood)
+        return evaluate_run(restore_run(workdir, overrides), results_dir, extra_ood)
 
 
 def _results_dirs(workdirs: list[str], out: str | None) -> tuple[list, pathlib.Path | None]:
@@ -77,7 +78,8 @@ def _evaluate_pretrained(name: str, out: str | None, extra_ood: tuple[str, ...],
     if out and pathlib.Path(out).suffix in (".md", ".txt"):
         raise ValueError("--out with --pretrained is a folder (eval_results.json, eval_table.md)")
     preemption.install()
-    with tempfile.TemporaryDirectory(prefix="gedl_pretrained_") as scratch:
+    with tempfile.TemporaryDirectory(prefix="gedl_pretrained_") as scratch, \
+            lock.holding(out or scratch, "--out"):
         results = pretrained.evaluate(name, out or scratch, extra_ood, overrides=overrides)
     if latex:
         print(evaluation.results_table([results], fmt="latex"))

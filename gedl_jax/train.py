@@ -33,19 +33,49 @@ import pathlib
 import sys
 
 from gedl_jax import cli, configs, configuration, data
-from gedl_jax.run import preemption
+from gedl_jax.run import experiment, lock, preemption, training
 from gedl_jax.run.distributed import initialize_distributed
 from gedl_jax.run.progress import NonFiniteLossError
 from gedl_jax.run.rundir import ConfigMismatchError
-from gedl_jax.run.training import (
-    run,
-    train_and_evaluate,
-    train_and_evaluate_vmapped,
-    train_ensemble,
-)
 
 __all__ = ["ConfigMismatchError", "NonFiniteLossError", "main", "run", "train_and_evaluate",
            "train_and_evaluate_vmapped", "train_ensemble"]
+
+
+def run(config, workdir) -> list[dict]:
+    """`training.run` (one run per seed of config.seeds, or one run in `workdir`) with the whole
+    config checked first (every list field without repeats, every field in range: nothing is
+    trained or written before that) and `workdir` held by this process from its first write
+    (`lock.holding`)."""
+    import jax  # noqa: PLC0415
+
+    experiment.resolve_own_data(config)
+    configuration.validate_config(config, jax.device_count())
+    with lock.holding(workdir, create=False):
+        return training.run(config, workdir)
+
+
+def train_and_evaluate(config, workdir, *, stop_after_steps: int | None = None) -> dict:
+    """`training.train_and_evaluate` (one seed into `workdir`) with `workdir` held by this
+    process from its first write (`lock.holding`)."""
+    with lock.holding(workdir, create=False):
+        return training.train_and_evaluate(config, workdir, stop_after_steps=stop_after_steps)
+
+
+def train_and_evaluate_vmapped(config, workdir, seeds: list[int], *,
+                               stop_after_steps: int | None = None) -> list[dict]:
+    """`training.train_and_evaluate_vmapped` (seeds together, into workdir/seed_<s>) with
+    `workdir` held by this process from its first write (`lock.holding`)."""
+    with lock.holding(workdir, create=False):
+        return training.train_and_evaluate_vmapped(config, workdir, seeds,
+                                                   stop_after_steps=stop_after_steps)
+
+
+def train_ensemble(config, workdir) -> dict:
+    """`training.train_ensemble` (a deep ensemble into `workdir`) with `workdir` held by this
+    process from its first write (`lock.holding`)."""
+    with lock.holding(workdir, create=False):
+        return training.train_ensemble(config, workdir)
 
 
 def _log(msg: str) -> None:

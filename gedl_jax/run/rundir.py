@@ -14,6 +14,7 @@ import jax
 import numpy as np
 
 from gedl_jax import configuration, files
+from gedl_jax.run import lock
 
 
 class ConfigMismatchError(ValueError):
@@ -26,6 +27,7 @@ def prepare(workdir: pathlib.Path, config) -> None:
     if workdir.exists() and not workdir.is_dir():
         raise ValueError(f"--workdir={workdir} is a file, not a folder: give a folder "
                          f"(it is created if missing)")
+    lock.claim(workdir)   # the lock of the run's folder, before anything is written there
     workdir.mkdir(parents=True, exist_ok=True)
     check_shared_workdir(workdir)
     check_or_write_config(config, workdir)
