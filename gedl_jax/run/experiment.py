@@ -17,7 +17,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from gedl_jax import configuration, data, methods
+from gedl_jax import configuration, data, files, methods
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +63,9 @@ def obtain_inputs(config) -> None:
         if data.is_ood_name(name)]   # a derived OOD set (cifar10_gray28): its source's files
     if not wanted:
         return
+    # The decoded-array cache and the verified-checksum records are written as the data loads.
+    files.check_writable(data.resolve_cache_dir(config.cache_dir or None),
+                         "the data cache (config.cache_dir, else $GEDL_CACHE_DIR)")
     fetching = dict(download=config.get("download", "auto"),
                     mirror=config.get("data_mirror", "") or None)
     sources = DataSources.from_config(config).kwargs()
