@@ -33,7 +33,7 @@ import pathlib
 import sys
 
 from gedl_jax import cli, configs, configuration, data
-from gedl_jax.run import experiment, lock, preemption, training
+from gedl_jax.run import experiment, heartbeat, lock, preemption, training
 from gedl_jax.run.distributed import initialize_distributed
 from gedl_jax.run.progress import NonFiniteLossError
 from gedl_jax.run.rundir import ConfigMismatchError
@@ -92,7 +92,7 @@ def presets_help() -> str:
             f"{', '.join(configs.config_names())}):\n"
             f"  variants:  {', '.join(sorted(configuration.VARIANTS))}\n"
             f"  modifiers: {', '.join(configuration.MODIFIERS)} (quick: 2 epochs on 6,400 "
-            f"training images)")
+            f"training images, a smoke run: ending at chance level only warns)")
 
 
 def main(argv=None) -> int:
@@ -118,14 +118,30 @@ def main(argv=None) -> int:
             workdir = str(pathlib.Path("runs") / config.run_name)
             _log(f"workdir: {workdir} (the default for this config; --workdir=DIR to choose)")
         preemption.install(prompt=True)   # a signal while compiling acts at once
-        results = run(config, workdir)
-        return _exit_status(config, results)
+        with heartbeat.compilations_announced():
+            results = run(config, workdir)
+        status = _exit_status(config, results)
+        _log(results_line(workdir, results))
+        return status
 
     return cli.run(body, argv, doc=__doc__, help_extra=presets_help(), codes=[
         ((preemption.Preempted, preemption.EvaluationInterrupted), cli.EXIT_INTERRUPTED),
         ((NonFiniteLossError,), cli.EXIT_DIVERGED),
         ((ConfigMismatchError, data.DataError), cli.EXIT_BAD_INPUT),
     ])
+
+
+def results_line(workdir, results: list[dict]) -> str:
+    """The last line of a training command: where its results (or, without an evaluation, its
+    checkpoints) are."""
+    evaluated = [pathlib.Path(r["workdir"]) / "eval_results.json" for r in results
+                 if "evaluation" in r]
+    if not evaluated:
+        return (f"checkpoints in {workdir} (no evaluation: python -m gedl_jax.evaluate "
+                f"--workdir=... scores a run)")
+    combined = (f"; the {len(evaluated)} seeds' table: {pathlib.Path(workdir) / 'eval_table.md'}"
+                if len(evaluated) > 1 else "")
+    return f"results: {', '.join(map(str, evaluated))}{combined}"
 
 
 def _exit_status(config, results) -> int:

@@ -61,3 +61,8 @@ def test_npz_ood_sets_mixed_with_a_built_in_one_train_and_evaluate(tmp_path):
     results = json.loads((tmp_path / "w" / "eval_results.json").read_text())
     assert sorted(results["ood"]) == sorted([f"npz:{tmp_path}/far.npz", "kmnist",
                                              f"npz:{tmp_path}/near.npz"])
+    # each set's own size (not a running total), and the results' path last
+    assert "evaluated kmnist: 40 images in" in proc.stdout
+    assert f"evaluated npz:{tmp_path}/near.npz: 20 images in" in proc.stdout
+    assert proc.stdout.strip().splitlines()[-1] == \
+        f"results: {tmp_path / 'w' / 'eval_results.json'}"

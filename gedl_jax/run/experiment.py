@@ -18,6 +18,7 @@ import jax
 import numpy as np
 
 from gedl_jax import configuration, data, files, methods
+from gedl_jax.run import heartbeat
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +98,15 @@ class OfficialData:
 
     @classmethod
     def load(cls, config, *, obtain: bool = True) -> OfficialData:
+        ood_names = (configuration.parse_list(config.ood_datasets)
+                     + configuration.parse_list(config.extra_ood))
+        what = f"loading {config.dataset}" + (f" and {len(ood_names)} OOD set(s)"
+                                              if ood_names else "")
+        with heartbeat.announced(f"{what} (decoded once, then read from the cache)"):
+            return cls._load(config, obtain)
+
+    @classmethod
+    def _load(cls, config, obtain: bool) -> OfficialData:
         if obtain:
             obtain_inputs(config)
         sources = dict(DataSources.from_config(config).kwargs(), download="never")
