@@ -29,6 +29,7 @@ import re
 import sys
 import threading
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 
 EXIT_OK = 0
@@ -69,6 +70,9 @@ def one_line(error: BaseException | str) -> str:
 
 
 def _readable(error: BaseException, text: str) -> str:
+    raw = re.search(r"\('Non-boolean argument to boolean flag', '([^']*)'\)", text)
+    if raw:   # absl prints the ValueError's args tuple
+        text = text.replace(raw.group(0), f"{raw.group(1)!r} is not a boolean: use true or false")
     if isinstance(error, AttributeError):  # ml_collections: an unknown config field
         name = re.search(r"([A-Za-z_][\w.]*)", text)
         hint = re.search(r'Did you mean "([\w.]+)"', text)
@@ -134,7 +138,8 @@ def guarded(body: Callable[[], int], debug: bool,
             codes: Sequence[tuple[tuple[type[BaseException], ...], int]] = ()) -> int:
     """`body()`, with its exceptions turned into one line and an exit status (see `run`)."""
     try:
-        with contextlib.nullcontext() if debug else quiet_write_failures():
+        with contextlib.nullcontext() if debug else quiet_write_failures(), \
+                warnings_as_lines():
             return body()
     except BaseException as e:  # noqa: BLE001 (each class below has its exit status)
         if isinstance(e, SystemExit):
@@ -182,6 +187,26 @@ def run_argparse(parser: argparse.ArgumentParser, body: Callable[[argparse.Names
     except SystemExit as e:   # --help (0) or `ArgumentParser.error` (2)
         return e.code if isinstance(e.code, int) else EXIT_BAD_INPUT
     return guarded(lambda: body(args), debug, codes)
+
+
+@contextlib.contextmanager
+def warnings_as_lines():
+    """While a command runs, a RuntimeWarning or UserWarning raised by gedl_jax itself prints as
+    one `warning: ...` line (not Python's "file:line: RuntimeWarning: ..." and the source line
+    after it); other packages' warnings print as before."""
+    previous = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if "gedl_jax" in str(filename) and issubclass(category, (RuntimeWarning, UserWarning)):
+            print(f"warning: {one_line(str(message))}", file=file or sys.stderr, flush=True)
+        else:
+            previous(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = previous
 
 
 def _is_write_failure_text(text: str) -> bool:

@@ -496,7 +496,8 @@ def apply_variant(c: ml_collections.ConfigDict, name: str) -> None:
 
 
 def apply_quick(c: ml_collections.ConfigDict) -> None:
-    """A few-minute smoke version of a config: 2 epochs on a subset (CPU friendly)."""
+    """A few-minute smoke version of a config: 2 epochs on a subset (CPU friendly); a run that
+    ends at chance level warns instead of failing (config.allow_chance)."""
     c.num_epochs = 2
     c.train_examples = 6400 if c.dataset in ("mnist", "fashion_mnist") else 2560
     c.val_examples = 2000
@@ -504,6 +505,9 @@ def apply_quick(c: ml_collections.ConfigDict) -> None:
         c.train_examples = c.val_examples = 0
     c.log_every_steps = 10
     c.warmup_epochs = min(c.warmup_epochs, 1)
+    # A smoke run checks that everything runs; two epochs on a small set of one's own data
+    # need not learn, so ending at chance level is a warning, not exit 3.
+    c.allow_chance = True
 
 
 def apply_source(c: ml_collections.ConfigDict) -> None:
