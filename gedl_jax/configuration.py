@@ -682,16 +682,7 @@ def validate_config(c: ml_collections.ConfigDict, num_devices: int = 1) -> None:
         raise ValueError(f"config.warmup_epochs={c.warmup_epochs} must be < num_epochs="
                          f"{c.num_epochs}")
     seeds = parse_seeds(c)
-    for field in LIST_FIELDS:   # a seed or an OOD set twice would be trained or scored twice
-        items = list(c.get(field, ()))
-        repeated = sorted({str(v) for v in items if items.count(v) > 1})
-        if repeated:
-            raise ValueError(f"config.{field}={','.join(map(str, items))} lists "
-                             f"{', '.join(repeated)} twice: list each once")
-    both = sorted(set(c.get("ood_datasets", ())) & set(c.get("extra_ood", ())))
-    if both:
-        raise ValueError(f"{', '.join(both)} is in both config.ood_datasets and "
-                         f"config.extra_ood: list each OOD set once")
+    _validate_no_repeats(c)
     if c.vmap_seeds and len(seeds) > 1 and c.base_rate == "label_frequency" \
             and c.split_seed < 0:
         raise ValueError("config.vmap_seeds=True with config.base_rate='label_frequency' needs one "
@@ -705,6 +696,20 @@ def validate_config(c: ml_collections.ConfigDict, num_devices: int = 1) -> None:
         if c.model == "vgg16" and c.dataset in ("mnist", "fashion_mnist"):
             raise ValueError("config.model='vgg16' needs 32x32 RGB input; MNIST-family data is "
                              "28x28x1: use config.model='convnet'")
+
+
+def _validate_no_repeats(c: ml_collections.ConfigDict) -> None:
+    """A seed or an OOD set listed twice would be trained or scored twice."""
+    for field in LIST_FIELDS:
+        items = list(c.get(field, ()))
+        repeated = sorted({str(v) for v in items if items.count(v) > 1})
+        if repeated:
+            raise ValueError(f"config.{field}={','.join(map(str, items))} lists "
+                             f"{', '.join(repeated)} twice: list each once")
+    both = sorted(set(c.get("ood_datasets", ())) & set(c.get("extra_ood", ())))
+    if both:
+        raise ValueError(f"{', '.join(both)} is in both config.ood_datasets and "
+                         f"config.extra_ood: list each OOD set once")
 
 
 def validate_data_sizes(c: ml_collections.ConfigDict, num_train: int, num_validation: int,
