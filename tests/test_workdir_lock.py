@@ -131,3 +131,24 @@ def test_two_training_runs_on_one_workdir(tmp_path):
              .splitlines() if json.loads(line)["split"] == "train"]
     assert steps == sorted(set(steps))   # one writer
     assert not (workdir / lock.LOCK_NAME).exists()
+
+
+def test_an_evaluation_into_a_held_folder_is_refused(held):
+    from gedl_jax import evaluate  # noqa: PLC0415
+
+    folder, child = held
+    (folder / "config.json").write_text("{}")
+    with pytest.raises(lock.WorkdirBusyError, match=rf"the results folder={folder} is in use .*"
+                                                     rf"pid {child.pid}"):
+        evaluate.evaluate_workdir(folder)
+
+
+def test_reproduce_into_a_held_out_folder_exits_2_naming_the_holder(held, tmp_path):
+    folder, child = held
+    proc = subprocess.run([sys.executable, "bin/reproduce.py", f"--out={folder}",
+                           "--variants=gedl", "--seeds=0"], cwd=REPO,
+                          env=subprocess_env(tmp_path / "cache"), capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"error: --out={folder} is in use")
+    assert f"pid {child.pid}" in proc.stderr and not (folder / "runs").exists()

@@ -1,11 +1,12 @@
-"""One writer per workdir: an advisory lock (`fcntl.flock`) on `<folder>/.lock`, held while a run
-trains into the folder or an evaluation writes its results there.
+"""One writer per workdir: an advisory lock (`fcntl.flock`) on `<folder>/.gedl_jax.lock`, held
+while a run trains into the folder or an evaluation writes its results there.
 
 A second process that wants to write into the same folder, into a folder inside it (a seed's or
 an ensemble member's) or into a folder around it stops at once with one line naming the first
 one (pid, host, start time, command): `WorkdirBusyError`, a ValueError, so every CLI exits 2. The
-kernel drops the lock when its process ends, however it ends (SIGKILL included): a `.lock` file
-left behind by a killed run blocks nobody, and a lock taken and released leaves no file.
+kernel drops the lock when its process ends, however it ends (SIGKILL included): a
+`.gedl_jax.lock` file left behind by a killed run blocks nobody, and a lock taken and released
+leaves no file.
 
 Within one process the lock is re-entrant: a folder inside a folder this process already holds
 needs no second lock (`bin/reproduce.py` holds --out, then trains the runs below it).
@@ -33,7 +34,7 @@ from collections.abc import Iterator
 
 from gedl_jax import files
 
-LOCK_NAME = ".lock"
+LOCK_NAME = ".gedl_jax.lock"   # specific: an ancestor's ".lock" may be another tool's
 # Folders inside a locked folder that another process might hold on its own: seed_<s>,
 # members/seed_<s>, runs/<name>/seed_<s> (bin/reproduce.py): checked this deep.
 _NESTED_DEPTH = 3
