@@ -16,8 +16,10 @@ folder are downloaded and verified (config.download, config.data_mirror; $GEDL_O
 downloads off), or all of them are named in one error. The default workdir is
 runs/<dataset>_<variant>[_quick]. The run writes into the workdir: config.json,
 checkpoints/{last,best}, metrics.jsonl, tensorboard/, and at the end eval_results.json,
-eval_table.md and plots. Started again with the same command, a killed run continues from its
-last checkpoint and ends with the same parameters as an uninterrupted run.
+eval_table.md and plots; while it runs it holds `.gedl_jax.lock` there (a second run on the same
+workdir stops at once, exit 2, naming the first). Started again with the same command, a killed
+run continues from its last checkpoint and ends with the same parameters as an uninterrupted
+run.
 
 Exit status (gedl_jax/cli.py, docs/robustness.md): 0 finished; 2 bad input (config, data,
 workdir; one `error:` line says what to fix; --debug or GEDL_DEBUG=1 adds the traceback);
