@@ -79,12 +79,18 @@ def compilations_announced(after: float = SLOW_AFTER_S) -> Iterator[None]:
             if wait is not None:
                 wait.end()
 
-    jax.monitoring.register_scalar_listener(started)
-    jax.monitoring.register_event_duration_secs_listener(ended)
+    monitoring = jax.monitoring
+    needed = ("register_scalar_listener", "unregister_scalar_listener",
+              "register_event_duration_secs_listener", "unregister_event_duration_listener")
+    if not all(hasattr(monitoring, name) for name in needed):   # an older JAX: no lines
+        yield
+        return
+    monitoring.register_scalar_listener(started)
+    monitoring.register_event_duration_secs_listener(ended)
     try:
         yield
     finally:
-        jax.monitoring.unregister_scalar_listener(started)
-        jax.monitoring.unregister_event_duration_listener(ended)
+        monitoring.unregister_scalar_listener(started)
+        monitoring.unregister_event_duration_listener(ended)
         for wait in waits.values():
             wait.end()
