@@ -45,7 +45,7 @@ import time
 import jax
 
 from gedl_jax import cli, configuration, evaluation, files, train
-from gedl_jax.run import preemption, rundir
+from gedl_jax.run import lock, preemption, rundir
 
 # The paper's numbers (AUPR %, accuracy %): main Table results and Table additional_baselines.
 PAPER = {
@@ -389,8 +389,15 @@ def _main(args: argparse.Namespace, argv) -> int:
                              f"no eval_results.json: {', '.join(unfinished)}; train them (the "
                              f"same command without --aggregate_only) or leave them out with "
                              f"--variants/--seeds")
-    files.check_writable(out, "--out")
-    out.mkdir(parents=True, exist_ok=True)
+    if args.aggregate_only:   # trains nothing: may run beside a study still training there
+        files.check_writable(out, "--out")
+        out.mkdir(parents=True, exist_ok=True)
+        return _study(args, argv, seeds, configs, out)
+    with lock.holding(out, "--out"):   # checked writable, created, and ours alone
+        return _study(args, argv, seeds, configs, out)
+
+
+def _study(args: argparse.Namespace, argv, seeds: list[int], configs, out: pathlib.Path) -> int:
     env = environment()
     print(f"# {env}", flush=True)
     # A preemption (SIGTERM) or Ctrl-C checkpoints the run in progress and ends the study, as

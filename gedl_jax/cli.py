@@ -22,10 +22,14 @@ Imports nothing from gedl_jax: each CLI passes its own error classes.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import os
 import re
 import sys
+import threading
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 
 EXIT_OK = 0
@@ -66,6 +70,9 @@ def one_line(error: BaseException | str) -> str:
 
 
 def _readable(error: BaseException, text: str) -> str:
+    raw = re.search(r"\('Non-boolean argument to boolean flag', '([^']*)'\)", text)
+    if raw:   # absl prints the ValueError's args tuple
+        text = text.replace(raw.group(0), f"{raw.group(1)!r} is not a boolean: use true or false")
     if isinstance(error, AttributeError):  # ml_collections: an unknown config field
         name = re.search(r"([A-Za-z_][\w.]*)", text)
         hint = re.search(r'Did you mean "([\w.]+)"', text)
@@ -131,7 +138,9 @@ def guarded(body: Callable[[], int], debug: bool,
             codes: Sequence[tuple[tuple[type[BaseException], ...], int]] = ()) -> int:
     """`body()`, with its exceptions turned into one line and an exit status (see `run`)."""
     try:
-        return body()
+        with contextlib.nullcontext() if debug else quiet_write_failures(), \
+                warnings_as_lines():
+            return body()
     except BaseException as e:  # noqa: BLE001 (each class below has its exit status)
         if isinstance(e, SystemExit):
             raise
@@ -178,6 +187,125 @@ def run_argparse(parser: argparse.ArgumentParser, body: Callable[[argparse.Names
     except SystemExit as e:   # --help (0) or `ArgumentParser.error` (2)
         return e.code if isinstance(e.code, int) else EXIT_BAD_INPUT
     return guarded(lambda: body(args), debug, codes)
+
+
+@contextlib.contextmanager
+def warnings_as_lines():
+    """While a command runs, a RuntimeWarning or UserWarning raised by gedl_jax itself prints as
+    one `warning: ...` line (not Python's "file:line: RuntimeWarning: ..." and the source line
+    after it); other packages' warnings print as before."""
+    previous = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if "gedl_jax" in str(filename) and issubclass(category, (RuntimeWarning, UserWarning)):
+            print(f"warning: {one_line(str(message))}", file=file or sys.stderr, flush=True)
+        else:
+            previous(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = previous
+
+
+def _is_write_failure_text(text: str) -> bool:
+    return "No space left on device" in text or "os_error_code='28'" in text \
+        or "Disk quota exceeded" in text
+
+
+class _WriteFailureFilter(logging.Filter):
+    """Drops the log records that report a failed write (disk full, quota) or its aftermath in
+    the library's threads (an event loop closed under them): the CLI's own line says it once."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if error is not None and (is_write_failure(error) or _is_aftermath(error)):
+            return False
+        return not _is_write_failure_text(record.getMessage())
+
+
+def _is_aftermath(error: BaseException) -> bool:
+    return isinstance(error, RuntimeError) and "Event loop is closed" in str(error)
+
+
+class _StderrWithoutWriteFailureTracebacks:
+    """sys.stderr, less the tracebacks that native threads print straight to it (TensorStore's
+    callbacks into an event loop that the failed save closed): a block from "Traceback (most
+    recent call last):" to its exception line is held back, and dropped when that line is a
+    failed write or its aftermath; everything else passes through as written."""
+
+    HEAD = "Traceback (most recent call last):"
+
+    def __init__(self, stream):
+        self.stream, self.block, self.partial = stream, None, ""
+
+    def write(self, text: str) -> int:
+        self.partial += text
+        while "\n" in self.partial:
+            line, self.partial = self.partial.split("\n", 1)
+            self._line(line + "\n")
+        if self.block is None and self.partial and not (
+                self.HEAD.startswith(self.partial) or self.partial.startswith(self.HEAD)):
+            self.stream.write(self.partial)
+            self.partial = ""
+        return len(text)
+
+    def _line(self, line: str) -> None:
+        if self.block is None:
+            if line.startswith(self.HEAD):
+                self.block = [line]
+            else:
+                self.stream.write(line)
+            return
+        self.block.append(line)
+        if line.strip() and not line[0].isspace():   # the exception line ends the block
+            block, self.block = self.block, None
+            if not (_is_write_failure_text(line) or "Event loop is closed" in line):
+                self.stream.write("".join(block))
+
+    def release(self) -> None:
+        """Whatever is held back, written out."""
+        self.stream.write("".join(self.block or []) + self.partial)
+        self.block, self.partial = None, ""
+        self.stream.flush()
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+@contextlib.contextmanager
+def quiet_write_failures():
+    """While a command runs: the checkpoint library's (Orbax's) error records and its threads'
+    tracebacks about a failed write are not printed (hundreds of lines on a full disk, ahead of
+    the one `error:` line that says what happened and what to do). Every other record and
+    thread exception is printed as before; `--debug` prints everything."""
+    record_filter = _WriteFailureFilter()
+    loggers = [logging.getLogger(name) for name in ("absl", "asyncio", "orbax")]
+    previous_hook = threading.excepthook
+
+    def thread_hook(args) -> None:
+        if args.exc_value is not None and (is_write_failure(args.exc_value)
+                                           or _is_aftermath(args.exc_value)):
+            return
+        previous_hook(args)
+
+    for logger in loggers:
+        logger.addFilter(record_filter)
+    threading.excepthook = thread_hook
+    stderr = sys.stderr
+    sys.stderr = _StderrWithoutWriteFailureTracebacks(stderr)
+    try:
+        yield
+    finally:
+        sys.stderr.release()
+        sys.stderr = stderr
+        threading.excepthook = previous_hook
+        for logger in loggers:
+            logger.removeFilter(record_filter)
 
 
 def is_write_failure(error: BaseException) -> bool:

@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 from gedl_jax import cli, data, evaluation, files
-from gedl_jax.run import preemption
+from gedl_jax.run import heartbeat, lock, preemption
 from gedl_jax.run.corruption_study import corruption_study, study_table
 from gedl_jax.run.ensemble import evaluate_ensemble_and_write, member_dirs
 from gedl_jax.run.workdir import (
@@ -39,12 +39,13 @@ def evaluate_workdir(workdir, extra_ood: tuple[str, ...] = (),
     `results_dir` (created; default: the workdir)."""
     config = saved_config(workdir, overrides)
     results_dir = pathlib.Path(results_dir or workdir)
-    files.check_writable(results_dir, "the results folder")   # before any work
-    results_dir.mkdir(parents=True, exist_ok=True)
-    if config.ensemble_size:
-        return evaluate_ensemble_and_write(config, member_dirs(workdir, config), results_dir,
-                                           overrides, extra_ood)
-    return evaluate_run(restore_run(workdir, overrides), results_dir, extra_ood)
+    # Checked writable and created before any work; no training or other evaluation writes
+    # into it meanwhile.
+    with lock.holding(results_dir, "the results folder"):
+        if config.ensemble_size:
+            return evaluate_ensemble_and_write(config, member_dirs(workdir, config),
+                                               results_dir, overrides, extra_ood)
+        return evaluate_run(restore_run(workdir, overrides), results_dir, extra_ood)
 
 
 def _results_dirs(workdirs: list[str], out: str | None) -> tuple[list, pathlib.Path | None]:
@@ -77,10 +78,14 @@ def _evaluate_pretrained(name: str, out: str | None, extra_ood: tuple[str, ...],
     if out and pathlib.Path(out).suffix in (".md", ".txt"):
         raise ValueError("--out with --pretrained is a folder (eval_results.json, eval_table.md)")
     preemption.install()
-    with tempfile.TemporaryDirectory(prefix="gedl_pretrained_") as scratch:
+    with tempfile.TemporaryDirectory(prefix="gedl_pretrained_") as scratch, \
+            lock.holding(out or scratch, "--out"):
         results = pretrained.evaluate(name, out or scratch, extra_ood, overrides=overrides)
     if latex:
         print(evaluation.results_table([results], fmt="latex"))
+    print(f"results: {pathlib.Path(out) / 'eval_results.json'}" if out else
+          "results: printed only (--out=DIR keeps eval_results.json and eval_table.md)",
+          flush=True)
     return 0
 
 
@@ -93,8 +98,10 @@ def main(argv=None) -> int:
     flags.DEFINE_string("pretrained", None, "Evaluate a registered pretrained model instead of "
                         "a workdir (e.g. mnist/gedl; `list` lists them): its test and OOD sets "
                         "from the data folder, results into --out (default: only printed).")
-    flags.DEFINE_multi_string("ood", [], "Extra OOD set: a dataset name or a folder of "
-                              "MNIST-format IDX files (t10k-images-idx3-ubyte.gz, ...).")
+    flags.DEFINE_multi_string("ood", [], "Extra OOD set (repeatable): a dataset name (e.g. "
+                              "kmnist), npz:<path> (an .npz file with test_images), "
+                              "tfds:<name>, or a folder of MNIST-format IDX files "
+                              "(t10k-images-idx3-ubyte.gz, ...).")
     flags.DEFINE_string("data_dir", None, "Override the data folder saved in the run config.")
     flags.DEFINE_string("out", None, "Write the results here instead of into the workdirs: a "
                         "folder (each run's eval_results.json, eval_table.md and plots, one "
@@ -141,15 +148,25 @@ def main(argv=None) -> int:
                 files.write_text(table_path, table + "\n")
         if FLAGS.latex and all_results:
             print(evaluation.results_table(all_results, fmt="latex"))
+        written = [pathlib.Path(d or w) / "eval_results.json"
+                   for w, d in zip(FLAGS.workdir, results_dirs)] if all_results else []
+        if len(all_results) > 1 and table_path is not None:
+            written.append(table_path)
         if FLAGS.corruptions:
             out_dir = pathlib.Path(FLAGS.study_dir or (table_path.parent if table_path
                                                        else FLAGS.workdir[0]))
             study = corruption_study(FLAGS.workdir, FLAGS.corruptions, out_dir, overrides,
                                      num_examples=FLAGS.corruption_examples)
             print(study_table(study), flush=True)
+            written.append(out_dir)
+        print(f"results: {', '.join(map(str, written))}", flush=True)
         return 0
 
-    return cli.run(body, argv, doc=__doc__, codes=[
+    def announced_body() -> int:
+        with heartbeat.compilations_announced():
+            return body()
+
+    return cli.run(announced_body, argv, doc=__doc__, codes=[
         ((preemption.EvaluationInterrupted,), cli.EXIT_INTERRUPTED),
         ((data.DataError,), cli.EXIT_BAD_INPUT)])
 

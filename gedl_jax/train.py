@@ -16,8 +16,10 @@ folder are downloaded and verified (config.download, config.data_mirror; $GEDL_O
 downloads off), or all of them are named in one error. The default workdir is
 runs/<dataset>_<variant>[_quick]. The run writes into the workdir: config.json,
 checkpoints/{last,best}, metrics.jsonl, tensorboard/, and at the end eval_results.json,
-eval_table.md and plots. Started again with the same command, a killed run continues from its
-last checkpoint and ends with the same parameters as an uninterrupted run.
+eval_table.md and plots; while it runs it holds `.gedl_jax.lock` there (a second run on the same
+workdir stops at once, exit 2, naming the first). Started again with the same command, a killed
+run continues from its last checkpoint and ends with the same parameters as an uninterrupted
+run.
 
 Exit status (gedl_jax/cli.py, docs/robustness.md): 0 finished; 2 bad input (config, data,
 workdir; one `error:` line says what to fix; --debug or GEDL_DEBUG=1 adds the traceback);
@@ -33,19 +35,51 @@ import pathlib
 import sys
 
 from gedl_jax import cli, configs, configuration, data
-from gedl_jax.run import numerics, preemption
+from gedl_jax.run import experiment, heartbeat, lock, numerics, preemption, training
 from gedl_jax.run.distributed import initialize_distributed
 from gedl_jax.run.progress import NonFiniteLossError
 from gedl_jax.run.rundir import ConfigMismatchError
-from gedl_jax.run.training import (
-    run,
-    train_and_evaluate,
-    train_and_evaluate_vmapped,
-    train_ensemble,
-)
 
 __all__ = ["ConfigMismatchError", "NonFiniteLossError", "main", "run", "train_and_evaluate",
            "train_and_evaluate_vmapped", "train_ensemble"]
+
+
+def run(config, workdir) -> list[dict]:
+    """`training.run` (one run per seed of config.seeds, or one run in `workdir`) with the whole
+    config checked first (every list field without repeats, every field in range: nothing is
+    trained or written before that) and `workdir` held by this process from its first write
+    (`lock.holding`)."""
+    import jax  # noqa: PLC0415
+
+    # the GPU flags before the device count below starts the backend (run/numerics.py)
+    numerics.configure_process(bool(config.get("deterministic", True)), workdir)
+    experiment.resolve_own_data(config)
+    configuration.validate_config(config, jax.device_count())
+    with lock.holding(workdir, create=False):
+        return training.run(config, workdir)
+
+
+def train_and_evaluate(config, workdir, *, stop_after_steps: int | None = None) -> dict:
+    """`training.train_and_evaluate` (one seed into `workdir`) with `workdir` held by this
+    process from its first write (`lock.holding`)."""
+    with lock.holding(workdir, create=False):
+        return training.train_and_evaluate(config, workdir, stop_after_steps=stop_after_steps)
+
+
+def train_and_evaluate_vmapped(config, workdir, seeds: list[int], *,
+                               stop_after_steps: int | None = None) -> list[dict]:
+    """`training.train_and_evaluate_vmapped` (seeds together, into workdir/seed_<s>) with
+    `workdir` held by this process from its first write (`lock.holding`)."""
+    with lock.holding(workdir, create=False):
+        return training.train_and_evaluate_vmapped(config, workdir, seeds,
+                                                   stop_after_steps=stop_after_steps)
+
+
+def train_ensemble(config, workdir) -> dict:
+    """`training.train_ensemble` (a deep ensemble into `workdir`) with `workdir` held by this
+    process from its first write (`lock.holding`)."""
+    with lock.holding(workdir, create=False):
+        return training.train_ensemble(config, workdir)
 
 
 def _log(msg: str) -> None:
@@ -62,7 +96,7 @@ def presets_help() -> str:
             f"{', '.join(configs.config_names())}):\n"
             f"  variants:  {', '.join(sorted(configuration.VARIANTS))}\n"
             f"  modifiers: {', '.join(configuration.MODIFIERS)} (quick: 2 epochs on 6,400 "
-            f"training images)")
+            f"training images, a smoke run: ending at chance level only warns)")
 
 
 def main(argv=None) -> int:
@@ -89,14 +123,30 @@ def main(argv=None) -> int:
         if not flags_.workdir:
             _log(f"workdir: {workdir} (the default for this config; --workdir=DIR to choose)")
         preemption.install(prompt=True)   # a signal while compiling acts at once
-        results = run(config, workdir)
-        return _exit_status(config, results)
+        with heartbeat.compilations_announced():
+            results = run(config, workdir)
+        status = _exit_status(config, results)
+        _log(results_line(workdir, results))
+        return status
 
     return cli.run(body, argv, doc=__doc__, help_extra=presets_help(), codes=[
         ((preemption.Preempted, preemption.EvaluationInterrupted), cli.EXIT_INTERRUPTED),
         ((NonFiniteLossError,), cli.EXIT_DIVERGED),
         ((ConfigMismatchError, data.DataError), cli.EXIT_BAD_INPUT),
     ])
+
+
+def results_line(workdir, results: list[dict]) -> str:
+    """The last line of a training command: where its results (or, without an evaluation, its
+    checkpoints) are."""
+    evaluated = [pathlib.Path(r["workdir"]) / "eval_results.json" for r in results
+                 if "evaluation" in r]
+    if not evaluated:
+        return (f"checkpoints in {workdir} (no evaluation: python -m gedl_jax.evaluate "
+                f"--workdir=... scores a run)")
+    combined = (f"; the {len(evaluated)} seeds' table: {pathlib.Path(workdir) / 'eval_table.md'}"
+                if len(evaluated) > 1 else "")
+    return f"results: {', '.join(map(str, evaluated))}{combined}"
 
 
 def _exit_status(config, results) -> int:

@@ -36,7 +36,10 @@ def config(data_dir, tmp_path, **fields):
     ({"num_classes": 1}, "config.num_classes=1 must be >= 2"),
     ({"exp_clip": 0.0}, "config.exp_clip=0.0 must be > 0"),
     ({"checkpoint_every_steps": -1}, "config.checkpoint_every_steps=-1 must be >= 0"),
-    ({"seeds": "1,2,1"}, "lists a seed twice"),
+    ({"seeds": "1,2,1"}, "config.seeds=1,2,1 lists 1 twice"),
+    ({"seeds": "0,0"}, "config.seeds=0,0 lists 0 twice"),
+    ({"ood_datasets": "kmnist,fashion_mnist,kmnist"}, "lists kmnist twice"),
+    ({"ood_datasets": "kmnist", "extra_ood": "kmnist"}, "kmnist is in both"),
     ({"model": "vgg16"}, "config.model='vgg16' needs 32x32 RGB input"),
     ({"coordinator_address": "127.0.0.1:1234"}, "config.distributed=False"),
     ({"distributed": True, "coordinator_address": "localhost"}, "must be 'host:port'"),
@@ -144,6 +147,28 @@ def test_workdir_from_another_version(data_dir, tmp_path, fast_compile, monkeypa
     assert checkpoint_steps(workdir) == [1]
     assert sorted(p.relative_to(workdir) for p in workdir.rglob("*")) == before
     shutil.rmtree(tmp_path / "cache", ignore_errors=True)
+
+
+@pytest.mark.parametrize("seeds", ["0,0", "1,2,1"])
+def test_a_seed_twice_stops_train_run_before_anything(data_dir, tmp_path, seeds):
+    with pytest.raises(ValueError, match="twice"):
+        train.run(config(data_dir, tmp_path, seeds=seeds), tmp_path / "w")
+    assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize("fields", [["--config.seeds=0,0"],
+                                    ["--config.seeds=1,2,1", "--config.num_epochs=0"]])
+def test_a_seed_twice_on_the_command_line_exits_2_before_any_seed(tmp_path, fields):
+    from training_fixtures import REPO, cli_args, subprocess_env
+
+    proc = subprocess.run(cli_args(tmp_path / "w", write_tiny_mnist(tmp_path / "data")) + fields,
+                          cwd=REPO, env=subprocess_env(tmp_path / "cache"), capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "===" not in proc.stdout and "epoch" not in proc.stdout, proc.stdout
+    assert [line for line in proc.stderr.splitlines() if line.startswith("error:")] == [
+        proc.stderr.strip().splitlines()[-1]]
+    assert not (tmp_path / "w").exists()
 
 
 def test_distributed_with_nothing_to_detect_is_a_clear_cli_error(tmp_path):

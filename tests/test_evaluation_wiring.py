@@ -184,6 +184,19 @@ def test_options_are_checked():
         evaluate_predictions(_categorical(rng, 10), options=EvaluationOptions(calibrate=True))
 
 
+@pytest.mark.parametrize("labels,message", [
+    ([0, 1, 4], r"labels must lie in \[0, 4\)"),
+    ([0, -1, 2], r"labels must lie in \[0, 4\)"),
+])
+def test_evaluate_model_refuses_labels_outside_the_classes(labels, message):
+    from gedl_jax.evaluation import evaluate_model  # noqa: PLC0415
+
+    x = np.zeros((3, 2), np.float32)
+    with pytest.raises(ValueError, match=message):
+        evaluate_model(lambda b: jnp.zeros((b.shape[0], 4)), (x, np.asarray(labels)),
+                       kind="logits")
+
+
 def test_evaluate_model_batches_every_kind_like_direct_predictions():
     from gedl_jax.evaluation import evaluate_model  # noqa: PLC0415
 

@@ -264,3 +264,21 @@ def test_docstring_example_and_lazy_export():
             "assert 'gedl_jax.methods.objective' not in sys.modules; gedl_jax.EvidentialObjective; "
             "assert 'gedl_jax.methods.objective' in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("bad", [-1, K])
+def test_a_label_outside_the_classes_raises_eager_and_jitted(bad):
+    """A label outside [0, K) gave a NaN loss and nothing else; now a ValueError naming the
+    range (eager), and the jitted step fails when it runs with that message; turned off, the
+    loss is NaN as the per-example functions document."""
+    obj = EvidentialObjective.gedl(num_classes=K, steps_per_epoch=2)
+    logits, labels = jnp.zeros((3, K)), jnp.array([0, bad, 1])
+    message = rf"labels_B must be class indices in \[0, {K}\), got labels from {min(0, bad)}"
+    with pytest.raises(ValueError, match=message):
+        obj(logits, labels, obj.init())
+    with pytest.raises(Exception, match=message):   # JaxRuntimeError around the ValueError
+        jax.block_until_ready(jax.jit(obj)(logits, labels, obj.init()))
+    good = jax.jit(obj)(logits, jnp.array([0, K - 1, 1]), obj.init())[0]
+    assert np.isfinite(float(good))
+    unchecked = dataclasses.replace(obj, check_labels=False)
+    assert np.isnan(float(jax.jit(unchecked)(logits, labels, obj.init())[0]))

@@ -125,6 +125,56 @@ def test_load_predicts_what_the_evaluation_scored(exported):
     np.testing.assert_array_equal(one.probs[0], pred.probs[0])
 
 
+def _damaged_and_registered_again(exported, folder: pathlib.Path, *, keep_record: bool = True):
+    """The tiny model with one weight changed, its metadata (and the results it carries) kept
+    (or without the weights checksum, as in files exported before it existed), and its new
+    sha256 and size registered: what a damaged copy put back into a registry looks like."""
+    from flax import serialization  # noqa: PLC0415
+
+    shutil.copytree(exported.models, folder)
+    path = folder / "tiny_gedl.msgpack"
+    payload = serialization.msgpack_restore(path.read_bytes())
+    leaf = payload["variables"]["params"]
+    while isinstance(leaf, dict):
+        key = sorted(leaf)[0]
+        parent, leaf = leaf, leaf[key]
+    parent[key] = leaf + np.ones_like(leaf)
+    if not keep_record:
+        metadata = json.loads(payload["metadata"])
+        del metadata["weights_sha256"]
+        payload["metadata"] = json.dumps(metadata, sort_keys=True)
+    blob = serialization.msgpack_serialize(payload)
+    path.write_bytes(blob)
+    entry = {**registry.get_entry("tiny/gedl", folder / "registry.json"),
+             "sha256": hashlib.sha256(blob).hexdigest(), "size": len(blob)}
+    return folder / "registry.json", entry
+
+
+@pytest.mark.parametrize("where", ["file", "registry", "both"])
+def test_weights_changed_after_export_are_refused_even_when_registered_again(exported, tmp_path,
+                                                                            where):
+    reg, entry = _damaged_and_registered_again(exported, tmp_path / "m",
+                                               keep_record=where != "registry")
+    if where == "file":
+        entry.pop("weights_sha256")
+    registry.write_entry(reg, "tiny/gedl", entry)
+    with pytest.raises(pretrained.PretrainedError,
+                       match=r"the weights in .* are not the ones it was exported with.*accuracy"):
+        pretrained.load("tiny/gedl", registry=reg)
+
+
+def test_every_shipped_model_matches_its_registered_weights_checksum():
+    """The shipped files predate the checksum inside the file: the registry holds it."""
+    from gedl_jax.pretrained import fileformat  # noqa: PLC0415
+
+    models = registry.read_registry()
+    assert len(models) >= 11
+    for name, entry in models.items():
+        path = registry.PACKAGE_REGISTRY.parent / entry["file"]
+        _, variables, method_state = fileformat.from_bytes(path.read_bytes(), str(path))
+        assert fileformat.weights_sha256(variables, method_state) == entry["weights_sha256"], name
+
+
 def test_unknown_name_lists_the_available_ones(exported):
     with pytest.raises(pretrained.PretrainedError, match=r"available: tiny/gedl"):
         pretrained.load("tiny/nope", registry=exported.registry)

@@ -429,6 +429,8 @@ def test_sigterm_while_compiling_stops_within_seconds(tmp_path):
     assert elapsed < 3, f"took {elapsed:.1f} s"
     assert "preempted (SIGTERM) before the first training step" in out, out
     assert checkpoint_steps(tmp_path / "w") == []
+    written = {p.name for p in (tmp_path / "w").rglob("*") if p.is_file()}
+    assert written <= {"config.json", ".gedl_jax.lock"}, written   # as the message says
 
 
 def _load_reproduce():

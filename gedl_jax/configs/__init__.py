@@ -88,7 +88,20 @@ def define_config_flag(name: str = "config", help_string: str = "") -> Any:
     """`ml_collections.config_flags.DEFINE_config_file(name, ...)` (locked config, `--name.field=`
     overrides) whose value may also be a config name (`resolve`); returns the flag holder."""
     from absl import flags  # noqa: PLC0415
-    from ml_collections.config_flags import config_flags  # noqa: PLC0415
+    from ml_collections.config_flags import config_flags, tuple_parser  # noqa: PLC0415
+
+    class _ListFieldParser(tuple_parser.TupleParser):
+        """The list fields on the command line (`--config.seeds=0,1,2`,
+        `--config.ood_datasets=kmnist,npz:far.npz`): text that is not a Python tuple or list
+        literal stays one string, which `configuration.normalize_lists` splits at its commas
+        (ml_collections reads it as a Python literal, which `npz:a.npz,b` is not)."""
+
+        def parse(self, argument):
+            if isinstance(argument, list):   # a repeated flag: --config.seeds=0 --config.seeds=1
+                return tuple(item for a in argument for item in self.parse(a))
+            if isinstance(argument, str) and not argument.strip().startswith(("(", "[")):
+                return (argument,)
+            return super().parse(argument)
 
     class _Parser(config_flags.ConfigFileFlagParser):
         def parse(self, path):
@@ -100,6 +113,7 @@ def define_config_flag(name: str = "config", help_string: str = "") -> Any:
             config.lock()
             return config
 
+    config_flags.register_flag_parser_for_type(tuple, _ListFieldParser())   # list fields
     holder = config_flags.DEFINE_config_file(name, None, help_string, lock_config=True)
     flags.FLAGS[name].parser = _Parser(name=name, lock_config=True)
     return holder

@@ -60,10 +60,18 @@ def _data_root(data_dir: PathLike | None) -> tuple[Path | None, str]:
     path, origin = data_dir_origin(data_dir)
     if path.is_dir():
         return path, ""
+    _refuse_a_file(path, origin)
     if origin == "default":
         return None, (f"no data folder given (data_dir or ${ENV_DATA_DIR}), and the default "
                       f"{path} does not exist yet")
     return None, f"the data folder {path} (from {origin}) does not exist"
+
+
+def _refuse_a_file(path: Path, origin: str) -> None:
+    if path.exists() and not path.is_dir():
+        raise MissingDataError(f"the data folder {path} (from {origin}) is a file, not a folder: "
+                               f"give the folder that holds the <dataset>/ subfolders "
+                               f"(--config.data_dir=DIR or ${ENV_DATA_DIR})")
 
 
 def _check_source(source: str) -> None:
@@ -304,6 +312,7 @@ def ensure_available(wanted: list[tuple[str, str]], data_dir: PathLike | None = 
     mirror = download_lib.mirror_location(mirror)
     cache_root = cache_lib.resolve_cache_dir(cache_dir)
     folder, origin = data_dir_origin(data_dir)
+    _refuse_a_file(folder, origin)
     root = folder if folder.is_dir() else None  # created below if something must be fetched
     if source == "tfds":
         return _ensure_tfds(wanted, data_dir, cache_dir, tfds_data_dir, mode, mirror)

@@ -33,6 +33,7 @@ the same guard selects `jnp.where(finite, new, old)` over the state itself.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -77,6 +78,11 @@ class EvidentialObjective:
         epoch = step // steps_per_epoch).
       axis_name: the data-parallel mesh axis inside `shard_map` (or a named `vmap` axis), over
         which batch means are averaged; None on one device.
+      check_labels: a label outside [0, K) raises ValueError instead of giving a NaN loss: at
+        once for concrete labels; inside `jax.jit` when the step runs (a host callback of the
+        batch's smallest and largest label, reported as a JaxRuntimeError naming them). A loop
+        whose labels are known good may turn it off: `dataclasses.replace(obj,
+        check_labels=False)`.
 
     Example:
       >>> obj = EvidentialObjective.gedl(num_classes=3, steps_per_epoch=2)
@@ -90,6 +96,7 @@ class EvidentialObjective:
     spec: losses.LossSpec
     steps_per_epoch: int
     axis_name: str | None = None
+    check_labels: bool = True
 
     def __post_init__(self) -> None:
         if not isinstance(self.spec, losses.LossSpec):
@@ -237,7 +244,9 @@ class EvidentialObjective:
           "mean_prior_strength" (E[W]) and "epoch" (the epoch of this step).
 
         Raises:
-          ValueError: (at trace time) logits not (B, K) or labels not (B,) integers.
+          ValueError: (at trace time) logits not (B, K) or labels not (B,) integers; a label
+            outside [0, K) (`check_labels`: at once when eager; under `jax.jit` the step raises
+            a JaxRuntimeError carrying this ValueError's message).
         """
         logits_BxK = jnp.asarray(logits_BxK)
         labels_B = jnp.asarray(labels_B)
@@ -248,6 +257,8 @@ class EvidentialObjective:
                                                                         jnp.integer):
             raise ValueError(f"labels_B must be {logits_BxK.shape[0]} integer labels, got "
                              f"{labels_B.shape} {labels_B.dtype}")
+        if self.check_labels:
+            _check_labels(labels_B, self.num_classes)
         epoch = self.epoch(state)
         loss_B, new_tau, terms = losses.per_example_loss(
             self.spec, logits_BxK, labels_B, state.tau, epoch, global_mean=self._mean)
@@ -266,6 +277,26 @@ class EvidentialObjective:
         built-in evaluation computes it; probabilities are `ev.projected_probability(alpha)`,
         the uncertainty mass `ev.uncertainty_mass(alpha, W)` = W / S."""
         return losses.evidential_outputs(self.spec, logits_BxK)
+
+
+def _check_labels(labels_B: jax.Array, num_classes: int) -> None:
+    if labels_B.size == 0:
+        return
+    if isinstance(labels_B, jax.core.Tracer):   # under jit / vmap / grad: when the step runs
+        jax.debug.callback(functools.partial(_raise_outside_range, num_classes=num_classes),
+                           jnp.min(labels_B), jnp.max(labels_B))
+    else:   # concrete (also a constant closed over by a jitted function)
+        labels = np.asarray(labels_B)
+        _raise_outside_range(labels.min(), labels.max(), num_classes)
+
+
+def _raise_outside_range(lowest, highest, num_classes: int) -> None:
+    lowest, highest = int(np.min(lowest)), int(np.max(highest))
+    if lowest < 0 or highest >= num_classes:
+        raise ValueError(f"labels_B must be class indices in [0, {num_classes}), got labels from "
+                         f"{lowest} to {highest}: such a label makes the loss NaN (set "
+                         f"num_classes to the number of classes; mask padded examples out of "
+                         f"the batch instead of labelling them -1)")
 
 
 def _checked_base_rate(base_rate: Sequence[float], num_classes: int) -> tuple[float, ...]:

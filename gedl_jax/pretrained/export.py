@@ -70,7 +70,8 @@ def export_workdir(workdir_dir: PathLike, out: PathLike, *,
                    results: PathLike | None = None) -> dict[str, Any]:
     """Write `workdir_dir`'s best checkpoint, config and evaluation (`results`, default the
     workdir's eval_results.json) to the model file `out`; returns the registry fields it
-    knows (file, size, sha256, dataset, variant, method, seed, checkpoint, headline)."""
+    knows (file, size, sha256, weights_sha256, dataset, variant, method, seed, checkpoint,
+    headline)."""
     workdir_dir = pathlib.Path(workdir_dir)
     results_path = pathlib.Path(results or workdir_dir / "eval_results.json")
     if not results_path.is_file():
@@ -92,10 +93,12 @@ def export_workdir(workdir_dir: PathLike, out: PathLike, *,
                   "image_shape": list(setup.image_shape)},
         "normalization": None if mean is None else [list(mean), list(std)],
         "source": _checkpoint_source(workdir_dir, int(state.step)),
+        "weights_sha256": fileformat.weights_sha256(state.variables, state.method_state),
     }
     blob = fileformat.write(out, metadata, state.variables, state.method_state)
     return {"file": pathlib.Path(out).name, "size": len(blob),
-            "sha256": hashlib.sha256(blob).hexdigest(), "dataset": exp.config.dataset,
+            "sha256": hashlib.sha256(blob).hexdigest(),
+            "weights_sha256": metadata["weights_sha256"], "dataset": exp.config.dataset,
             "variant": exp.config.variant, "method": evaluation.get("method", ""),
             "seed": int(exp.config.seed), "checkpoint": _describe(metadata["source"]),
             "headline": headline(evaluation)}

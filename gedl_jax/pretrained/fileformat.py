@@ -8,7 +8,9 @@ Top-level map, in this order:
                     evaluation ("eval_results"), the method's setup from the training split
                     ("setup": num_classes, class_counts, image_shape), the input normalisation
                     ("normalization": [mean, std] or null) and where the weights come from
-                    ("source": the checkpoint's step, epoch and validation accuracy)
+                    ("source": the checkpoint's step, epoch and validation accuracy) and the
+                    weights' own checksum ("weights_sha256", `weights_sha256`; files exported
+                    before it have none: their registry entry carries it)
     "variables"     the flax variables the model applies ({"params": ..., "batch_stats": ...})
     "method_state"  the method's state after training (and after its fit, e.g. DAEDL's
                     Gaussians), as a flax state dict
@@ -20,6 +22,7 @@ metadata always give the same bytes (and the same sha256).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from typing import Any
@@ -55,6 +58,17 @@ def to_bytes(metadata: dict[str, Any], variables: Any, method_state: Any) -> byt
         "method_state": _sorted_numpy(serialization.to_state_dict(method_state)),
     }
     return serialization.msgpack_serialize(payload)
+
+
+def weights_sha256(variables: Any, method_state: Any) -> str:
+    """sha256 of the weights as the file stores them (the variables and the method state, in
+    their canonical bytes): the same for the trained state and for what a file restores. A file
+    whose weights were changed after export no longer matches the number recorded at export,
+    even when its own sha256 was registered again, so the results it carries are not taken for
+    those of other weights."""
+    canonical = {"variables": _sorted_numpy(serialization.to_state_dict(variables)),
+                 "method_state": _sorted_numpy(serialization.to_state_dict(method_state))}
+    return hashlib.sha256(serialization.msgpack_serialize(canonical)).hexdigest()
 
 
 def from_bytes(blob: bytes, origin: str) -> tuple[dict[str, Any], dict, dict]:

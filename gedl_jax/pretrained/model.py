@@ -93,10 +93,14 @@ def _no_data(model: Pretrained) -> experiment.RunData:
 
 
 def from_file(path: PathLike, name: str | None = None,
-              overrides: dict[str, Any] | None = None) -> Pretrained:
-    """A model file (`fileformat`), loaded (not verified against a registry: `load` does)."""
+              overrides: dict[str, Any] | None = None,
+              registered_weights: str | None = None) -> Pretrained:
+    """A model file (`fileformat`), loaded (its bytes are not verified against a registry:
+    `load` does). Its weights must match the checksum the file records and
+    `registered_weights` (a registry entry's "weights_sha256"), where either is given."""
     path = pathlib.Path(path)
     metadata, variables, state_dict = fileformat.from_bytes(path.read_bytes(), str(path))
+    _check_weights(metadata, variables, state_dict, registered_weights, name or path.name, path)
     config = workdir.config_from_saved(metadata["config"], overrides)
     setup = methods.MethodSetup(int(metadata["setup"]["num_classes"]),
                                 tuple(int(c) for c in metadata["setup"]["class_counts"]),
@@ -107,6 +111,24 @@ def from_file(path: PathLike, name: str | None = None,
     normalization = (tuple(norm[0]), tuple(norm[1])) if norm else (None, None)
     return Pretrained(name or path.stem, config, method, jax.tree.map(jnp.asarray, variables),
                       _method_state(method, state_dict), normalization, metadata)
+
+
+def _check_weights(metadata: dict[str, Any], variables: dict, state_dict: dict,
+                   registered: str | None, name: str, path: pathlib.Path) -> None:
+    recorded = {v for v in (metadata.get("weights_sha256"), registered) if v}
+    if not recorded:   # an old file with no recorded checksum: nothing to compare with
+        return
+    digest = fileformat.weights_sha256(variables, state_dict)
+    if recorded != {digest}:
+        accuracy = metadata.get("eval_results", {}).get("id", {}).get("accuracy")
+        claim = f" (its stored results, e.g. accuracy {accuracy:.2%}, are not theirs)" \
+            if isinstance(accuracy, (int, float)) else ""
+        expected = ", ".join(sorted(f"{r[:16]}..." for r in recorded))
+        raise PretrainedError(
+            f"{name}: the weights in {path} are not the ones it was exported with (weights "
+            f"sha256 {digest[:16]}..., recorded {expected}){claim}: the file was changed after "
+            f"export. Use the original file, or export the run again (python -m "
+            f"gedl_jax.pretrained export --workdir=...)")
 
 
 def _check_variables(method: methods.Method, image_shape: tuple[int, ...], variables: dict,
@@ -139,8 +161,10 @@ def load(name: str, *, registry: PathLike | None = None, overrides: dict[str, An
     """The registered pretrained model `name` (e.g. "mnist/gedl"), its file verified (sha256)
     before use. `registry`: another registry JSON (else $GEDL_PRETRAINED_REGISTRY, else the
     package's); `overrides`: config fields to change (e.g. data_dir)."""
+    from gedl_jax.pretrained.registry import get_entry  # noqa: PLC0415
+
     return from_file(model_file(name, registry, download=download, mirror=mirror), name,
-                     overrides)
+                     overrides, get_entry(name, registry).get("weights_sha256"))
 
 
 def evaluation_data(model: Pretrained) -> experiment.RunData:

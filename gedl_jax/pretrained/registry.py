@@ -3,6 +3,9 @@
 `registry.json` beside this module lists the models shipped with gedl-jax. Each entry:
     file        the model file's name, beside the registry (shipped), or in the download folder
     size, sha256 of the file's bytes: checked before every use
+    weights_sha256  the weights' own checksum (`fileformat.weights_sha256`), checked at load: a
+                file whose weights were changed and whose sha256 was then registered again is
+                still refused (newer files also record it inside)
     url         where to fetch a file that is not shipped ("" for a shipped file); fetched by the
                 data downloader (`gedl_jax.data.download`): verified while it streams, the mirror
                 ($GEDL_DATA_MIRROR: <mirror>/pretrained/<file>) and the offline switch

@@ -17,7 +17,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from gedl_jax import configuration, data, methods
+from gedl_jax import configuration, data, files, methods
+from gedl_jax.run import heartbeat
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +64,9 @@ def obtain_inputs(config) -> None:
         if data.is_ood_name(name)]   # a derived OOD set (cifar10_gray28): its source's files
     if not wanted:
         return
+    # The decoded-array cache and the verified-checksum records are written as the data loads.
+    files.check_writable(data.resolve_cache_dir(config.cache_dir or None),
+                         "the data cache (config.cache_dir, else $GEDL_CACHE_DIR)")
     fetching = dict(download=config.get("download", "auto"),
                     mirror=config.get("data_mirror", "") or None)
     sources = DataSources.from_config(config).kwargs()
@@ -94,6 +98,15 @@ class OfficialData:
 
     @classmethod
     def load(cls, config, *, obtain: bool = True) -> OfficialData:
+        ood_names = (configuration.parse_list(config.ood_datasets)
+                     + configuration.parse_list(config.extra_ood))
+        what = f"loading {config.dataset}" + (f" and {len(ood_names)} OOD set(s)"
+                                              if ood_names else "")
+        with heartbeat.announced(f"{what} (decoded once, then read from the cache)"):
+            return cls._load(config, obtain)
+
+    @classmethod
+    def _load(cls, config, obtain: bool) -> OfficialData:
         if obtain:
             obtain_inputs(config)
         sources = dict(DataSources.from_config(config).kwargs(), download="never")

@@ -132,8 +132,9 @@ def _watch(read_fd: int) -> None:
             continue
         name = signal.Signals(signals[0]).name
         sys.stderr.write(f"preempted ({name}) before the first training step (loading, "
-                         f"restoring or compiling): nothing of this command to save, the workdir "
-                         f"is as it was; rerun the same command\n")
+                         f"restoring or compiling): nothing of this command to save (no "
+                         f"checkpoint was written; a new workdir holds only its config.json); "
+                         f"rerun the same command\n")
         sys.stderr.flush()
         sys.stdout.flush()
         os._exit(EXIT_PREEMPTED)

@@ -14,6 +14,7 @@ import jax
 import numpy as np
 
 from gedl_jax import configuration, files
+from gedl_jax.run import lock
 
 
 class ConfigMismatchError(ValueError):
@@ -26,6 +27,7 @@ def prepare(workdir: pathlib.Path, config) -> None:
     if workdir.exists() and not workdir.is_dir():
         raise ValueError(f"--workdir={workdir} is a file, not a folder: give a folder "
                          f"(it is created if missing)")
+    lock.claim(workdir)   # the lock of the run's folder, before anything is written there
     workdir.mkdir(parents=True, exist_ok=True)
     check_shared_workdir(workdir)
     check_or_write_config(config, workdir)
@@ -48,6 +50,8 @@ def check_or_write_config(config, workdir: pathlib.Path) -> None:
             raise ConfigMismatchError(
                 f"{path} is not a readable config ({type(e).__name__}: {e}); it was left as it "
                 f"is. Use a new --workdir, or restore that file.") from None
+        if previous == current:   # the same run again: nothing to write
+            return
         unknown = sorted(set(previous) - set(current))
         if unknown:
             raise ConfigMismatchError(
@@ -126,16 +130,18 @@ def check_shared_workdir(workdir: pathlib.Path) -> None:
 
 
 class MetricsWriter:
-    """JSONL + TensorBoard (tensorboardX: no TensorFlow needed)."""
+    """JSONL + TensorBoard (tensorboardX: no TensorFlow needed), opened at the first record (a
+    finished run started again writes no new event file)."""
 
     def __init__(self, workdir: pathlib.Path):
         self.enabled = jax.process_index() == 0
-        if not self.enabled:
-            return
-        self.jsonl = open(workdir / "metrics.jsonl", "a")
+        self.workdir, self.jsonl, self.tb = workdir, None, None
+
+    def _open(self) -> None:
+        self.jsonl = open(self.workdir / "metrics.jsonl", "a")
         try:
             from tensorboardX import SummaryWriter
-            self.tb = SummaryWriter(str(workdir / "tensorboard"))
+            self.tb = SummaryWriter(str(self.workdir / "tensorboard"))
         except ImportError:  # optional
             self.tb = None
 
@@ -143,6 +149,8 @@ class MetricsWriter:
         """Append one record (step, split, time, scalars) to metrics.jsonl and TensorBoard."""
         if not self.enabled:
             return
+        if self.jsonl is None:
+            self._open()
         record = {"step": step, "split": split, "time": time.time(), **scalars}
         self.jsonl.write(json.dumps(record) + "\n")
         self.jsonl.flush()
@@ -151,11 +159,13 @@ class MetricsWriter:
                 self.tb.add_scalar(f"{split}/{key}", value, step)
 
     def close(self) -> None:
-        """Close metrics.jsonl and the TensorBoard writer."""
-        if self.enabled:
+        """Close metrics.jsonl and the TensorBoard writer (if a record opened them)."""
+        if self.jsonl is not None:
             self.jsonl.close()
-            if self.tb is not None:
-                self.tb.close()
+            self.jsonl = None
+        if self.tb is not None:
+            self.tb.close()
+            self.tb = None
 
 
 def machine_fields(environment_record: dict[str, Any]) -> dict[str, Any]:

@@ -108,6 +108,7 @@ class _EvalProgress:
         self.sizes = {name: len(split) for name, split in splits.items()}
         self.workdir, self.trained = workdir, trained
         self.start, self.done_images = time.time(), 0
+        self.set_start = self.start
 
     def batch(self, name: str):
         def on_batch(done: int, total: int) -> None:
@@ -117,11 +118,13 @@ class _EvalProgress:
         return on_batch
 
     def done(self, name: str) -> None:
-        self.done_images += self.sizes.pop(name)
-        elapsed = time.time() - self.start
+        size = self.sizes.pop(name)
+        self.done_images += size
+        now = time.time()
+        elapsed, took, self.set_start = now - self.start, now - self.set_start, now
         left = sum(self.sizes.values())
         eta = format_eta(left * elapsed / max(self.done_images, 1))
-        _log(f"evaluated {name}: {self.done_images:,} images in {elapsed:.1f} s"
+        _log(f"evaluated {name}: {size:,} images in {took:.1f} s"
              f"{f' | {len(self.sizes)} set(s) left, ETA {eta}' if self.sizes else ''}")
 
 

@@ -1,0 +1,88 @@
+"""What a command says while it works and when it ends: no wait of more than a few seconds
+without a line (data loading, XLA compiling), each evaluated set's own size, the path of the
+results as the last line, and one readable line for a bad boolean, a data folder that is a file,
+or a warning of gedl_jax's own."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import warnings
+
+import jax
+import jax.numpy as jnp
+import pytest
+from training_fixtures import REPO, subprocess_env
+
+from gedl_jax import cli, configuration, data, train
+from gedl_jax.run import heartbeat
+
+
+def test_a_slow_wait_is_announced_while_it_runs_and_a_quick_one_is_not(capsys):
+    with heartbeat.announced("loading something", after=0.05):
+        time.sleep(0.3)
+    with heartbeat.announced("quick thing", after=5.0):
+        pass
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "loading something ..."
+    assert out[1].startswith("loading something: done in 0.") and out[1].endswith(" s")
+    assert len(out) == 2
+
+
+def test_a_compilation_is_announced_with_its_time(capsys):
+    def never_compiled_before(x):
+        return jnp.sin(x) * 3.0 + jnp.cos(x) ** 2
+
+    with heartbeat.compilations_announced(after=0.0):
+        jax.jit(never_compiled_before)(jnp.ones(7)).block_until_ready()
+    out = capsys.readouterr().out
+    assert "compiling jit(never_compiled_before) (XLA; once per command) ..." in out
+    assert "compiling jit(never_compiled_before) (XLA; once per command): done in" in out
+    jax.jit(lambda x: x + 1)(jnp.ones(3))   # the listeners are gone after the block
+    assert capsys.readouterr().out == ""
+
+
+def test_the_last_line_names_the_results():
+    evaluated = [{"workdir": "runs/a/seed_0", "evaluation": {}},
+                 {"workdir": "runs/a/seed_1", "evaluation": {}}]
+    assert train.results_line("runs/a", evaluated[:1]) == \
+        "results: runs/a/seed_0/eval_results.json"
+    assert train.results_line("runs/a", evaluated).endswith(
+        "the 2 seeds' table: runs/a/eval_table.md")
+    assert train.results_line("runs/b", [{"workdir": "runs/b"}]).startswith(
+        "checkpoints in runs/b (no evaluation")
+
+
+def test_a_bad_boolean_is_one_readable_line():
+    error = ValueError("flag --config.plots=maybe: ('Non-boolean argument to boolean flag', "
+                       "'maybe')")
+    assert cli.one_line(error) == ("flag --config.plots=maybe: 'maybe' is not a boolean: use "
+                                   "true or false")
+
+
+def test_a_data_folder_that_is_a_file_says_so(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(data.DataError, match=r"is a file, not a folder"):
+        data.ensure_available([("mnist", "test")], data_dir=tmp_path / "file",
+                              download="never")
+
+
+def test_a_warning_of_gedl_jax_is_one_line(capsys):
+    with cli.warnings_as_lines():
+        warnings.warn_explicit("the fitted scale 100 lies on the search bound [0.01, 100]",
+                               RuntimeWarning, "/x/gedl_jax/evaluation/calibration.py", 165)
+    err = capsys.readouterr().err
+    assert err == "warning: the fitted scale 100 lies on the search bound [0.01, 100]\n"
+
+
+def test_quick_runs_warn_at_chance_instead_of_failing():
+    assert configuration.build_config("mnist", "gedl,quick").allow_chance
+    assert not configuration.build_config("mnist", "gedl").allow_chance
+
+
+def test_evaluate_help_shows_the_npz_form_of_ood(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "gedl_jax.evaluate", "--help"], cwd=REPO,
+                          env=subprocess_env(tmp_path), capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and "npz:<path>" in proc.stdout, proc.stdout + proc.stderr

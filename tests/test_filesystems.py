@@ -1,0 +1,136 @@
+"""Read-only folders on a real read-only filesystem (a tmpfs remounted read-only: root ignores
+permission bits): a workdir, a finished run's workdir, a results folder and a data cache that
+cannot be written are each one `error:` line naming the folder, exit 2, before any work; and a
+finished run started again writes nothing it need not write."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from filesystems import folder_that_can_be_made_read_only, read_only, small_filesystem
+from training_fixtures import (
+    REPO,
+    assert_same_tree,
+    checkpoint_steps,
+    cli_args,
+    saved_state,
+    subprocess_env,
+    write_tiny_mnist,
+)
+
+from gedl_jax import configuration, train
+
+
+def _one_error_line(proc: subprocess.CompletedProcess, *expected: str) -> str:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == errors[0]
+    for text in expected:
+        assert text in errors[0], errors[0]
+    assert "epoch" not in proc.stdout, proc.stdout   # before any work
+    return errors[0]
+
+
+def test_read_only_workdir_results_folder_and_data_cache(tmp_path):
+    data_dir = write_tiny_mnist(tmp_path / "data")
+    env = subprocess_env(tmp_path / "cache")
+
+    def run(*args, **extra_env):
+        return subprocess.run(list(args), cwd=REPO, env={**env, **extra_env},
+                              capture_output=True, text=True, timeout=240)
+
+    with folder_that_can_be_made_read_only(tmp_path / "fs") as fs:
+        finished = fs / "finished"
+        proc = run(*cli_args(finished, data_dir, num_epochs=1, allow_chance=True))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        before = sorted(p.relative_to(fs) for p in fs.rglob("*"))
+        with read_only(fs):
+            _one_error_line(run(*cli_args(finished, data_dir, num_epochs=1, allow_chance=True)),
+                            f"--workdir={finished} cannot be written", "give a folder you can")
+            _one_error_line(run(*cli_args(fs / "new", data_dir)),
+                            f"--workdir={fs / 'new'} cannot be written")
+            _one_error_line(run(sys.executable, "-m", "gedl_jax.evaluate",
+                                f"--workdir={finished}"),
+                            f"the results folder={finished} cannot be written")
+            _one_error_line(run(*cli_args(tmp_path / "w", data_dir), GEDL_CACHE_DIR=str(fs / "c")),
+                            f"the data cache (config.cache_dir, else $GEDL_CACHE_DIR)={fs / 'c'} "
+                            f"cannot be written")
+        assert sorted(p.relative_to(fs) for p in fs.rglob("*")) == before
+    assert not (tmp_path / "w").exists()
+
+
+def test_a_finished_run_started_again_writes_nothing_it_need_not(tmp_path, fast_compile):
+    data_dir = write_tiny_mnist(tmp_path / "data")
+    c = configuration.build_config("mnist", "gedl")
+    configuration.set_fields(c, train_examples=64, val_examples=32, batch_size=32, num_epochs=1,
+                             eval_batch_size=64, evaluate_at_end=False, plots=False,
+                             ood_datasets="", data_dir=str(data_dir),
+                             cache_dir=str(tmp_path / "cache"))
+    workdir = tmp_path / "w"
+    train.train_and_evaluate(c, workdir)
+    before = {p: p.stat().st_mtime_ns for p in workdir.rglob("*") if p.is_file()}
+    again = train.train_and_evaluate(c, workdir)
+    assert again["steps"] == 2
+    assert {p: p.stat().st_mtime_ns for p in workdir.rglob("*") if p.is_file()} == before
+
+
+def test_a_real_full_disk_is_one_line_and_the_rerun_ends_identical(tmp_path):
+    """A 7 MB tmpfs holds the first epoch's two checkpoints (2.8 MB each) but not the second
+    epoch's: exit 74, the progress lines and then at most a few lines (ours), none of the
+    checkpoint library's hundreds; with space back, the same command ends with the parameters
+    of an uninterrupted run."""
+    data_dir = write_tiny_mnist(tmp_path / "data")
+    env = subprocess_env(tmp_path / "cache")
+    fields = dict(num_epochs=4, allow_chance=True)
+    reference = subprocess.run(cli_args(tmp_path / "reference", data_dir, **fields), cwd=REPO,
+                               env=env, capture_output=True, text=True, timeout=240)
+    assert reference.returncode == 0, reference.stdout + reference.stderr
+    with small_filesystem(tmp_path / "fs", size="7m") as fs:
+        args = cli_args(fs / "w", data_dir, **fields)
+        full = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=240)
+        assert full.returncode == 74, full.stdout + full.stderr
+        # stderr: the data loader's two warnings on these unregistered files, then ours only
+        ours = [line for line in full.stderr.strip().splitlines()
+                if not line.startswith("WARNING:gedl_jax.data.loading")]
+        assert len(ours) <= 5, full.stderr
+        assert "Traceback" not in full.stderr and "ERROR:absl" not in full.stderr, full.stderr
+        assert full.stderr.strip().splitlines()[-1].startswith("error: no space left on device")
+        assert "rerun the same command" in full.stderr
+        subprocess.run(["mount", "-o", "remount,size=64m", str(fs)], check=True, timeout=30)
+        resumed = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True,
+                                 timeout=240)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        assert "resumed from" in resumed.stdout
+        assert checkpoint_steps(fs / "w") == checkpoint_steps(tmp_path / "reference")
+        assert_same_tree(saved_state(fs / "w")[0], saved_state(tmp_path / "reference")[0])
+
+
+def test_only_write_failure_tracebacks_are_held_back():
+    import io  # noqa: PLC0415
+    import logging  # noqa: PLC0415
+
+    from gedl_jax import cli  # noqa: PLC0415
+
+    other = "Traceback (most recent call last):\n  File \"x.py\", line 1\nKeyError: 'a'\n"
+    closed = ("Traceback (most recent call last):\n  File \"base_events.py\", line 874\n"
+              "RuntimeError: Event loop is closed\n")
+    full = "Traceback (most recent call last):\n  File \"y.py\"\nOSError: No space left on device\n"
+    sink, records = io.StringIO(), io.StringIO()
+    handler = logging.StreamHandler(records)
+    logging.getLogger("absl").addHandler(handler)
+    real_stderr = sys.stderr
+    sys.stderr = sink
+    try:
+        with cli.quiet_write_failures():
+            for text in ("progress 1\n", closed[:20], closed[20:], other, full, "partial"):
+                sys.stderr.write(text)
+            logging.getLogger("absl").error("Save failed: [os_error_code='28'] ...")
+            logging.getLogger("absl").error("something else broke")
+    finally:
+        sys.stderr = real_stderr
+        logging.getLogger("absl").removeHandler(handler)
+    assert sink.getvalue() == "progress 1\n" + other + "partial"
+    assert records.getvalue() == "something else broke\n"
