@@ -86,3 +86,24 @@ def test_evaluate_help_shows_the_npz_form_of_ood(tmp_path):
                           env=subprocess_env(tmp_path), capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0 and "npz:<path>" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_a_long_evaluation_set_says_where_it_is_every_few_seconds(monkeypatch, capsys):
+    """Inside one evaluated set, a line at most every QUIET_SECONDS (here: every batch), none
+    after its last batch (the set's own line follows)."""
+    import numpy as np  # noqa: PLC0415
+
+    from gedl_jax import data  # noqa: PLC0415
+    from gedl_jax.run import workdir  # noqa: PLC0415
+
+    monkeypatch.setattr(workdir._EvalProgress, "QUIET_SECONDS", 0.0)
+    split = data.Split(np.zeros((10, 2, 2, 1), np.uint8), np.zeros(10, np.int32), "x")
+    progress = workdir._EvalProgress({"kmnist": split}, "w", trained=False)
+    on_batch = progress.batch("kmnist")
+    for done in (1, 2, 3):
+        on_batch(done, 3)
+    progress.done("kmnist")
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(",")[0] for line in lines[:2]] == ["evaluating kmnist: batch 1/3",
+                                                          "evaluating kmnist: batch 2/3"]
+    assert lines[2].startswith("evaluated kmnist: 10 images in") and len(lines) == 3

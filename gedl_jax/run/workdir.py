@@ -101,20 +101,26 @@ def evaluate_and_write(exp: experiment.Experiment, state: steps.TrainState, work
 
 
 class _EvalProgress:
-    """One line per evaluated split with the time left (the rate so far x the images left);
-    SIGTERM/SIGINT stop the evaluation at the next batch (`preemption.EvaluationInterrupted`)."""
+    """One line per evaluated split with the time left (the rate so far x the images left),
+    and inside a split one every `QUIET_SECONDS` at most; SIGTERM/SIGINT stop the evaluation
+    at the next batch (`preemption.EvaluationInterrupted`)."""
+
+    QUIET_SECONDS = 5.0
 
     def __init__(self, splits: dict[str, data.Split], workdir, trained: bool):
         self.sizes = {name: len(split) for name, split in splits.items()}
         self.workdir, self.trained = workdir, trained
         self.start, self.done_images = time.time(), 0
-        self.set_start = self.start
+        self.set_start = self.last_line = self.start
 
     def batch(self, name: str):
         def on_batch(done: int, total: int) -> None:
-            del done, total
             if preemption.requested():
                 raise preemption.EvaluationInterrupted(str(self.workdir), self.trained)
+            now = time.time()
+            if done < total and now - self.last_line >= self.QUIET_SECONDS:
+                self.last_line = now
+                _log(f"evaluating {name}: batch {done}/{total}, {now - self.set_start:.1f} s")
         return on_batch
 
     def done(self, name: str) -> None:
@@ -122,6 +128,7 @@ class _EvalProgress:
         self.done_images += size
         now = time.time()
         elapsed, took, self.set_start = now - self.start, now - self.set_start, now
+        self.last_line = now
         left = sum(self.sizes.values())
         eta = format_eta(left * elapsed / max(self.done_images, 1))
         _log(f"evaluated {name}: {size:,} images in {took:.1f} s"
