@@ -70,9 +70,12 @@ def _lower(config, network: str) -> tuple[export.Exported, export.Exported]:
     state = jax.eval_shape(lambda k: steps.init_train_state(method, tx, k, image_shape),
                            keys["init"])
     n = len(labels_N)
-    train = export.export(steps.make_train_step(method, tx, mesh, settings, keys),
-                          platforms=("cuda",))(
-        state, jax.ShapeDtypeStruct((n, *image_shape), jnp.uint8),
+    # the program a GPU trains with: up to 4 steps per call in the device loop
+    # (config.steps_per_dispatch), the step itself inside it
+    train = export.export(steps.make_train_step(method, tx, mesh, settings, keys, max_steps=4,
+                                                device_loop=True), platforms=("cuda",))(
+        state, jax.ShapeDtypeStruct((), jnp.int32),
+        jax.ShapeDtypeStruct((n, *image_shape), jnp.uint8),
         jax.ShapeDtypeStruct((n,), jnp.int32), jax.ShapeDtypeStruct((n,), jnp.int32))
     predict = export.export(steps.make_predict_step(method, mesh, *stats),
                             platforms=("cuda",))(
