@@ -105,6 +105,7 @@ def flags_in_force() -> bool:
 
 
 def on_gpu() -> bool:
+    """Whether jax's default backend is a GPU (starts the backend)."""
     import jax  # noqa: PLC0415
 
     return jax.default_backend() == "gpu"
