@@ -14,8 +14,8 @@
 # TORCH_PYTHON (default: PYTHON) runs the PyTorch reference, whose column says "not measured"
 # when it cannot import torch. GEDL_TEST_WORKERS (default 4) pytest workers share the GPU.
 # GEDL_TORCH_MODES (default eager,compile,cudagraphs) chooses the PyTorch columns;
-# GEDL_CHECK_TIMEOUTS="tests=S,train=S,..." stops a part after S seconds.
-# Parts, in this order: tests, train, bench, torch (default: all). About 8 minutes on one H100.
+# GEDL_CHECK_TIMEOUTS="tests=S,train=S,..." stops a part after S seconds. Parts, in this
+# order: tests, train, bench, torch (default: all). About 8 minutes on one H100. Also GEDL_COMMIT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,14 +29,15 @@ for arg in "$@"; do
     --parts=*) PARTS="${arg#--parts=}" ;;
     --out=*) OUT="${arg#--out=}" ;;
     --tests=*) read -r -a TEST_ARGS <<< "${arg#--tests=}" ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+               exit 0 ;;
     *) echo "error: unknown argument '$arg' (--dry-run, --parts=tests,bench,torch,train," \
             "--out=DIR, --tests='PYTEST ARGS'; --help)" >&2; exit 2 ;;
   esac
 done
 for part in ${PARTS//,/ }; do
   case "$part" in tests|bench|torch|train) ;;
-    *) echo "error: unknown part '$part' in --parts (tests, bench, torch, train)" >&2; exit 2 ;;
+    *) echo "error: unknown part '$part' in --parts (tests, train, bench, torch)" >&2; exit 2 ;;
   esac
 done
 has_part() { [[ ",$PARTS," == *",$1,"* ]]; }
