@@ -116,7 +116,9 @@ if has_part tests; then
       TEST_ARGS=(-q tests/test_multi_step.py::test_multi_step_rows_hold_each_steps_metrics
                  tests/test_numerics.py)
     else
-      TEST_ARGS=(-q -n "${GEDL_TEST_WORKERS:-4}")
+      # -v -rfE: each test's outcome is logged as it ends, so a run stopped by its time limit
+      # still names its failures (pytest's summary comes only at the end)
+      TEST_ARGS=(-v -rfE -n "${GEDL_TEST_WORKERS:-4}")
     fi
   fi
   run_part tests "$PYTHON" -m pytest -p no:cacheprovider "${TEST_ARGS[@]}"

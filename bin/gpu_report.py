@@ -31,17 +31,23 @@ def _pytest_summary(log: pathlib.Path) -> str | None:
         return None
     text = log.read_text().splitlines()
     lines = [line.strip("= ") for line in text if re.search(r"\d+ (passed|failed|error)", line)]
+    failed = sorted({m.group(1) for line in text
+                     for m in [re.search(r"(?:FAILED|ERROR) (tests/\S+)", line)] if m})
+    named = f"; failed: {', '.join(failed)}" if failed else ""
     if lines:
-        return lines[-1]
+        return lines[-1] + named
     progress = "".join(line.split(" [")[0] for line in text
                        if line and set(line.split(" [")[0]) <= set(".FEsx"))
-    if not progress:
+    verbose = [m.group(1) for line in text   # -v: "[gw0] [ 5%] PASSED tests/..."
+               for m in [re.search(r"\] (PASSED|FAILED|ERROR|SKIPPED) ", line)] if m]
+    if not progress and not verbose:
         return None
-    counts = {name: progress.count(char) for char, name in
-              (("." , "passed"), ("F", "failed"), ("E", "errors"), ("s", "skipped"))}
+    counts = {name: progress.count(char) + verbose.count(word) for char, word, name in
+              ((".", "PASSED", "passed"), ("F", "FAILED", "failed"), ("E", "ERROR", "errors"),
+               ("s", "SKIPPED", "skipped"))}
     return ("stopped before its closing line (the part's time limit): so far " +
             ", ".join(f"{n} {name}" for name, n in counts.items() if n) +
-            "; which tests failed is not in the log")
+            (named or "; which tests failed is not in the log"))
 
 
 def _step_row(bench: dict | None, model: str, dtype: str = "float32",

@@ -1,0 +1,59 @@
+"""bin/gpu_report.py: the README of a bin/gpu_check.sh folder says what its files hold.
+
+A hand-made folder: pytest's log cut by a time limit (verbose and quiet forms), a benchmark with
+the ConvNet step, and a training loop's metrics records whose times give a known rate, so every
+number the report prints is known in advance.
+"""
+
+import json
+
+from training_fixtures import load_script
+
+report = load_script("bin/gpu_report.py", "gedl_jax_bin_gpu_report")
+
+
+def _folder(tmp_path, tests_log: str):
+    (tmp_path / "environment.json").write_text(json.dumps(
+        {"device": "NVIDIA Test", "commit": "abc1234", "jax": "0.x", "flax": "0.y",
+         "python": "3.z", "cpu_count": 16}))
+    (tmp_path / "wall_times.json").write_text(json.dumps(
+        {"tests": {"seconds": 90, "exit_status": 124}, "train": {"seconds": 30,
+                                                               "exit_status": 0}}))
+    (tmp_path / "tests.log").write_text(tests_log)
+    (tmp_path / "benchmark.json").write_text(json.dumps({"results": [
+        {"model": "convnet", "dtype": "float32", "batch": 128, "seeds": 1,
+         "precision": "default", "images_per_s": 100_000.0, "step_ms": 2.0}]}))
+    # 1,000 steps in 2.5 s after the first record: 1.25x the floor of 1,000 x 2 ms
+    records = [{"step": 100 * i, "split": "train", "time": 10.0 + 0.25 * (i - 1)}
+               for i in range(1, 12)]
+    (tmp_path / "train_metrics.jsonl").write_text(
+        "\n".join(json.dumps(r) for r in records) + "\n")
+    (tmp_path / "train_config.json").write_text(json.dumps({"num_epochs": 200}))
+    return tmp_path
+
+
+def test_a_cut_verbose_log_names_its_failures_and_the_loop_is_set_against_its_floor(tmp_path):
+    folder = _folder(tmp_path, "[gw0] [ 1%] PASSED tests/test_a.py::one \n"
+                               "[gw1] [ 2%] FAILED tests/test_b.py::two \n"
+                               "[gw0] [ 3%] SKIPPED tests/test_a.py::three \n")
+    assert report.main([str(folder)]) == 0
+    text = (folder / "README.md").read_text()
+    assert "so far 1 passed, 1 failed, 1 skipped; failed: tests/test_b.py::two" in text
+    assert "| tests | 90 | 124 |" in text
+    assert "steps 100-1100 took 2.5 s" in text and "**1.25x** the floor" in text
+    assert "this run: 200 epochs" in text
+
+
+def test_a_quiet_log_cut_by_its_limit_counts_its_progress_and_says_names_are_missing(tmp_path):
+    folder = _folder(tmp_path, "bringing up nodes...\n\ns....F..sF.\n")
+    report.main([str(folder)])
+    text = (folder / "README.md").read_text()
+    assert "so far 7 passed, 2 failed, 2 skipped; which tests failed is not in the log" in text
+
+
+def test_a_finished_log_gives_pytests_own_summary(tmp_path):
+    folder = _folder(tmp_path, "....\nFAILED tests/test_b.py::two - AssertionError\n"
+                               "=== 1 failed, 4 passed in 3.2s ===\n")
+    report.main([str(folder)])
+    assert "pytest: 1 failed, 4 passed in 3.2s; failed: tests/test_b.py::two" in \
+        (folder / "README.md").read_text()
