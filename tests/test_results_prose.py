@@ -108,8 +108,9 @@ NOT_RESULTS: dict[str, dict[str, str]] = {
     },
 }
 
-# {folder: [(a script beside it, its arguments relative to the folder)]}: tables a script writes
-# from the folder's runs; their numbers (the gaps and distances they compute) are results too.
+# {folder: [(a script of its study, its arguments relative to the folder)]}: tables a script
+# writes from the folder's runs; their numbers (the gaps and distances they compute) are results
+# too. A study's scripts live in benchmarks/studies/<folder>/ (`study_script`).
 TABLE_SCRIPTS = {
     "mnist_long": [("against_paper.py", [])],
     "gedl_convergence": [("machines.py", []), ("rank_readings.py", ["all_readings/results.json"])],
@@ -248,7 +249,8 @@ class Evidence:
                                            or path.name in ("results.md", "table.md")):
                 self._add_text(path.read_text())
         for script, arguments in TABLE_SCRIPTS.get(folder.name, []):
-            self._add_text(_output_of(folder / script, [str(folder / a) for a in arguments]))
+            self._add_text(_output_of(study_script(folder, script),
+                                      [str(folder / a) for a in arguments]))
 
     def _add_text(self, text: str) -> None:
         self.values |= {float(m.group(1)) for m in NUMBER.finditer(text)}
@@ -342,6 +344,11 @@ def _glob(node, path):
     if isinstance(node, dict):
         for key in (node if path[0] == "*" else [path[0]] if path[0] in node else []):
             yield from _glob(node[key], path[1:])
+
+
+def study_script(folder: pathlib.Path, name: str) -> pathlib.Path:
+    """The script `name` of the study whose results are in docs/results/<folder>."""
+    return REPO / "benchmarks" / "studies" / folder.name / name
 
 
 def _output_of(script: pathlib.Path, arguments: list[str]) -> str:
@@ -513,10 +520,10 @@ def test_every_number_in_the_results_prose_is_in_the_committed_results(readme):
 
 def block_problems(readme: pathlib.Path, text: str) -> list[str]:
     """A block between `<!-- NAME.py: begin -->` and `<!-- NAME.py: end -->` that is not the
-    output of the script NAME.py beside the README."""
+    output of the study's script NAME.py (`study_script`)."""
     problems = []
     for match in BLOCK.finditer(text):
-        script = readme.parent / match.group(1)
+        script = study_script(readme.parent, match.group(1))
         if match.group(2) != _output_of(script, []):
             line = text[:match.start()].count("\n") + 1
             problems.append(f"{readme.relative_to(REPO)}:{line}: the block of {script.name} is "

@@ -3,7 +3,7 @@
 # (eval_results.json, metrics.jsonl, config.json), and redraws curves.png / curves.md from every
 # run under OUT. Paths of the machine that ran them are replaced by RUNS_DIR (the folder holding
 # OUT) and DATA_DIR (GEDL_DATA_DIR), so the copies name no machine.
-#   bash docs/results/gedl_convergence/collect.sh            # OUT=~/gedl_runs/gedl_convergence
+#   bash benchmarks/studies/gedl_convergence/collect.sh            # OUT=~/gedl_runs/gedl_convergence
 # DEST: the folder to fill (default: this one). Runs trained on another machine and copied here:
 # TRAINED_RUNS_DIR / TRAINED_DATA_DIR are the paths they were trained under (default: OUT's
 # parent and GEDL_DATA_DIR).

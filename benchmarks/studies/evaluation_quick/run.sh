@@ -4,7 +4,7 @@
 # here: eval_table.md, eval_results.json (the workdir's path replaced by RUNS_DIR), and
 # risk_coverage.png. predictions.npz stays in the workdir (every number here is recomputable
 # from it: tests/test_evaluation_wiring.py).
-#   bash docs/results/evaluation_quick/run.sh        # WORKDIR=~/gedl_runs/evaluation_quick
+#   bash benchmarks/studies/evaluation_quick/run.sh        # WORKDIR=~/gedl_runs/evaluation_quick
 set -eu
 cd "$(dirname "$0")/../../.."
 here=docs/results/evaluation_quick

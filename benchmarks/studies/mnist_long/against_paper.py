@@ -7,7 +7,7 @@ from the paper's row (`bin/reproduce.py`'s `PAPER`) for every column both have, 
 where the row is below the paper's. The difference is taken between the printed numbers, so
 that subtracting the two tables' numbers gives it to the digit.
 
-    python docs/results/mnist_long/against_paper.py [RUNS_FOLDER]
+    python benchmarks/studies/mnist_long/against_paper.py [RUNS_FOLDER]
 """
 
 from __future__ import annotations
@@ -81,8 +81,10 @@ def compare(runs: pathlib.Path) -> list[tuple[str, int, list[float | None], list
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", type=pathlib.Path, nargs="?", default=HERE / "runs",
-                        help="folder of <row>_seed<s>/eval_results.json (default: runs/ here)")
+    parser.add_argument("runs", type=pathlib.Path, nargs="?",
+                        default=REPO / "docs" / "results" / "mnist_long" / "runs",
+                        help="folder of <row>_seed<s>/eval_results.json (default: "
+                             "docs/results/mnist_long/runs)")
     args = parser.parse_args(argv)
     if not any(args.runs.glob("*_seed*/eval_results.json")):
         print(f"error: no <row>_seed<s>/eval_results.json under {args.runs}", file=sys.stderr)
