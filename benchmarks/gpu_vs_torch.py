@@ -75,7 +75,10 @@ def torch_command(args, python: str, out: pathlib.Path) -> list[str]:
 
 
 def run(cmd: list[str]) -> int:
-    print("$ " + " ".join(cmd), flush=True)
+    # as typed from the repository's root: no machine's absolute paths in the log
+    shown = [os.path.relpath(a, REPO) if os.path.isabs(a) and a.startswith(str(REPO)) else a
+             for a in cmd]
+    print("$ " + " ".join(shown), flush=True)
     return subprocess.run(cmd, cwd=REPO, env=subprocess_env()).returncode
 
 

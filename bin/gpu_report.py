@@ -5,7 +5,8 @@
 
 Reads environment.json, wall_times.json, tests.log (pytest's closing line), benchmark*.json,
 vs_torch/vs_torch.md, train.log and train_metrics.jsonl / train_eval_results.json where present,
-and writes README.md beside them: the machine and versions, each part's wall time and exit
+replaces machine paths in them (`scrub`: the checkout's root, Python's site-packages and
+interpreter, temporary folders), and writes README.md beside them: the machine and versions, each part's wall time and exit
 status, the test counts, the step table, what deterministic kernels cost, our step beside
 PyTorch's, and README command 2's training time against its floor (the steps times the
 benchmarked time of one step in the device loop). Every number is read from those files; a part
@@ -18,6 +19,33 @@ import json
 import pathlib
 import re
 import sys
+
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+# Machine-specific absolute paths in the logs, and the names that replace them (`scrub`): the
+# results say what ran, not where on one machine it ran.
+MACHINE_PATHS = (
+    (re.compile(r"(?<![\w.])/(?:[\w.+-]+/)*site-packages/"), "SITE_PACKAGES/"),
+    (re.compile(r"(?<![\w.])/(?:[\w.+-]+/)*bin/python[\d.]*(?![\w/])"), "PYTHON"),
+    (re.compile(r"(?<![\w.])/tmp/[\w.-]+"), "TMP"),
+)
+
+
+def scrub(folder: pathlib.Path) -> int:
+    """Replace machine paths in the folder's logs and records, in place: the checkout's root by
+    nothing (paths become relative to it), then `MACHINE_PATHS`. Returns the files changed."""
+    changed = 0
+    for path in sorted(folder.rglob("*")):
+        if path.suffix not in (".log", ".json", ".jsonl", ".md") or path.name == "README.md":
+            continue
+        text = path.read_text()
+        new = text.replace(f"{REPO}/", "")
+        for pattern, name in MACHINE_PATHS:
+            new = pattern.sub(name, new)
+        if new != text:
+            path.write_text(new)
+            changed += 1
+    return changed
 
 
 def _json(path: pathlib.Path):
@@ -141,6 +169,7 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     folder = pathlib.Path(args[0])
+    scrub(folder)
     (folder / "README.md").write_text(report(folder))
     print(f"gpu_report: wrote {folder / 'README.md'}")
     return 0

@@ -57,3 +57,16 @@ def test_a_finished_log_gives_pytests_own_summary(tmp_path):
     report.main([str(folder)])
     assert "pytest: 1 failed, 4 passed in 3.2s; failed: tests/test_b.py::two" in \
         (folder / "README.md").read_text()
+
+
+def test_machine_paths_are_replaced_in_the_logs_and_nothing_else(tmp_path):
+    folder = _folder(tmp_path, "")
+    (folder / "torch.log").write_text(
+        f"$ /opt/x/.venv/bin/python3 {report.REPO}/bin/benchmark.py --out=/tmp/gpu/jax.json\n"
+        "/opt/x/.venv/lib/python3.12/site-packages/pkg/logger.py:44: a warning\n"
+        "epoch 1/200 step 100/75000 loss 1.75 | 2,175 img/s\n")
+    report.main([str(folder)])
+    assert (folder / "torch.log").read_text() == (
+        "$ PYTHON bin/benchmark.py --out=TMP/jax.json\n"
+        "SITE_PACKAGES/pkg/logger.py:44: a warning\n"
+        "epoch 1/200 step 100/75000 loss 1.75 | 2,175 img/s\n")
