@@ -19,6 +19,7 @@ import json
 import pathlib
 import re
 import sys
+import tempfile
 
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -26,8 +27,8 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 # results say what ran, not where on one machine it ran.
 MACHINE_PATHS = (
     (re.compile(r"(?<![\w.])/(?:[\w.+-]+/)*site-packages/"), "SITE_PACKAGES/"),
-    (re.compile(r"(?<![\w.])/(?:[\w.+-]+/)*bin/python[\d.]*(?![\w/])"), "PYTHON"),
-    (re.compile(r"(?<![\w.])/tmp/[\w.-]+"), "TMP"),
+    (re.compile(r"(?<![\w.])/(?:[\w.+-]+/)+python[\d.]*(?![\w/])"), "PYTHON"),
+    (re.compile(r"(?<![\w.])" + re.escape(tempfile.gettempdir()) + r"/[\w.-]+"), "TMP"),
 )
 
 

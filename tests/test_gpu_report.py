@@ -6,6 +6,7 @@ number the report prints is known in advance.
 """
 
 import json
+import tempfile
 
 from training_fixtures import load_script
 
@@ -62,7 +63,8 @@ def test_a_finished_log_gives_pytests_own_summary(tmp_path):
 def test_machine_paths_are_replaced_in_the_logs_and_nothing_else(tmp_path):
     folder = _folder(tmp_path, "")
     (folder / "torch.log").write_text(
-        f"$ /opt/x/.venv/bin/python3 {report.REPO}/bin/benchmark.py --out=/tmp/gpu/jax.json\n"
+        f"$ /opt/x/.venv/bin/python3 {report.REPO}/bin/benchmark.py "
+        f"--out={tempfile.gettempdir()}/gpu/jax.json\n"
         "/opt/x/.venv/lib/python3.12/site-packages/pkg/logger.py:44: a warning\n"
         "epoch 1/200 step 100/75000 loss 1.75 | 2,175 img/s\n")
     report.main([str(folder)])
