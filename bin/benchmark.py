@@ -19,8 +19,10 @@ step; `--device_loop=true/false` chooses.
 `--loop_epochs=N` then runs the real training loop (`gedl_jax.train` on MNIST, README command
 2's program: validation every epoch, checkpoints, metrics) for N epochs and prints its
 images/s beside the bare step's, so the loop's overhead is one number (needs the MNIST files).
-`--deterministic` sets the XLA flags of `config.deterministic` (on by default, as in training)
-before the backend starts; `--deterministic=false` measures what they cost.
+`--deterministic` sets the XLA flags of `config.deterministic` (on by default, as in training:
+deterministic kernels, autotuning kept) before the backend starts; `--deterministic=ops` uses
+XLA's stricter `--xla_gpu_deterministic_ops` (deterministic kernels, no autotuning) and
+`--deterministic=false` XLA's fastest kernels, so what each costs is measured.
 
 "% of peak" divides by the peak of the arithmetic that ran: float32 convolutions and matmuls
 under the default precision run on TF32 tensor cores on an NVIDIA Ampere or later GPU, so
@@ -46,6 +48,7 @@ import numpy as np
 
 from gedl_jax import configuration, methods
 from gedl_jax import networks as models
+from gedl_jax.networks import layers, protocol
 from gedl_jax.run import optimizer, sharding
 from gedl_jax.run import steps as steps_lib
 
@@ -201,14 +204,20 @@ def environment() -> dict:
             "device_count": jax.device_count(), "cpu": platform.processor() or platform.machine(),
             "cpu_count": os.cpu_count(), "jax": jax.__version__, "flax": flax.__version__,
             "python": platform.python_version(), "commit": commit,
-            "deterministic_kernels": numerics.flags_in_force()}
+            "deterministic_kernels": numerics.flags_in_force(),
+            "xla_flags": os.environ.get("XLA_FLAGS", "")}
 
 
 def markdown(env: dict, rows: list[dict]) -> str:
-    kernels = "deterministic" if env.get("deterministic_kernels") else "XLA's fastest"
+    kernels = "XLA's fastest"
+    if env.get("deterministic_kernels"):
+        kernels = ("deterministic (no autotuning)" if "xla_gpu_deterministic_ops"
+                   in env.get("xla_flags", "") else "deterministic")
     lines = [f"Hardware: {env['device']} x{env['device_count']} ({env['platform']}), "
              f"{env['cpu_count']} CPU cores; jax {env['jax']}, flax {env['flax']}, "
-             f"commit {env['commit']}; {kernels} GPU kernels. Median of repeats after warm-up; "
+             f"commit {env['commit']}; {kernels} GPU kernels"
+             f"{'' if env.get('pool_impl', 'auto') == 'auto' else '; max-pool ' + env['pool_impl']}"
+             f". Median of repeats after warm-up; "
              f"synthetic on-device data; steps timed in one call each (device loop: yes) or one "
              f"call per step. % of peak: of the arithmetic's dense peak (tf32 = float32 on "
              f"tensor cores).",
@@ -279,9 +288,13 @@ def main(argv=None) -> int:
                    help="time --steps steps per compiled call (true) or one call per step "
                         "(false); auto: as the training loop runs them here (one call per step "
                         "on a CPU, training.steps_per_call)")
-    p.add_argument("--deterministic", default="true", choices=("true", "false"),
-                   help="XLA's deterministic GPU kernels, as config.deterministic (true), or "
-                        "its fastest ones")
+    p.add_argument("--deterministic", default="true", choices=("true", "ops", "false"),
+                   help="XLA's deterministic GPU kernels with autotuning, as "
+                        "config.deterministic (true); deterministic kernels without autotuning "
+                        "(ops: --xla_gpu_deterministic_ops); or its fastest kernels (false)")
+    p.add_argument("--pool_impl", default="auto", choices=layers.POOL_IMPLS,
+                   help="the protocol networks' max-pool implementation (networks/layers.py), "
+                        "for all models: which pool gradient a kernel setting slows down")
     p.add_argument("--loop_epochs", type=int, default=0,
                    help="also run README command 2's training loop for this many epochs "
                         "(needs the MNIST files) and compare it with the convnet float32 step")
@@ -289,11 +302,17 @@ def main(argv=None) -> int:
                    help="the loop's training images (0 = the whole split; fewer for a smoke run)")
     p.add_argument("--out", default=None, help="JSON output (a .md table is written beside it)")
     args = p.parse_args(argv)
-    if args.deterministic == "true":   # before anything starts the backend
+    if args.deterministic != "false":   # before anything starts the backend
         from gedl_jax.run import numerics  # noqa: PLC0415
-        os.environ["XLA_FLAGS"] = numerics.with_flags(os.environ.get("XLA_FLAGS", ""),
-                                                      numerics.determinism_flags(None))
+        flags = ([numerics.DETERMINISTIC_OPS] if args.deterministic == "ops"
+                 else numerics.determinism_flags(None))
+        os.environ["XLA_FLAGS"] = numerics.with_flags(os.environ.get("XLA_FLAGS", ""), flags)
+    if args.pool_impl != "auto":
+        chosen = args.pool_impl
+        protocol.max_pool_2x2 = lambda x, impl="auto", *, train=False: layers.max_pool_2x2(
+            x, chosen, train=train)
     env = environment()
+    env["pool_impl"] = args.pool_impl
     device_loop = (args.device_loop == "true" if args.device_loop != "auto"
                    else jax.default_backend() != "cpu")
     print(f"# {env}", flush=True)

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # One command for a GPU machine: the test suite on the GPU, the train-step benchmark (with and
-# without deterministic kernels), our step beside an independent PyTorch step, and README
-# command 2 (GEDL on MNIST, 200 epochs) end to end, with the wall time of each part; the
-# results go to docs/results/gpu/<gpu name>/ (tables, logs, wall_times.json, README.md).
+# without deterministic kernels), our step beside an independent PyTorch step, README
+# command 2 (GEDL on MNIST, 200 epochs) end to end, five seeds trained together (vmapped) beside
+# their step's floor, and a stopped-and-resumed run against the
+# uninterrupted one (benchmarks/resume_check.py, under the trainer's flags and under XLA's
+# stricter --xla_gpu_deterministic_ops), with the wall time of each part; the results go to
+# docs/results/gpu/<gpu name>/ (tables, logs, wall_times.json, README.md).
 #
 #   bash bin/gpu_check.sh                 # everything, on this machine's GPU
 #   bash bin/gpu_check.sh --dry-run       # every part tiny, on a CPU (CI runs this)
 #   bash bin/gpu_check.sh --parts=bench,train --out=DIR
+#   bash bin/gpu_check.sh --parts=resume --out=DIR --append   # add parts to DIR's results
 #
 # Needs: the package's dependencies with jax's CUDA plugin (GEDL_EXTRAS=dev,cuda12 or cuda13
 # bash bin/setup.sh) and the MNIST, KMNIST and Fashion-MNIST files in $GEDL_DATA_DIR (or the
@@ -15,29 +19,35 @@
 # when it cannot import torch. GEDL_TEST_WORKERS (default 4) pytest workers share the GPU.
 # GEDL_TORCH_MODES (default eager,compile,cudagraphs) chooses the PyTorch columns;
 # GEDL_CHECK_TIMEOUTS="tests=S,train=S,..." stops a part after S seconds. Parts, in this
-# order: tests, train, bench, torch (default: all). About 8 minutes on one H100. Also GEDL_COMMIT.
+# order: tests, train, bench, torch, seeds, resume (default: all). About 8 minutes on one H100. Also
+# GEDL_COMMIT. --append keeps the parts DIR already has in its wall_times.json (two checks
+# into one folder, one after the other or side by side).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 DRY_RUN=0
-PARTS="tests,train,bench,torch"
+PARTS="tests,train,bench,torch,seeds,resume"
 OUT=""
+APPEND=0
 TEST_ARGS=()
 for arg in "$@"; do
   case "$arg" in
     --dry-run) DRY_RUN=1 ;;
     --parts=*) PARTS="${arg#--parts=}" ;;
     --out=*) OUT="${arg#--out=}" ;;
+    --append) APPEND=1 ;;
     --tests=*) read -r -a TEST_ARGS <<< "${arg#--tests=}" ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
                exit 0 ;;
-    *) echo "error: unknown argument '$arg' (--dry-run, --parts=tests,bench,torch,train," \
-            "--out=DIR, --tests='PYTEST ARGS'; --help)" >&2; exit 2 ;;
+    *) echo "error: unknown argument '$arg' (--dry-run, --parts=tests,train,bench,torch," \
+            "seeds, resume, --out=DIR, --append, --tests='PYTEST ARGS'; --help)" >&2; exit 2 ;;
   esac
 done
 for part in ${PARTS//,/ }; do
-  case "$part" in tests|bench|torch|train) ;;
-    *) echo "error: unknown part '$part' in --parts (tests, train, bench, torch)" >&2; exit 2 ;;
+  case "$part" in tests|bench|torch|train|seeds|resume) ;;
+    *) echo "error: unknown part '$part' in --parts (tests, train, bench, torch, seeds," \
+            "resume)" >&2
+       exit 2 ;;
   esac
 done
 has_part() { [[ ",$PARTS," == *",$1,"* ]]; }
@@ -151,6 +161,10 @@ if has_part bench; then
   run_part bench_nondeterministic "$PYTHON" bin/benchmark.py "${bench[@]}" \
     --models=convnet --dtypes=float32 --precisions=default --deterministic=false \
     --out="$OUT/benchmark_nondeterministic.json"
+  # and XLA's stricter flag, which also turns autotuning off (gedl_jax/run/numerics.py)
+  run_part bench_deterministic_ops "$PYTHON" bin/benchmark.py "${bench[@]}" \
+    --models=convnet --dtypes=float32 --precisions=default --deterministic=ops \
+    --out="$OUT/benchmark_deterministic_ops.json"
 fi
 
 if has_part torch; then
@@ -166,19 +180,59 @@ if has_part torch; then
     --out="$OUT/vs_torch" "${vs[@]}"
 fi
 
-# Wall times and exit statuses, then the summary README (bin/gpu_report.py).
-{
-  echo "{"
-  first=1
-  for name in "${ORDER[@]}"; do
-    [ $first = 1 ] || echo ","
-    first=0
-    printf '  "%s": {"seconds": %s, "exit_status": %s}' "$name" "${SECONDS_OF[$name]}" \
-      "${STATUS_OF[$name]}"
+if has_part seeds; then
+  # Five seeds trained together (config.vmap_seeds, README "Several seeds") against their own
+  # floor: the vmapped step benchmarked, then the run; GEDL_CHECK_SEEDS_EPOCHS (default 200).
+  if [ "$DRY_RUN" = 1 ]; then
+    sbench=(--batches=8 --steps=2 --repeats=1 --seeds=2)
+    strain=(--config=configs/mnist.py:quick --config.num_epochs=1 --config.seeds=0,1
+            --config.train_examples=1280 --config.log_every_steps=2)
+  else
+    sbench=(--batches=128 --steps=20 --repeats=5 --seeds=5)
+    strain=(--config=configs/mnist.py --config.seeds=0,1,2,3,4
+            --config.num_epochs="${GEDL_CHECK_SEEDS_EPOCHS:-200}")
+  fi
+  run_part seeds_bench "$PYTHON" bin/benchmark.py --models=convnet --dtypes=float32 \
+    --devices=1 "${sbench[@]}" --out="$OUT/benchmark_seeds.json"
+  run_part seeds "$PYTHON" -m gedl_jax.train "${strain[@]}" --config.vmap_seeds=True \
+    --config.evaluate_at_end=False --workdir="$WORK/mnist_seeds"
+  for f in metrics.jsonl config.json; do
+    [ -f "$WORK/mnist_seeds/seed_0/$f" ] && cp "$WORK/mnist_seeds/seed_0/$f" "$OUT/seeds_$f"
   done
-  echo ""
-  echo "}"
-} > "$OUT/wall_times.json"
+fi
+
+if has_part resume; then
+  # A run stopped by SIGTERM and resumed against the uninterrupted one, bit for bit: under the
+  # trainer's own flags (config.deterministic), then under --xla_gpu_deterministic_ops.
+  resume=()
+  [ "$DRY_RUN" = 1 ] && resume=(--config=configs/mnist.py:gedl,quick --epochs=1
+                                --override=train_examples=1280 --override=log_every_steps=1
+                                --stop_at=4)
+  run_part resume "$PYTHON" -m benchmarks.resume_check "${resume[@]}" --out="$OUT/resume"
+  if [ "$DRY_RUN" = 0 ]; then
+    run_part resume_deterministic_ops env XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_deterministic_ops=true" \
+      "$PYTHON" -m benchmarks.resume_check --out="$OUT/resume_deterministic_ops"
+  fi
+fi
+
+# Wall times and exit statuses (merged into the folder's earlier ones with --append), then the
+# summary README (bin/gpu_report.py).
+walls=()
+for name in "${ORDER[@]}"; do walls+=("$name=${SECONDS_OF[$name]}=${STATUS_OF[$name]}"); done
+"$PYTHON" - "$OUT/wall_times.json" "$APPEND" "${walls[@]}" <<'PY'
+import fcntl, json, os, sys
+path, append, entries = sys.argv[1], sys.argv[2] == "1", sys.argv[3:]
+lock_path = os.path.join(os.path.dirname(path), ".wall_times.lock")
+with open(lock_path, "w") as lock:   # side-by-side checks into one folder
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    walls = json.load(open(path)) if append and os.path.exists(path) else {}
+    for entry in entries:
+        name, seconds, status = entry.rsplit("=", 2)
+        walls[name] = {"seconds": int(seconds), "exit_status": int(status)}
+    with open(path + ".tmp", "w") as f:
+        json.dump(walls, f, indent=2)
+    os.replace(path + ".tmp", path)
+PY
 "$PYTHON" bin/gpu_report.py "$OUT" || STATUS_OF[report]=1
 rm -rf "$WORK"
 failed=0

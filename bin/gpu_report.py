@@ -123,11 +123,58 @@ def _training(folder: pathlib.Path, bench: dict | None) -> list[str]:
     return lines
 
 
+def _seeds(folder: pathlib.Path) -> list[str]:
+    """The vmapped run's training time against its floor (steps x the vmapped step)."""
+    bench = _json(folder / "benchmark_seeds.json")
+    config = _json(folder / "seeds_config.json") or {}
+    path = folder / "seeds_metrics.jsonl"
+    if not path.exists():
+        return ["Not run."]
+    train = [r for r in map(json.loads, path.read_text().splitlines())
+             if r.get("split") == "train"]
+    if len(train) < 2:
+        return ["Too few metrics records."]
+    steps = train[-1]["step"] - train[0]["step"]
+    seconds = train[-1]["time"] - train[0]["time"]
+    row = next((r for r in (bench or {}).get("results", []) if r.get("seeds", 1) > 1), None)
+    seeds = f"{row['seeds']} seeds" if row else "the seeds"
+    lines = [f"{config.get('num_epochs', '?')} epochs, {seeds} in one program: steps {train[0]['step']}-{train[-1]['step']} took {seconds:.1f} s "
+             f"(from the first to the last train record of seed 0's metrics.jsonl)."]
+    if row:
+        floor = steps * row["step_ms"] / 1e3
+        lines.append(f"Its floor, {steps} steps x {row['step_ms']:.3f} ms (the benchmarked "
+                     f"{row['seeds']}-seed step): {floor:.1f} s; the run took "
+                     f"**{seconds / floor:.2f}x** the floor.")
+    return lines
+
+
+def _resume(folder: pathlib.Path) -> list[str]:
+    """benchmarks/resume_check.py's verdicts, one line per set of XLA flags."""
+    lines = []
+    for name, flags in (("resume", "the trainer's flags (config.deterministic)"),
+                        ("resume_deterministic_ops", "`--xla_gpu_deterministic_ops=true`")):
+        result = _json(folder / name / "resume_check.json")
+        if result is None:
+            continue
+        if "error" in result:
+            lines.append(f"- {flags}: the check failed: {result['error']}")
+            continue
+        verdict = ("**identical** to the uninterrupted run, bit for bit" if result["identical"]
+                   else f"**different**: {len(result['leaves_differing'])} of "
+                        f"{result['leaves']} leaves, largest difference "
+                        f"{result['largest_difference']:.3g}")
+        lines.append(f"- {flags}: stopped by SIGTERM at step {result['stopped_at_step']} of "
+                     f"{result['steps'][0]} ({result['config']}, {result['epochs']} epochs), "
+                     f"resumed: {verdict}.")
+    return lines or ["Not run."]
+
+
 def report(folder: pathlib.Path) -> str:
     env = _json(folder / "environment.json") or {}
     walls = _json(folder / "wall_times.json") or {}
     bench = _json(folder / "benchmark.json")
     fast = _json(folder / "benchmark_nondeterministic.json")
+    no_autotune = _json(folder / "benchmark_deterministic_ops.json")
     out = [f"# gpu_check on {env.get('device', '?')}", "",
            f"`bash bin/gpu_check.sh` at commit {env.get('commit', '?')}: jax {env.get('jax')}, "
            f"flax {env.get('flax')}, Python {env.get('python')}, {env.get('cpu_count')} CPU "
@@ -139,14 +186,20 @@ def report(folder: pathlib.Path) -> str:
     table = folder / "benchmark.md"
     out += [table.read_text().strip()] if table.exists() else ["Not run."]
     if bench and fast:
-        out += ["", "What deterministic kernels cost (float32, the same steps with XLA's "
-                "fastest kernels in another process):", "",
-                "| model | deterministic img/s | fastest img/s | cost |", "|---|---:|---:|---:|"]
+        out += ["", "What deterministic kernels cost (float32, the same steps in other processes: "
+                "XLA's fastest kernels, and `--xla_gpu_deterministic_ops`, which also turns "
+                "autotuning off):", "",
+                "| model | deterministic (the trainer's flags) img/s | without autotuning img/s "
+                "| fastest img/s | cost of the trainer's flags |",
+                "|---|---:|---:|---:|---:|"]
         for row in fast["results"]:
             det = _step_row(bench, row["model"], row["dtype"], row["batch"])
+            ops = _step_row(no_autotune, row["model"], row["dtype"], row["batch"]) \
+                if no_autotune else None
             if det:
                 cost = 1 - det["images_per_s"] / row["images_per_s"]
-                out.append(f"| {row['model']} | {det['images_per_s']:,.0f} | "
+                ops_rate = f"{ops['images_per_s']:,.0f}" if ops else "not measured"
+                out.append(f"| {row['model']} | {det['images_per_s']:,.0f} | {ops_rate} | "
                            f"{row['images_per_s']:,.0f} | {100 * cost:.1f} % |")
     if bench and bench.get("loop"):
         loop = bench["loop"]
@@ -155,6 +208,8 @@ def report(folder: pathlib.Path) -> str:
         out += ["", f"Training loop ({loop['loop_epochs']} epoch(s) of README command 2's "
                 f"program, {loop['loop_steps']} steps): {loop['loop_images_per_s']:,.0f} img/s, "
                 f"{ratio}."]
+    out += ["", "## Five seeds together (vmap_seeds)", "", *_seeds(folder)]
+    out += ["", "## Resume", "", *_resume(folder)]
     vs = folder / "vs_torch" / "vs_torch.md"
     out += ["", "## Beside PyTorch", "", vs.read_text().strip() if vs.exists() else "Not run."]
     config = _json(folder / "train_config.json") or {}

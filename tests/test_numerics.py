@@ -67,13 +67,23 @@ def test_on_a_cpu_both_precisions_compute_the_same_numbers():
 
 def test_flags_are_added_once_and_the_users_own_setting_is_kept():
     flags = numerics.determinism_flags("/w/xla_autotune")
-    assert flags == ["--xla_gpu_deterministic_ops=true",
+    assert flags == ["--xla_gpu_exclude_nondeterministic_ops=true",
                      "--xla_gpu_per_fusion_autotune_cache_dir=/w/xla_autotune"]
     merged = numerics.with_flags("--xla_foo=1", flags)
     assert merged.split() == ["--xla_foo=1", *flags]
     assert numerics.with_flags(merged, flags) == merged        # idempotent
-    user = "--xla_gpu_deterministic_ops=false"
+    user = "--xla_gpu_exclude_nondeterministic_ops=false"
     assert numerics.with_flags(user, flags).split() == [user, flags[1]]   # theirs stays
+
+
+@pytest.mark.parametrize(("xla_flags", "in_force"), [
+    ("", False), ("--xla_gpu_exclude_nondeterministic_ops=true", True),
+    ("--xla_gpu_deterministic_ops=true", True), ("--xla_gpu_deterministic_ops", True),
+    ("--xla_gpu_exclude_nondeterministic_ops=false", False),
+    ("--xla_gpu_deterministic_ops=false --xla_foo=1", False)])
+def test_either_determinism_flag_counts_as_in_force(monkeypatch, xla_flags, in_force):
+    monkeypatch.setenv("XLA_FLAGS", xla_flags)
+    assert numerics.flags_in_force() is in_force
 
 
 def test_a_new_process_gets_the_flags_before_its_backend_starts(tmp_path):

@@ -13,17 +13,21 @@ run's config (config.json), printed in the run's first line and written with its
 one bit for bit on a GPU as on a CPU. Two things differ between processes on a GPU, and each has
 an XLA flag, read once, when the backend starts:
 - execution: reductions and scatters with atomic adds sum in a different order each run:
-  `--xla_gpu_deterministic_ops=true` selects deterministic implementations;
+  `--xla_gpu_exclude_nondeterministic_ops=true` compiles deterministic implementations only;
 - compilation: autotuning times candidate kernels (convolution algorithms, GEMM and Triton
   configurations) and keeps the fastest, so a second process can pick another kernel that
   rounds differently. `--xla_gpu_per_fusion_autotune_cache_dir=<dir>` stores each choice in
   `<dir>` the first time and reads it back in every later process, so the resumed process
   runs the kernels of the first one. The trainer keeps that folder in the run's workdir
   (`xla_autotune/`), so it travels with the checkpoints.
-`configure_process` sets both before the backend starts (the training CLI calls it first
+The stricter `--xla_gpu_deterministic_ops=true` also excludes the non-deterministic kernels and
+in addition turns autotuning off (XLA's heuristic kernels, the same in every process without a
+cache); it is kept where a user's XLA_FLAGS set it (`flags_in_force` accepts either). What each
+costs in step time: `bin/benchmark.py --deterministic=true|ops|false`; whether a resumed run
+equals the uninterrupted one under each: `python -m benchmarks.resume_check`.
+`configure_process` sets the flags before the backend starts (the training CLI calls it first
 thing). A library caller whose jax already runs on a GPU without them gets one line saying so
 (`describe` reports it in the run's first line too). On a CPU the flags change nothing.
-What these flags cost in step time is printed by `bin/benchmark.py --deterministic=both`.
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ from gedl_jax import configuration
 
 PRECISIONS = configuration.ALLOWED["matmul_precision"]
 AUTOTUNE_FOLDER = "xla_autotune"   # inside a workdir
-_DETERMINISTIC_OPS = "--xla_gpu_deterministic_ops=true"
+_EXCLUDE_NONDETERMINISTIC = "--xla_gpu_exclude_nondeterministic_ops=true"
+DETERMINISTIC_OPS = "--xla_gpu_deterministic_ops=true"   # the stricter flag (module docstring)
 _AUTOTUNE_CACHE = "--xla_gpu_per_fusion_autotune_cache_dir="
 
 
@@ -55,7 +60,7 @@ def _flag_name(flag: str) -> str:
 
 def determinism_flags(autotune_dir: str | os.PathLike | None) -> list[str]:
     """The XLA flags of deterministic GPU execution and persisted autotuning choices."""
-    flags = [_DETERMINISTIC_OPS]
+    flags = [_EXCLUDE_NONDETERMINISTIC]
     if autotune_dir is not None:
         flags.append(f"{_AUTOTUNE_CACHE}{os.fspath(autotune_dir)}")
     return flags
@@ -99,9 +104,14 @@ def make_autotune_folder() -> None:
 
 
 def flags_in_force() -> bool:
-    """Whether XLA_FLAGS (as read when the backend started) ask for deterministic GPU ops."""
-    return _flag_name(_DETERMINISTIC_OPS) in {_flag_name(f)
-                                              for f in os.environ.get("XLA_FLAGS", "").split()}
+    """Whether XLA_FLAGS (as read when the backend started) ask for deterministic GPU kernels
+    (`--xla_gpu_exclude_nondeterministic_ops` or the stricter `--xla_gpu_deterministic_ops`)."""
+    names = {_flag_name(_EXCLUDE_NONDETERMINISTIC), _flag_name(DETERMINISTIC_OPS)}
+    for flag in os.environ.get("XLA_FLAGS", "").split():
+        name, _, value = flag.partition("=")
+        if name in names and value.lower() in ("", "true", "1"):
+            return True
+    return False
 
 
 def on_gpu() -> bool:
