@@ -131,7 +131,11 @@ if has_part tests; then
       TEST_ARGS=(-v -rfE -n "${GEDL_TEST_WORKERS:-4}")
     fi
   fi
+  # each failure's traceback as it happens (tests/conftest.py), in case the limit stops pytest
+  export GEDL_TEST_FAILURE_LOG="$OUT/test_failures.log"
+  rm -f "$GEDL_TEST_FAILURE_LOG"
   run_part tests "$PYTHON" -m pytest -p no:cacheprovider "${TEST_ARGS[@]}"
+  unset GEDL_TEST_FAILURE_LOG
 fi
 
 if has_part train; then

@@ -34,13 +34,15 @@ MACHINE_PATHS = (
 
 def scrub(folder: pathlib.Path) -> int:
     """Replace machine paths in the folder's logs and records, in place: the checkout's root by
-    nothing (paths become relative to it), then `MACHINE_PATHS`. Returns the files changed."""
+    nothing (paths become relative to it), then `MACHINE_PATHS`; NUL bytes are dropped. Returns
+    the files changed."""
     changed = 0
     for path in sorted(folder.rglob("*")):
         if path.suffix not in (".log", ".json", ".jsonl", ".md") or path.name == "README.md":
             continue
-        text = path.read_text()
-        new = text.replace(f"{REPO}/", "")
+        text = path.read_text(errors="replace")
+        # and NUL bytes: a log whose writer was killed mid-write can hold a run of them
+        new = text.replace(f"{REPO}/", "").replace("\0", "")
         for pattern, name in MACHINE_PATHS:
             new = pattern.sub(name, new)
         if new != text:
@@ -182,6 +184,8 @@ def report(folder: pathlib.Path) -> str:
            "| part | wall time s | exit status |", "|---|---:|---:|"]
     out += [f"| {name} | {w['seconds']} | {w['exit_status']} |" for name, w in walls.items()]
     out += ["", "## Tests", "", f"pytest: {_pytest_summary(folder / 'tests.log') or 'not run'}"]
+    if (folder / "test_failures.log").exists():
+        out += ["", "Each failure's traceback: [`test_failures.log`](test_failures.log)."]
     out += ["", "## Train step", ""]
     table = folder / "benchmark.md"
     out += [table.read_text().strip()] if table.exists() else ["Not run."]

@@ -176,3 +176,13 @@ def generated_data(generated_data_files, monkeypatch) -> Iterator[Path]:
     monkeypatch.setenv("GEDL_DATA_DIR", str(generated_data_files.root))
     with generated_data_files.registered() as root:
         yield root
+
+
+def pytest_runtest_logreport(report) -> None:
+    """With $GEDL_TEST_FAILURE_LOG set, each failure's report (its traceback) is appended to that
+    file as it happens, in the controlling process (bin/gpu_check.sh: a suite stopped by a time
+    limit still has the tracebacks pytest prints only at its end)."""
+    path = os.environ.get("GEDL_TEST_FAILURE_LOG")
+    if path and report.failed and "PYTEST_XDIST_WORKER" not in os.environ:
+        with open(path, "a") as f:
+            f.write(f"==== {report.nodeid} ({report.when})\n{report.longreprtext}\n\n")

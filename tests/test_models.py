@@ -405,13 +405,20 @@ def test_max_pool_ties_reshape_and_hybrid_split_gradient_evenly():
     np.testing.assert_allclose(g["reshape"].sum(), 4.0)
 
 
-def test_auto_pool_choice():
-    x = jnp.zeros((1, 4, 4, 1))
-    def n_reduce_window(train):
-        return str(jax.make_jaxpr(lambda x: models.max_pool_2x2(x, "auto", train=train))(x)).count(
-            "reduce_window_max")
-    assert n_reduce_window(False) == 1
-    assert n_reduce_window(True) == (0 if ON_CPU else 1)
+def test_auto_pool_choice(monkeypatch):
+    """Training pools by reshape on a CPU and by the hybrid elsewhere; evaluation by
+    reduce_window everywhere; and the choice is what runs."""
+    from gedl_jax.networks import layers  # noqa: PLC0415
+
+    for on_cpu, train, want in [(True, True, "reshape"), (True, False, "reduce_window"),
+                                (False, True, "hybrid"), (False, False, "reduce_window")]:
+        monkeypatch.setattr(layers, "_on_cpu", lambda v=on_cpu: v)
+        assert layers.pool_choice("auto", train) == want
+        assert layers.pool_choice("reduce_window", train) == "reduce_window"
+        jaxpr = str(jax.make_jaxpr(lambda x, t=train: models.max_pool_2x2(x, "auto", train=t))(
+            jnp.zeros((1, 4, 4, 1))))
+        assert ("custom_vjp" in jaxpr) == (want == "hybrid")
+        assert ("reduce_window_max" in jaxpr) == (want != "reshape")
 
 
 def test_cpu_implementations_give_same_model_outputs(vgg, convnet):

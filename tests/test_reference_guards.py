@@ -240,8 +240,15 @@ def test_pn_kl_epsilon_changes_the_reverse_kl_by_about_epsilon_over_alpha_min(al
         ours = _reverse_kl(alpha, target)                   # closed form
         theirs = _reverse_kl(alpha, target, 1e-8)           # the reference's epsilon
         worst = _rel(theirs, ours).max()
-        assert 0.5 * 1e-8 / alpha_min < worst < 5 * 1e-8 / alpha_min
+        # This platform's float32 rounding of the same KL: the classes in another order (a
+        # relabelling, so the same value) sum and round differently. On a CPU it is far below
+        # epsilon's effect; a GPU's special functions and reductions round otherwise, and the
+        # bounds widen by what rounding alone moves the KL, not by a guess.
+        noise = max(_rel(_reverse_kl(np.roll(alpha, r, 1), np.roll(target, r, 1)), ours).max()
+                    for r in (1, 3, 7))
+        assert 0.5 * 1e-8 / alpha_min - noise < worst < 5 * 1e-8 / alpha_min + noise
         if jax.default_backend() == "cpu":   # the documented values: XLA:CPU's lgamma/digamma
+            assert noise < 0.1 * 1e-8 / alpha_min   # the bounds above are epsilon's, here
             np.testing.assert_allclose(worst, want, rtol=0.05)
 
 

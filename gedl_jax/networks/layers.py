@@ -1,10 +1,11 @@
 """Layers of the protocol networks: convolution and max-pool implementations, initialisers.
 
-CPU performance (measured with `benchmarks/profile_models.py`; docs/performance.md): two
-layers have CPU-specific implementations, chosen per model by the `conv_impl` / `pool_impl`
-attributes. `"auto"` (the default) uses them only when `jax.default_backend() == "cpu"`, so GPUs
-run the plain path; every choice gives the same parameter tree (checkpoints are interchangeable)
-and the same forward values up to float32 summation order.
+Performance (CPU measured with `benchmarks/profile_models.py`, docs/performance.md; GPU with
+`bin/benchmark.py --pool_impl`): two layers have backend-specific implementations, chosen per
+model by the `conv_impl` / `pool_impl` attributes. `"auto"` (the default) picks im2col
+convolutions only when `jax.default_backend() == "cpu"`, and the max-pool's training gradient
+per backend (below); every choice gives the same parameter tree (checkpoints are
+interchangeable) and the same forward values up to float32 summation order.
 - `conv_impl`: `"xla"` is `lax.conv_general_dilated` (what `nn.Conv` runs); `"im2col"` pads, slices
   the kh*kw shifted windows, concatenates them and does one matmul. `"auto"` uses im2col on CPU
   only for convolutions whose kernel is larger than their input (VGG's last block: 3x3 kernels on
@@ -13,8 +14,14 @@ and the same forward values up to float32 summation order.
 - `pool_impl`: `"reduce_window"` is `nn.max_pool`; `"reshape"` crops to even size (floor, as
   PyTorch) and takes the max over a (2, 2) reshape, whose backward is much faster than
   select-and-scatter while its forward is slower; `"hybrid"` = reduce_window forward + an explicit
-  reshape-style backward (custom VJP). `"auto"`: on CPU "reshape" when `train=True`, else
-  "reduce_window" (the ConvNet and VGG16 pass their `train` flag to the pool).
+  reshape-style backward (custom VJP). `"auto"`: when `train=True`, "reshape" on CPU and
+  "hybrid" elsewhere; "reduce_window" otherwise (the ConvNet and VGG16 pass their `train` flag to
+  the pool). On a GPU under deterministic kernels (`config.deterministic`, the default)
+  reduce_window's gradient, a select-and-scatter, is what makes the step slow: an H200 ran the
+  ConvNet step (batch 128, TF32) in 1.62 ms with it, 0.85 ms with "hybrid" and 0.69 ms with it
+  under XLA's fastest, non-deterministic kernels (docs/results/gpu/nvidia_h200/). Every train
+  choice but "reduce_window" splits a tied maximum's gradient evenly, so a CPU and a GPU run
+  follow the same rule.
 
 Measured img/s on the project's 2-core CPU (jax 0.10.2, float32; best round of interleaved
 medians, the machine is shared so rounds vary by up to 2x; PyTorch 2.13 with 2 threads on the same
@@ -199,22 +206,30 @@ def _pool_hybrid_bwd(residuals, g_BxHoxWoxC):
 _pool_hybrid.defvjp(_pool_hybrid_fwd, _pool_hybrid_bwd)
 
 
+def pool_choice(impl: str, train: bool) -> str:
+    """The implementation `max_pool_2x2` runs for `impl` ("auto" resolved on this backend)."""
+    check_choice(impl, POOL_IMPLS, "pool_impl")
+    if impl != "auto":
+        return impl
+    if not train:
+        return "reduce_window"   # its forward is the fastest on every backend measured
+    return "reshape" if _on_cpu() else "hybrid"
+
+
 def max_pool_2x2(x_BxHxWxC: jax.Array, impl: str = "auto", *, train: bool = False) -> jax.Array:
     """2x2 / stride 2 max-pool with floor cropping of odd sizes (PyTorch `MaxPool2d(2)`).
 
     impl: "reduce_window" (`nn.max_pool`), "reshape" (crop + reshape + max), "hybrid"
-    (reduce_window forward, explicit reshape-style backward) or "auto": on CPU "reshape" when
-    `train` (its backward makes the ConvNet train step ~1.7x faster) and "reduce_window"
-    otherwise (its forward is ~1.5x faster); "reduce_window" on other backends.
+    (reduce_window forward, explicit reshape-style backward) or "auto" (`pool_choice`): when
+    `train`, "reshape" on CPU (its backward makes the ConvNet train step ~1.7x faster) and
+    "hybrid" elsewhere (on a GPU with deterministic kernels ~1.9x faster than reduce_window's
+    select-and-scatter gradient); "reduce_window" otherwise (its forward is ~1.5x faster on CPU).
     All give the same forward. Their gradients agree unless a window holds tied maxima:
     reduce_window's select-and-scatter sends the gradient to one of them, the reshape and hybrid
     backwards split it evenly (after a ReLU such ties are zeros, whose gradient the ReLU discards).
     """
-    check_choice(impl, POOL_IMPLS, "pool_impl")
-    if impl == "auto":
-        impl = "reshape" if (train and _on_cpu()) else "reduce_window"
     return {"reduce_window": _pool_reduce_window, "reshape": _pool_reshape,
-            "hybrid": _pool_hybrid}[impl](x_BxHxWxC)
+            "hybrid": _pool_hybrid}[pool_choice(impl, train)](x_BxHxWxC)
 
 
 def layer_inits(init: str, fan_in: int) -> tuple[Initializer, Initializer]:
