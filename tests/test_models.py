@@ -405,6 +405,15 @@ def test_max_pool_ties_reshape_and_hybrid_split_gradient_evenly():
     np.testing.assert_allclose(g["reshape"].sum(), 4.0)
 
 
+def test_hybrid_pool_gradient_under_vmap_equals_the_reshape_pools():
+    """Off the CPU the hybrid pool trains vmapped seeds too (`vmap_seeds`): its custom VJP
+    batches to the reshape pool's gradient, bit for bit."""
+    x = jax.random.normal(jax.random.PRNGKey(0), (3, 2, 7, 6, 4))
+    grads = {impl: jax.vmap(jax.grad(lambda v, i=impl: (models.max_pool_2x2(v, i) ** 2).sum()))(x)
+             for impl in ("hybrid", "reshape")}
+    np.testing.assert_array_equal(grads["hybrid"], grads["reshape"])
+
+
 def test_auto_pool_choice(monkeypatch):
     """Training pools by reshape on a CPU and by the hybrid elsewhere; evaluation by
     reduce_window everywhere; and the choice is what runs."""
