@@ -46,9 +46,10 @@ import numpy as np
 from scipy import special
 
 __all__ = ["FEATURE_SCORE_NAMES", "KNN_DEFAULT_K", "LOGIT_SCORE_NAMES", "POSTHOC_SCORE_NAMES",
-           "KnnFit", "MahalanobisFit", "VimFit", "energy_score", "fit_knn", "fit_mahalanobis", "fit_vim",
-           "knn_score", "logit_scores", "mahalanobis_score", "max_logit_score", "msp_score",
-           "neg_entropy_score", "vim_default_dim", "vim_score"]
+           "KnnFit", "MahalanobisFit", "PosthocOptions", "VimFit", "energy_score", "fit_knn",
+           "fit_mahalanobis", "fit_posthoc", "fit_vim", "knn_score", "logit_scores",
+           "mahalanobis_score", "max_logit_score", "msp_score", "neg_entropy_score",
+           "posthoc_scores", "vim_default_dim", "vim_score"]
 
 # Scores of logits alone, then the scores that also need features (and a training fit).
 LOGIT_SCORE_NAMES: tuple[str, ...] = ("msp", "max_logit", "energy", "neg_entropy")
@@ -302,3 +303,82 @@ def vim_score(fit: VimFit, features_NxF: Any, logits_NxK: Any) -> np.ndarray:
         raise ValueError(f"features_NxF has {x.shape[0]} rows, logits_NxK {z.shape[0]}.")
     residual_norm = np.linalg.norm((x - fit.origin_F) @ fit.residual_basis_FxR, axis=1)
     return special.logsumexp(z, axis=1) - fit.alpha * residual_norm
+
+
+# ------------------------------------------------------------------------- several at once
+@dataclasses.dataclass(frozen=True)
+class PosthocOptions:
+    """Which post-hoc scores to compute and their settings.
+
+    scores: names from ``POSTHOC_SCORE_NAMES`` (default: none); temperature: energy's T;
+    knn_k: KNN's k; vim_dim: ViM's D (None = ``vim_default_dim``)."""
+
+    scores: tuple[str, ...] = ()
+    temperature: float = 1.0
+    knn_k: int = KNN_DEFAULT_K
+    vim_dim: int | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "scores", tuple(self.scores))
+        unknown = [s for s in self.scores if s not in POSTHOC_SCORE_NAMES]
+        if unknown:
+            raise ValueError(f"unknown post-hoc scores {unknown}; known: "
+                             f"{', '.join(POSTHOC_SCORE_NAMES)}.")
+
+    @property
+    def needs_features(self) -> bool:
+        """Whether a score needs penultimate features (and a fit on the training split)."""
+        return any(s in FEATURE_SCORE_NAMES for s in self.scores)
+
+
+def fit_posthoc(options: PosthocOptions, train_features_NxF: Any = None,
+                train_labels_N: Any = None, train_logits_NxK: Any = None,
+                last_layer: tuple[Any, Any] | None = None) -> dict[str, Any]:
+    """The training-split fits the feature scores of `options` need ({score: fit}; empty for
+    logit scores alone). `last_layer` = (weight_FxK, bias_K) is ViM's."""
+    fits: dict[str, Any] = {}
+    if not options.needs_features:
+        return fits
+    if train_features_NxF is None:
+        raise ValueError(f"the scores {[s for s in options.scores if s in FEATURE_SCORE_NAMES]} "
+                         "need the training split's features.")
+    if "neg_mahalanobis" in options.scores:
+        if train_labels_N is None:
+            raise ValueError("neg_mahalanobis needs the training split's labels.")
+        k = None if train_logits_NxK is None else np.asarray(train_logits_NxK).shape[1]
+        fits["neg_mahalanobis"] = fit_mahalanobis(train_features_NxF, train_labels_N, k)
+    if "neg_knn_distance" in options.scores:
+        fits["neg_knn_distance"] = fit_knn(train_features_NxF, options.knn_k)
+    if "vim" in options.scores:
+        if last_layer is None or train_logits_NxK is None:
+            raise ValueError("vim needs the last linear layer (weight_FxK, bias_K) and the "
+                             "training split's logits.")
+        fits["vim"] = fit_vim(train_features_NxF, train_logits_NxK, *last_layer,
+                              principal_dim=options.vim_dim)
+    return fits
+
+
+def posthoc_scores(options: PosthocOptions, fits: dict[str, Any], logits_NxK: Any,
+                   features_NxF: Any = None) -> dict[str, np.ndarray]:
+    """{score: (N,) float64} for every score of `options`, with the fits of ``fit_posthoc``.
+
+    >>> posthoc_scores(PosthocOptions(("max_logit", "energy")), {}, np.zeros((1, 2)))
+    {'max_logit': array([0.]), 'energy': array([0.69314718])}
+    """
+    by_logits = {"msp": msp_score, "max_logit": max_logit_score,
+                 "energy": lambda z: energy_score(z, options.temperature),
+                 "neg_entropy": neg_entropy_score}
+    out: dict[str, np.ndarray] = {}
+    for name in options.scores:
+        if name in by_logits:
+            out[name] = by_logits[name](logits_NxK)
+            continue
+        if features_NxF is None or name not in fits:
+            raise ValueError(f"{name} needs features and its training fit (fit_posthoc).")
+        if name == "neg_mahalanobis":
+            out[name] = mahalanobis_score(fits[name], features_NxF)
+        elif name == "neg_knn_distance":
+            out[name] = knn_score(fits[name], features_NxF)
+        else:
+            out[name] = vim_score(fits[name], features_NxF, logits_NxK)
+    return out
