@@ -458,9 +458,9 @@ def _fit_affine(x: np.ndarray, labels_N: Any, kind: str, l2_off: float, l2_bias:
                                      "ftol": 1e-14})
     theta = res.x if res.fun <= fun(start)[0] else start
     w, b = unpack(theta)
-    nll = lambda w_, b_: _temperature_nll(x @ w_ + b_, labels, 1.0)   # noqa: E731
     return AffineCalibrationFit(weight_KxK=w, bias_K=b, kind=kind,
-                                nll_before=nll(np.eye(k), np.zeros(k)), nll_after=nll(w, b),
+                                nll_before=_temperature_nll(x, labels, 1.0),
+                                nll_after=_temperature_nll(x @ w + b, labels, 1.0),
                                 num_examples=int(labels.size), l2_off_diagonal=float(l2_off),
                                 l2_bias=float(l2_bias), converged=bool(res.success))
 

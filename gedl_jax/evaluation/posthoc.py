@@ -64,8 +64,8 @@ _CHUNK = 2048   # rows per block of the pairwise distances (memory: _CHUNK x num
 def _finite_matrix(x: Any, name: str, min_cols: int = 1) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
     if x.ndim != 2 or x.shape[1] < min_cols:
-        raise ValueError(f"{name} must have shape (N, {'K' if min_cols == 2 else 'F'}) with "
-                         f"at least {min_cols} column(s), got {x.shape}.")
+        raise ValueError(f"{name} must be a 2-D array with at least {min_cols} column(s), got "
+                         f"shape {x.shape}.")
     if x.shape[0] == 0:
         raise ValueError(f"{name} has no examples.")
     if not np.all(np.isfinite(x)):

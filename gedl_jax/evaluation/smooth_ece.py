@@ -126,11 +126,11 @@ def _smooth(f: np.ndarray, values_VxN: np.ndarray, sigma: float) -> tuple[np.nda
     period = 2 * intervals
     # The inputs and their mirror images on a circle of length 2 (periodic grid of 2 G - 2).
     circle = np.zeros((values_VxN.shape[0], period))
-    mirror = lambda i: (period - i) % period   # noqa: E731 (the image of grid point i)
     for index, weight in ((left, 1.0 - frac), (left + 1, frac)):
+        image = (period - index) % period   # the mirror image of grid point `index`
         for v, row in enumerate(values_VxN):
             np.add.at(circle[v], index, weight * row)
-            np.add.at(circle[v], mirror(index), weight * row)
+            np.add.at(circle[v], image, weight * row)
     distance = np.arange(period) * step
     kernel = sum(np.exp(-0.5 * ((distance - 2.0 * m) / sigma) ** 2) for m in range(-3, 4))
     kernel /= math.sqrt(2.0 * math.pi) * sigma
@@ -173,7 +173,9 @@ def smooth_ece(confidence_N: Any, outcome_N: Any, sigma: float | None = None
     """
     f, y = _inputs(confidence_N, outcome_N)
     if sigma is None:
-        gap = lambda s: _smece_at(f, y, s)[0] - s   # noqa: E731 (decreasing in s)
+        def gap(s: float) -> float:   # smECE_s - s, decreasing in s
+            return _smece_at(f, y, s)[0] - s
+
         if gap(1.0) >= 0:
             sigma = 1.0
         elif gap(SIGMA_MIN) <= 0:
@@ -189,6 +191,7 @@ def smooth_ece(confidence_N: Any, outcome_N: Any, sigma: float | None = None
     value, t, density, outcome = _smece_at(f, y, float(sigma))
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_outcome = np.where(density > 0, outcome / density, np.nan)
+    density_integral = _trapezoid(density) * (t[1] - t[0])
     return SmoothEceResult(smooth_ece=value, sigma=float(sigma), t_M=t,
-                           mean_outcome_M=mean_outcome, density_M=density / (_trapezoid(density) * (t[1] - t[0])),
+                           mean_outcome_M=mean_outcome, density_M=density / density_integral,
                            num_examples=int(f.size))
