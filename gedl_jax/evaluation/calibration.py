@@ -49,6 +49,39 @@ considered:
    (p_y(s) = (s e_y + W a_y) / (s E + W) rises or falls with s per example), so the search is a
    grid over log s followed by a bounded Brent refinement around the best grid point.
 
+More calibrators of categorical predictions, and which rankings they change
+-----------------------------------------------------------------------------
+* **Vector scaling** (Guo et al., 2017): p = softmax(z * w + b), w, b in R^K (``fit_vector_scaling``
+  / ``apply_affine``). w = (1/T, ..., 1/T), b = 0 is temperature scaling. Unregularised.
+* **Matrix scaling** (Guo et al., 2017): p = softmax(z W + b), W (K, K). With the off-diagonal
+  and intercept L2 of Kull et al. (2019) ("ODIR"): the objective is NLL + lambda / (K (K - 1))
+  sum_{i != j} W_ij^2 + mu / K sum_k b_k^2, default lambda = mu = 0.01 (the paper chooses them by
+  cross-validation; pass your own). ``fit_matrix_scaling`` / ``apply_affine``.
+* **Dirichlet calibration** (Kull et al., 2019): p = softmax(log(q) W + b), the same linear map
+  with ODIR on the log-probabilities q (clipped at 1e-12) of a model that outputs probabilities
+  (``fit_dirichlet_calibration`` / ``apply_dirichlet_calibration``). Implemented here from the
+  paper's formula: the ``dirichletcal`` package (0.5.3, 2025) would add a dependency for one
+  linear layer.
+  These three start at the identity (W = I, b = 0) and minimise with scipy's L-BFGS-B with the
+  exact gradient; the start has zero penalty, so the fitted validation NLL never exceeds the
+  uncalibrated one.
+* **Isotonic regression** (Zadrozny & Elkan, 2002), **one-vs-rest per class** as scikit-learn's
+  ``CalibratedClassifierCV``: for each class k a non-decreasing step map g_k of p_k fitted to
+  [y == k] (pool-adjacent-violators, tied p_k pooled first), interpolated linearly between its
+  points and clipped outside them; then p'_k = g_k(p_k) / sum_j g_j(p_j) (uniform where every
+  g_j is 0). ``fit_isotonic`` / ``apply_isotonic``.
+
+Which keep a ranking: temperature scaling keeps the argmax, but with K > 2 classes not the order
+of the examples by max_k p_k (the maximum of softmax(z / T) depends on every logit: logits
+(2, 0, 0) and (3, 2.9, -100) have max probabilities 0.79 > 0.52 at T = 1 and 0.38 < 0.50 at
+T = 10); the evidence scale keeps the argmax and the order by u (above). **Vector and matrix
+scaling and Dirichlet calibration can change the predicted class** (a per-class weight or bias
+moves the argmax) and the order of examples by any confidence score. **Isotonic regression
+creates ties** (a step map sends whole intervals of p_k to one value) and, through the
+renormalisation, can change both the argmax and the order by max_k p_k. Only the evidence
+scale keeps the UM ranking; no categorical calibrator here touches a score that is not a
+function of p (a precision's "um", DUQ's kernel, the post-hoc feature scores).
+
 The small ``calibration_summary`` (NLL, Brier, 15-bin ECE, accuracy) follows the conventions of
 ``evaluation.metrics`` (top-label ECE on (lower, upper] bins; NLL with p clipped at float64 eps;
 squared multi-class Brier) without importing it; the tests check they agree.
@@ -71,9 +104,11 @@ from typing import Any
 import numpy as np
 from scipy import optimize, special
 
-__all__ = ["EvidenceScaleFit", "TemperatureFit", "apply_evidence_scale", "apply_temperature",
-           "calibration_summary", "evidence_from_alpha", "fit_evidence_scale", "fit_temperature",
-           "probs_as_logits"]
+__all__ = ["AffineCalibrationFit", "EvidenceScaleFit", "IsotonicFit", "TemperatureFit",
+           "apply_affine", "apply_dirichlet_calibration", "apply_evidence_scale",
+           "apply_isotonic", "apply_temperature", "calibration_summary", "evidence_from_alpha",
+           "fit_dirichlet_calibration", "fit_evidence_scale", "fit_isotonic",
+           "fit_matrix_scaling", "fit_temperature", "fit_vector_scaling", "probs_as_logits"]
 
 _TINY = float(np.finfo(np.float64).tiny)   # log(_TINY) = -708.4, finite
 _EPS = float(np.finfo(np.float64).eps)     # NLL clipping, as gedl_jax.evaluation.metrics.nll
@@ -349,3 +384,244 @@ def calibration_summary(probs_NxK: Any, labels_N: Any, num_bins: int = 15) -> di
             "nll": float(-np.mean(np.log(np.clip(p[rows, labels], _EPS, 1.0 - _EPS)))),
             "brier": float(np.mean(np.sum((p - onehot) ** 2, axis=1))),
             "ece": float(np.sum(gap[count > 0]) / n)}
+
+
+# ----------------------------------------------- vector / matrix scaling, Dirichlet calibration
+_DIRICHLET_CLIP = 1e-12   # log-probabilities of Dirichlet calibration: log max(q, 1e-12)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class AffineCalibrationFit:
+    """A fitted affine map of logits (or log-probabilities) x: p = softmax(x W + b).
+
+    kind: "vector" (W diagonal), "matrix" or "dirichlet" (on log q); l2_off_diagonal / l2_bias:
+    the ODIR weights (lambda, mu) it was fitted with; nll_before / nll_after: validation NLL
+    at W = I, b = 0 and at the fit (the penalty excluded); converged: L-BFGS-B's flag."""
+
+    weight_KxK: np.ndarray
+    bias_K: np.ndarray
+    kind: str
+    nll_before: float
+    nll_after: float
+    num_examples: int
+    l2_off_diagonal: float = 0.0
+    l2_bias: float = 0.0
+    converged: bool = True
+
+
+def _affine_objective(x: np.ndarray, labels: np.ndarray, diagonal: bool, l2_off: float,
+                      l2_bias: float):
+    """(objective(theta), gradient) of the mean NLL of softmax(x W + b) plus ODIR, theta =
+    (diag(W) or W row-major, b)."""
+    n, k = x.shape
+    rows = np.arange(n)
+    off = ~np.eye(k, dtype=bool)
+    off_scale = l2_off / (k * (k - 1))
+
+    def unpack(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        w = np.diag(theta[:k]) if diagonal else theta[:k * k].reshape(k, k)
+        return w, theta[-k:]
+
+    def fun(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        w, b = unpack(theta)
+        z = x @ w + b
+        log_p = z - special.logsumexp(z, axis=1, keepdims=True)
+        value = -np.mean(log_p[rows, labels])
+        grad_z = np.exp(log_p)
+        grad_z[rows, labels] -= 1.0
+        grad_z /= n
+        grad_w = x.T @ grad_z
+        grad_b = grad_z.sum(axis=0) + 2.0 * l2_bias / k * b
+        value += l2_bias / k * float(b @ b)
+        if diagonal:
+            grad_theta_w = np.diag(grad_w)
+        else:
+            value += off_scale * float(np.sum(w[off] ** 2))
+            grad_theta_w = (grad_w + 2.0 * off_scale * np.where(off, w, 0.0)).ravel()
+        return float(value), np.concatenate([grad_theta_w, grad_b])
+
+    return fun, unpack
+
+
+def _fit_affine(x: np.ndarray, labels_N: Any, kind: str, l2_off: float, l2_bias: float,
+                max_iterations: int) -> AffineCalibrationFit:
+    labels = _labels(labels_N, *x.shape)
+    for name, value in (("l2_off_diagonal", l2_off), ("l2_bias", l2_bias)):
+        if not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"{name} must be finite and >= 0, got {value}.")
+    k = x.shape[1]
+    diagonal = kind == "vector"
+    fun, unpack = _affine_objective(x, labels, diagonal, float(l2_off), float(l2_bias))
+    start = np.concatenate([np.ones(k) if diagonal else np.eye(k).ravel(), np.zeros(k)])
+    res = optimize.minimize(fun, start, jac=True, method="L-BFGS-B",
+                            options={"maxiter": int(max_iterations), "gtol": 1e-9,
+                                     "ftol": 1e-14})
+    theta = res.x if res.fun <= fun(start)[0] else start
+    w, b = unpack(theta)
+    return AffineCalibrationFit(weight_KxK=w, bias_K=b, kind=kind,
+                                nll_before=_temperature_nll(x, labels, 1.0),
+                                nll_after=_temperature_nll(x @ w + b, labels, 1.0),
+                                num_examples=int(labels.size), l2_off_diagonal=float(l2_off),
+                                l2_bias=float(l2_bias), converged=bool(res.success))
+
+
+def fit_vector_scaling(logits_NxK: Any, labels_N: Any, *, max_iterations: int = 1000
+                       ) -> AffineCalibrationFit:
+    """Fits p = softmax(z * w + b) (w, b in R^K) minimising the **validation** NLL
+    (module docstring; it can change the predicted class).
+
+    >>> z = np.array([[4.0, 0.0], [0.0, 4.0], [4.0, 0.0], [4.0, 0.0]])
+    >>> fit = fit_vector_scaling(z, np.array([0, 1, 0, 1]))
+    >>> bool(fit.nll_after < fit.nll_before), fit.weight_KxK.shape
+    (True, (2, 2))
+    """
+    return _fit_affine(_finite_logits(logits_NxK), labels_N, "vector", 0.0, 0.0,
+                       max_iterations)
+
+
+def fit_matrix_scaling(logits_NxK: Any, labels_N: Any, *, l2_off_diagonal: float = 0.01,
+                       l2_bias: float = 0.01, max_iterations: int = 1000
+                       ) -> AffineCalibrationFit:
+    """Fits p = softmax(z W + b) minimising the **validation** NLL plus ODIR,
+    l2_off_diagonal / (K (K - 1)) sum_{i != j} W_ij^2 + l2_bias / K sum_k b_k^2 (module
+    docstring; it can change the predicted class).
+
+    >>> z = np.array([[4.0, 0.0], [0.0, 4.0], [4.0, 0.0], [4.0, 0.0]])
+    >>> bool(fit_matrix_scaling(z, np.array([0, 1, 0, 1])).nll_after < 1.0)
+    True
+    """
+    return _fit_affine(_finite_logits(logits_NxK), labels_N, "matrix", l2_off_diagonal,
+                       l2_bias, max_iterations)
+
+
+def _dirichlet_log_probs(probs_NxK: Any) -> np.ndarray:
+    probs = _matrix(probs_NxK, "probs_NxK")
+    if not np.all(np.isfinite(probs)) or probs.min() < 0:
+        raise ValueError("probs_NxK must be finite and >= 0.")
+    return np.log(np.maximum(probs, _DIRICHLET_CLIP))
+
+
+def fit_dirichlet_calibration(probs_NxK: Any, labels_N: Any, *, l2_off_diagonal: float = 0.01,
+                              l2_bias: float = 0.01, max_iterations: int = 1000
+                              ) -> AffineCalibrationFit:
+    """Dirichlet calibration (Kull et al., 2019): p = softmax(log(q) W + b) on the model's
+    **validation** probabilities q, with ODIR (as ``fit_matrix_scaling``).
+
+    >>> q = np.array([[0.9, 0.1], [0.1, 0.9], [0.9, 0.1], [0.9, 0.1]])
+    >>> fit = fit_dirichlet_calibration(q, np.array([0, 1, 0, 1]))
+    >>> fit.kind, bool(fit.nll_after < fit.nll_before)
+    ('dirichlet', True)
+    """
+    return _fit_affine(_dirichlet_log_probs(probs_NxK), labels_N, "dirichlet", l2_off_diagonal,
+                       l2_bias, max_iterations)
+
+
+def apply_affine(logits_NxK: Any, fit: AffineCalibrationFit) -> np.ndarray:
+    """softmax(z W + b), (N, K) float64, for a vector- or matrix-scaling fit.
+
+    >>> fit = AffineCalibrationFit(np.eye(2) / 2, np.zeros(2), "vector", 0.0, 0.0, 1)
+    >>> apply_affine(np.array([[np.log(9.0), 0.0]]), fit).round(4).tolist()  # = T = 2
+    [[0.75, 0.25]]
+    """
+    if fit.kind == "dirichlet":
+        raise ValueError("a Dirichlet calibration applies to probabilities: use "
+                         "apply_dirichlet_calibration.")
+    z = _finite_logits(logits_NxK)
+    if z.shape[1] != fit.bias_K.size:
+        raise ValueError(f"logits_NxK has {z.shape[1]} classes, the fit {fit.bias_K.size}.")
+    return np.exp(_log_softmax(z @ fit.weight_KxK + fit.bias_K))
+
+
+def apply_dirichlet_calibration(probs_NxK: Any, fit: AffineCalibrationFit) -> np.ndarray:
+    """softmax(log(q) W + b), (N, K) float64, q clipped at 1e-12 before the log."""
+    if fit.kind != "dirichlet":
+        raise ValueError(f"apply_dirichlet_calibration needs a Dirichlet fit, got {fit.kind!r}.")
+    x = _dirichlet_log_probs(probs_NxK)
+    if x.shape[1] != fit.bias_K.size:
+        raise ValueError(f"probs_NxK has {x.shape[1]} classes, the fit {fit.bias_K.size}.")
+    return np.exp(_log_softmax(x @ fit.weight_KxK + fit.bias_K))
+
+
+# ----------------------------------------------------------------------------- isotonic regression
+@dataclasses.dataclass(frozen=True, eq=False)
+class IsotonicFit:
+    """Per class k, the points (x, g_k(x)) of the fitted non-decreasing map, x increasing:
+    ``thresholds_x[k]`` and ``thresholds_y[k]``. nll_before / nll_after: validation NLL."""
+
+    thresholds_x: tuple[np.ndarray, ...]
+    thresholds_y: tuple[np.ndarray, ...]
+    nll_before: float
+    nll_after: float
+    num_examples: int
+
+
+def _pool_adjacent_violators(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The least-squares non-decreasing fit of y on x: (distinct x increasing, fitted values).
+    Tied x are first pooled into their mean (weighted by their count)."""
+    order = np.argsort(x, kind="stable")
+    xs, ys = x[order], y[order]
+    distinct, start = np.unique(xs, return_index=True)
+    counts = np.diff(np.r_[start, xs.size]).astype(np.float64)
+    means = np.add.reduceat(ys, start) / counts
+    # Blocks of (value, weight, number of distinct points), merged while they decrease.
+    values: list[float] = []
+    weights: list[float] = []
+    sizes: list[int] = []
+    for v, w in zip(means, counts):
+        values.append(float(v))
+        weights.append(float(w))
+        sizes.append(1)
+        while len(values) > 1 and values[-2] > values[-1]:
+            w_sum = weights[-2] + weights[-1]
+            merged = (values[-2] * weights[-2] + values[-1] * weights[-1]) / w_sum
+            size = sizes[-2] + sizes[-1]
+            del values[-1], weights[-1], sizes[-1]
+            values[-1], weights[-1], sizes[-1] = merged, w_sum, size
+    return distinct, np.repeat(values, sizes)
+
+
+def _apply_isotonic(probs: np.ndarray, fit: IsotonicFit) -> np.ndarray:
+    mapped = np.stack([np.interp(probs[:, k], fit.thresholds_x[k], fit.thresholds_y[k])
+                       for k in range(probs.shape[1])], axis=1)
+    total = mapped.sum(axis=1, keepdims=True)
+    uniform = np.full_like(mapped, 1.0 / mapped.shape[1])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, mapped / total, uniform)
+
+
+def _probs(probs_NxK: Any) -> np.ndarray:
+    p = _matrix(probs_NxK, "probs_NxK")
+    if not np.all(np.isfinite(p)) or p.min() < 0 or p.max() > 1:
+        raise ValueError("probs_NxK must hold finite probabilities in [0, 1].")
+    return p
+
+
+def _probs_nll(probs: np.ndarray, labels: np.ndarray) -> float:
+    return float(-np.mean(np.log(np.clip(probs[np.arange(labels.size), labels], _EPS, 1.0))))
+
+
+def fit_isotonic(probs_NxK: Any, labels_N: Any) -> IsotonicFit:
+    """One-vs-rest isotonic regression per class on the **validation** probabilities (module
+    docstring: it creates ties and can change the predicted class).
+
+    >>> q = np.array([[0.9, 0.1], [0.8, 0.2], [0.7, 0.3], [0.6, 0.4]])
+    >>> apply_isotonic(q, fit_isotonic(q, np.array([0, 0, 1, 0]))).round(3).tolist()
+    [[1.0, 0.0], [1.0, 0.0], [0.5, 0.5], [0.5, 0.5]]
+    """
+    p = _probs(probs_NxK)
+    labels = _labels(labels_N, *p.shape)
+    xs, ys = zip(*(_pool_adjacent_violators(p[:, k], (labels == k).astype(np.float64))
+                   for k in range(p.shape[1])))
+    fit = IsotonicFit(thresholds_x=tuple(xs), thresholds_y=tuple(ys), nll_before=0.0,
+                      nll_after=0.0, num_examples=int(labels.size))
+    return dataclasses.replace(fit, nll_before=_probs_nll(p, labels),
+                               nll_after=_probs_nll(_apply_isotonic(p, fit), labels))
+
+
+def apply_isotonic(probs_NxK: Any, fit: IsotonicFit) -> np.ndarray:
+    """g_k(p_k) / sum_j g_j(p_j) per row, (N, K) float64 (uniform where every g_j(p_j) = 0)."""
+    p = _probs(probs_NxK)
+    if p.shape[1] != len(fit.thresholds_x):
+        raise ValueError(f"probs_NxK has {p.shape[1]} classes, the fit "
+                         f"{len(fit.thresholds_x)}.")
+    return _apply_isotonic(p, fit)

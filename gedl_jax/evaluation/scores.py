@@ -27,6 +27,9 @@ Score names (``SCORE_NAMES``):
                               Sigma_c), before its clipping to the training range.
   "neg_variance_sum"          F-EDL: -EU = -sum_k Var[pi_k] of the Flexible Dirichlet (epistemic).
   "neg_expected_gini"         F-EDL: -AU = -E[1 - sum_k pi_k^2] (aleatoric).
+  "msp", "max_logit", "energy", "neg_mahalanobis", "neg_knn_distance", "vim"
+                              post-hoc scores of a classifier's logits / penultimate features
+                              (``gedl_jax.evaluation.posthoc``, which defines them).
 "um" of methods whose Dirichlet has alpha = exp(.) (Prior Networks, PostNet, DAEDL) is scored in
 log space, log alpha_0 = logsumexp of the log concentrations: their prior strength W is a constant,
 so -W/S and log S rank identically, and exp never overflows (float32 overflows above ~88.7).
@@ -52,6 +55,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gedl_jax import evidential as ev
+from gedl_jax.evaluation import posthoc
 
 __all__ = ["SCORE_NAMES", "DIRICHLET_SCORE_NAMES", "MEASURE_NAMES", "categorical_scores",
            "check_dirichlet", "confidence_scores", "entropy", "sampled_scores",
@@ -64,6 +68,8 @@ DIRICHLET_SCORE_NAMES: tuple[str, ...] = ("mp", "um", "max_alpha", "strength", "
 SCORE_NAMES: tuple[str, ...] = DIRICHLET_SCORE_NAMES + ("neg_entropy",)
 # Method-specific scores (gedl_jax.methods): DUQ's, DAEDL's and F-EDL's own.
 SCORE_NAMES += ("neg_kernel_distance", "log_density", "neg_variance_sum", "neg_expected_gini")
+# The post-hoc scores of any classifier's logits and features ("neg_entropy" is already above).
+SCORE_NAMES += tuple(s for s in posthoc.POSTHOC_SCORE_NAMES if s not in SCORE_NAMES)
 MEASURE_NAMES: tuple[str, ...] = ("u", "mutual_information", "variance_sum", "expected_entropy",
                                   "differential_entropy", "max_probability", "strength",
                                   "log_strength")

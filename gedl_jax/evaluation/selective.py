@@ -41,6 +41,17 @@ Conventions (all float64, NumPy only):
 * **Coverage at risk r**: the largest coverage among the curve points whose selective risk is
   <= r; 0 when no point qualifies (abstaining on everything).
 
+**SCOD** (selective classification with OOD inputs in the pool; Xia & Bouganis, 2022, with
+every OOD input weighing as one in-distribution example): the pool is the N in-distribution
+test examples plus the M examples of one OOD set, N + M in all, ranked by the same score. An
+in-distribution example is an error when it is misclassified; an **OOD example is an error
+whenever it is accepted** (no label of the task can be right). Every quantity above is then
+computed on the pool (``scod_pool`` builds it; ``scod_metrics``, ``scod_aurc``,
+``scod_risk_at_coverage``): coverage = |accepted| / (N + M), selective risk = (misclassified
+in-distribution + OOD among the accepted) / |accepted|, ties (across the two sets too) accepted
+together. The numbers depend on the pool's mix M / (N + M) (the error rate at full coverage
+is (E + M) / (N + M)); with M = 0 they are the in-distribution ones.
+
 >>> import numpy as np
 >>> correct = np.array([True, True, False, True])
 >>> scores = np.array([0.9, 0.8, 0.7, 0.6])
@@ -59,7 +70,8 @@ import numpy as np
 
 __all__ = ["COVERAGE_LEVELS", "RISK_LEVELS", "RiskCoverageCurve", "augrc", "aurc",
            "coverage_at_risk", "e_aurc", "oracle_aurc", "oracle_aurc_closed_form",
-           "risk_at_coverage", "risk_coverage_curve", "selective_metrics"]
+           "risk_at_coverage", "risk_coverage_curve", "scod_aurc", "scod_metrics", "scod_pool",
+           "scod_risk_at_coverage", "selective_metrics"]
 
 # The working points reported by ``selective_metrics``.
 COVERAGE_LEVELS: tuple[float, ...] = (0.8, 0.9, 0.95)
@@ -294,4 +306,59 @@ def selective_metrics(correct_N: Any, scores_N: Any,
             raise ValueError(f"risk levels must lie in [0, 1], got {r}.")
         ok = risk <= r
         out[_level_key("coverage_at_risk", r)] = float(coverage[ok].max()) if ok.any() else 0.0
+    return out
+
+
+# ------------------------------------------------------------------------------------------ SCOD
+def scod_pool(correct_N: Any, id_scores_N: Any, ood_scores_M: Any
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """The SCOD pool (module docstring): (correct (N + M,) bool, scores (N + M,) float64), the
+    in-distribution examples first, every OOD example incorrect.
+
+    >>> scod_pool([True, False], [0.9, 0.2], [0.5])
+    (array([ True, False, False]), array([0.9, 0.2, 0.5]))
+    """
+    correct_N, id_scores_N = _inputs(correct_N, id_scores_N)
+    ood_scores_M = np.asarray(ood_scores_M)
+    if ood_scores_M.ndim != 1:
+        raise ValueError(f"ood_scores_M must be 1-D of shape (M,), got {ood_scores_M.shape}.")
+    if ood_scores_M.size:
+        _, ood_scores_M = _inputs(np.zeros(ood_scores_M.size, bool), ood_scores_M)
+    return (np.concatenate([correct_N, np.zeros(ood_scores_M.size, bool)]),
+            np.concatenate([id_scores_N, ood_scores_M.astype(np.float64)]))
+
+
+def scod_aurc(correct_N: Any, id_scores_N: Any, ood_scores_M: Any) -> float:
+    """AURC over the SCOD pool: accepted OOD inputs count as errors (module docstring).
+
+    >>> round(scod_aurc([True, True, False], [0.9, 0.5, 0.3], [0.7]), 6)  # 0, 1/2, 1/3, 2/4
+    0.333333
+    """
+    return aurc(*scod_pool(correct_N, id_scores_N, ood_scores_M))
+
+
+def scod_risk_at_coverage(correct_N: Any, id_scores_N: Any, ood_scores_M: Any,
+                          coverage: float) -> float:
+    """Selective risk over the SCOD pool at the first point with pool coverage >= `coverage`.
+
+    >>> scod_risk_at_coverage([True, True, False], [0.9, 0.5, 0.3], [0.7], 0.5)
+    0.5
+    """
+    return risk_at_coverage(*scod_pool(correct_N, id_scores_N, ood_scores_M), coverage)
+
+
+def scod_metrics(correct_N: Any, id_scores_N: Any, ood_scores_M: Any,
+                 coverages: Sequence[float] = COVERAGE_LEVELS,
+                 risks: Sequence[float] = RISK_LEVELS) -> dict[str, float | int]:
+    """``selective_metrics`` over the SCOD pool of one OOD set, plus "num_ood" = M.
+    "aurc_oracle" / "e_aurc" refer to the oracle that accepts every correct in-distribution
+    example before any error or OOD input.
+
+    >>> m = scod_metrics([True, True, False], [0.9, 0.5, 0.3], [0.7])
+    >>> m["num_examples"], m["num_ood"], m["error_rate"]
+    (4, 1, 0.5)
+    """
+    correct, scores = scod_pool(correct_N, id_scores_N, ood_scores_M)
+    out = selective_metrics(correct, scores, coverages, risks)
+    out["num_ood"] = int(correct.size - np.asarray(correct_N).size)
     return out
