@@ -150,3 +150,50 @@ def test_bad_inputs_raise():
         cal.apply_dirichlet_calibration(np.full((2, 3), 1 / 3), fit)
     with pytest.raises(ValueError, match="apply_dirichlet_calibration"):
         cal.apply_affine(z, cal.fit_dirichlet_calibration(np.full((4, 3), 1 / 3), labels))
+
+
+# ------------------------------------------------------------------ the calibrators side by side
+def test_compare_calibrators_fits_on_validation_and_recovers_a_known_miscalibration(
+        overconfident):
+    """Fitted on one half, scored on the other: each parametric calibrator brings the test NLL
+    to that of the true probabilities (the model is overconfident by T = 3), and the summary is
+    the module's own `calibration_summary` plus the SmoothECE of `smooth_ece`."""
+    from gedl_jax.evaluation import smooth_ece  # noqa: PLC0415
+
+    z, labels, logits = overconfident
+    probs = special.softmax(logits, axis=1)
+    val, test = slice(0, 3000), slice(3000, None)
+    out = cal.compare_calibrators(probs[val], labels[val], probs[test], labels[test])
+    assert list(out["after"]) == list(cal.COMPARED_CALIBRATORS)
+    truth = nll(special.softmax(z[test], axis=1), labels[test])
+    before = out["before"]
+    assert before["nll"] == pytest.approx(nll(probs[test], labels[test]), rel=1e-9)
+    assert before["ece"] == cal.calibration_summary(probs[test], labels[test])["ece"]
+    assert before["smooth_ece"] == smooth_ece.smooth_ece(
+        *smooth_ece.top_label_confidences(probs[test], labels[test])).smooth_ece
+    for name in ("temperature", "vector_scaling", "dirichlet"):
+        assert out["after"][name]["nll"] < truth + 0.01, name
+        assert out["after"][name]["smooth_ece"] < 0.5 * before["smooth_ece"], name
+    assert out["after"]["isotonic"]["nll"] < before["nll"]
+    assert out["after"]["temperature"]["keeps_predicted_class"] is True
+
+
+def test_keeps_flags_follow_the_definition():
+    same = np.array([[0.7, 0.3], [0.6, 0.4], [0.9, 0.1]])
+    assert cal._same_order(same.max(1), same.max(1) ** 2)        # monotone map: kept
+    assert not cal._same_order(np.array([0.7, 0.6]), np.array([0.6, 0.7]))
+    assert not cal._same_order(np.array([0.7, 0.7]), np.array([0.6, 0.7]))  # a tie broken
+    assert not cal._same_order(np.array([0.6, 0.7]), np.array([0.7, 0.7]))  # a tie made
+    with pytest.raises(ValueError, match="unknown calibrator"):
+        cal.compare_calibrators(same, [0, 0, 1], same, [0, 1, 0], names=("platt",))
+
+
+def test_matrix_scaling_of_log_probabilities_is_dirichlet_calibration(overconfident):
+    """Why `compare_calibrators` leaves matrix scaling out: on log-probabilities it fits the
+    model and penalty of Dirichlet calibration."""
+    _, labels, logits = overconfident
+    probs = special.softmax(logits[:2000], axis=1)
+    out = cal.compare_calibrators(probs, labels[:2000], probs, labels[:2000],
+                                  names=("matrix_scaling", "dirichlet"))
+    assert out["after"]["matrix_scaling"]["nll"] == pytest.approx(
+        out["after"]["dirichlet"]["nll"], rel=1e-4)

@@ -308,7 +308,11 @@ def test_run_results_and_table_hold_every_section(run):
     assert res["ood_groups"]["far"]["sets"] == ["cifar10_gray28"]
     assert "aupr_in_trapezoidal" in res["ood"]["kmnist"]["detection"]["mp"]
     assert "calibrated" in res and "selective" in res["calibrated"]["id"]
+    assert set(res["calibrators"]["after"]) == {"temperature", "vector_scaling", "dirichlet",
+                                                "isotonic"}
+    assert {"nll", "ece", "smooth_ece", "brier"} <= set(res["calibrators"]["before"])
     table = (workdir / "eval_table.md").read_text()
+    assert "Calibrators fitted on the validation split" in table and "| isotonic |" in table
     for text in ("Selective prediction", "Conformal prediction sets", "Near / far OOD",
                  ood_aupr.AUPR_TRAPEZOIDAL_HEADER, "Post-hoc calibration",
                  "gedl (calibrated: evidence_scale)"):

@@ -625,3 +625,77 @@ def apply_isotonic(probs_NxK: Any, fit: IsotonicFit) -> np.ndarray:
         raise ValueError(f"probs_NxK has {p.shape[1]} classes, the fit "
                          f"{len(fit.thresholds_x)}.")
     return _apply_isotonic(p, fit)
+
+
+# ----------------------------------------------------------------- the calibrators side by side
+CALIBRATORS = ("temperature", "vector_scaling", "matrix_scaling", "dirichlet", "isotonic")
+# What `compare_calibrators` fits by default: matrix scaling of the log-probabilities that every
+# method provides is Dirichlet calibration (the same model and penalty), so it is left out.
+COMPARED_CALIBRATORS = ("temperature", "vector_scaling", "dirichlet", "isotonic")
+
+
+def _fit_and_apply(name: str, val_probs: np.ndarray, val_labels: np.ndarray,
+                   test_probs: np.ndarray) -> np.ndarray:
+    """Calibrator `name` fitted on the validation probabilities, applied to the test ones. Every
+    calibrator reads the log predictive probabilities (`probs_as_logits`), the one input every
+    method has: for a softmax network these are its logits up to a per-example constant, which
+    temperature and Dirichlet calibration ignore and vector and matrix scaling do not."""
+    if name == "isotonic":
+        return apply_isotonic(test_probs, fit_isotonic(val_probs, val_labels))
+    if name == "dirichlet":
+        return apply_dirichlet_calibration(
+            test_probs, fit_dirichlet_calibration(val_probs, val_labels))
+    val_z, test_z = probs_as_logits(val_probs), probs_as_logits(test_probs)
+    if name == "temperature":
+        return apply_temperature(test_z, fit_temperature(val_z, val_labels))
+    fit = {"vector_scaling": fit_vector_scaling,
+           "matrix_scaling": fit_matrix_scaling}[name](val_z, val_labels)
+    return apply_affine(test_z, fit)
+
+
+def _with_smooth_ece(probs: np.ndarray, labels: np.ndarray, num_bins: int) -> dict[str, float]:
+    from gedl_jax.evaluation import smooth_ece  # noqa: PLC0415  (it imports nothing from here)
+
+    summary = calibration_summary(probs, labels, num_bins)
+    summary["smooth_ece"] = smooth_ece.smooth_ece(
+        *smooth_ece.top_label_confidences(probs, labels)).smooth_ece
+    return summary
+
+
+def compare_calibrators(val_probs_NxK: Any, val_labels_N: Any, test_probs_MxK: Any,
+                        test_labels_M: Any, names: tuple[str, ...] = COMPARED_CALIBRATORS,
+                        num_bins: int = 15) -> dict[str, Any]:
+    """Each calibrator in `names` fitted on the validation split and applied to the test set:
+    accuracy, NLL, Brier, binned ECE and SmoothECE before and after, and whether it kept each
+    test example's predicted class and the order of the examples by max probability (the MP
+    score's ranking, which OOD detection and selective prediction read).
+
+    Returns {"before": {...}, "after": {name: {..., "keeps_predicted_class": bool,
+    "keeps_mp_ranking": bool}}}. Temperature scaling always keeps the predicted class; with more
+    than two classes it can reorder examples by max probability, and the others can change both.
+    """
+    val_probs, test_probs = _probs(val_probs_NxK), _probs(test_probs_MxK)
+    val_labels = _labels(val_labels_N, *val_probs.shape)
+    test_labels = _labels(test_labels_M, *test_probs.shape)
+    unknown = [n for n in names if n not in CALIBRATORS]
+    if unknown:
+        raise ValueError(f"unknown calibrator(s) {unknown}; known: {list(CALIBRATORS)}")
+    before_mp = test_probs.max(axis=1)
+    out: dict[str, Any] = {"before": _with_smooth_ece(test_probs, test_labels, num_bins),
+                           "after": {}}
+    for name in names:
+        after = _fit_and_apply(name, val_probs, val_labels, test_probs)
+        summary = _with_smooth_ece(after, test_labels, num_bins)
+        summary["keeps_predicted_class"] = bool(np.array_equal(after.argmax(1),
+                                                               test_probs.argmax(1)))
+        summary["keeps_mp_ranking"] = _same_order(before_mp, after.max(axis=1))
+        out["after"][name] = summary
+    return out
+
+
+def _same_order(a_N: np.ndarray, b_N: np.ndarray) -> bool:
+    """Whether every pair of examples is ordered alike by a and b (ties count as an order)."""
+    order = np.lexsort((b_N, a_N))   # by a, ties by b
+    a, b = a_N[order], b_N[order]
+    same_a = np.diff(a) == 0
+    return bool(np.all(np.where(same_a, np.diff(b) == 0, np.diff(b) > 0)))

@@ -216,7 +216,7 @@ def results_table(results: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[M
     if extra:
         parts += t.calibration() + t.details()
         parts += (t.selective() + t.conformal() + t.ood_groups() + t.trapezoidal()
-                  + t.posthoc())
+                  + t.posthoc() + t.calibrators())
     return "\n\n".join(parts) + "\n"
 
 
@@ -497,6 +497,44 @@ class _Tables:
                 f"over {self.seeds}; fractions. temperature: p = softmax(log p / T); "
                 "evidence_scale: alpha = s e + W a (keeps the UM ranking). Last column: the "
                 "scores whose pooled ID+OOD ranking changed on some set (any seed).",
+                _render(header, rows, self.latex)]
+
+
+    def calibrators(self) -> list[str]:
+        """The calibrators side by side (results' "calibrators"): NLL, ECE, SmoothECE and Brier
+        on the test set before and after each, and whether it kept the predicted classes and
+        the max-probability ranking in every seed."""
+        names = [n for n in self.aggregates if n not in self.calibrated_rows
+                 and _node(self.aggregates[n], ("calibrators",)) is not None]
+        if not names:
+            return []
+        metrics_ = ("nll", "ece", "smooth_ece", "brier")
+        header = ["Method", "Calibrator", "NLL", "ECE", "SmoothECE", "Brier",
+                  "Keeps class", "Keeps MP ranking"]
+        rows = []
+        for name in names:
+            agg, runs = self.aggregates[name], self.groups[name]
+            fmt = functools.partial(_fmt, latex=self.latex, runs=len(runs))
+            rows.append([self.esc(name), "none"]
+                        + [fmt(_get(agg, ("calibrators", "before", k)), 1, 4) for k in metrics_]
+                        + ["–", "–"])
+            fitted = _node(self.aggregates[name], ("calibrators", "after")) or {}
+            for calibrator in fitted:
+                flags = [[r["calibrators"]["after"][calibrator].get(k) for r in runs
+                          if calibrator in r.get("calibrators", {}).get("after", {})]
+                         for k in ("keeps_predicted_class", "keeps_mp_ranking")]
+                rows.append(
+                    [self.esc(name), self.esc(calibrator)]
+                    + [fmt(_get(agg, ("calibrators", "after", calibrator, k)), 1, 4)
+                       for k in metrics_]
+                    + [("yes" if all(f) else "no" if not any(f) else "some seeds")
+                       for f in flags])
+        return [self.comment + f"Calibrators fitted on the validation split's log predictive "
+                f"probabilities (never the test set), {self.id_name} test set; mean ± sample "
+                f"std (ddof=1) over {self.seeds}; fractions. SmoothECE: kernel-smoothed "
+                "top-label ECE at its own bandwidth (Blasiok & Nakkiran 2023). Keeps class / MP "
+                "ranking: every test example's predicted class, and the order of the examples "
+                "by max probability (what MP detection and selective prediction read).",
                 _render(header, rows, self.latex)]
 
 
