@@ -92,8 +92,10 @@ CONVENTIONS: dict[str, str] = {
                    "Dirichlet calibration (matrix scaling of log p with an off-diagonal and "
                    "bias L2 of 0.01) and one-vs-rest isotonic regression, each fitted on the "
                    "validation split's log predictive probabilities and labels and applied to "
-                   "the test set: accuracy, NLL, Brier, 15-bin ECE and SmoothECE x before and after, and whether each kept every test "
-                   "example's predicted class and the order of the examples by max probability.",
+                   "the test set: accuracy, NLL, Brier, 15-bin ECE and SmoothECE (Blasiok and "
+                   "Nakkiran 2023, top-label) before and after, and whether each kept every "
+                   "test example's predicted class and the order of the examples by max "
+                   "probability.",
     "validation": "validation: the run's validation split (carved from the training split), "
                   "used only to fit post-hoc calibration and calibrate conformal sets.",
 }
