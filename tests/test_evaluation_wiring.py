@@ -368,8 +368,9 @@ def test_tables_of_older_results_are_unchanged_and_new_sections_follow(arrays):
     older = {k: v for k, v in res.items() if k in ("conventions", "scores", "id", "ood",
                                                    "variant")}
     older["id"] = {k: v for k, v in res["id"].items() if k != "selective"}
+    older["ood"] = {o: {k: v for k, v in e.items() if k != "scod"} for o, e in res["ood"].items()}
     old_table, new_table = results_table([older]).rstrip("\n"), results_table([res])
     assert new_table.startswith(old_table + "\n\n")
-    for text in ("Selective prediction", "Conformal", "Near / far"):
+    for text in ("Selective prediction", "OOD inputs in the pool", "Conformal", "Near / far"):
         assert text not in old_table and text in new_table
     assert "trapezoidal" not in new_table   # only when computed

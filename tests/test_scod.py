@@ -68,3 +68,29 @@ def test_bad_inputs_raise():
         selective.scod_aurc([True], [0.5], [np.nan])
     with pytest.raises(ValueError, match="equal shape"):
         selective.scod_aurc([True, False], [0.5], [0.1])
+
+
+def test_the_evaluation_reports_scod_for_every_score_and_ood_set():
+    """`evaluate_predictions` puts each OOD set's SCOD metrics beside its detection, for every
+    score, computed from the same predictions as `scod_metrics` over that pool; the results
+    table shows them."""
+    from gedl_jax.evaluation import evaluate_predictions, results_table  # noqa: PLC0415
+    from gedl_jax.evaluation.core import Predictions  # noqa: PLC0415
+    from gedl_jax.evaluation.sections import SCOD_COVERAGES  # noqa: PLC0415
+
+    rng = np.random.default_rng(4)
+
+    def predictions(n, labelled):
+        p = rng.dirichlet(np.ones(3), n)
+        return Predictions(probs=p, labels=rng.integers(0, 3, n) if labelled else None,
+                           scores={"mp": p.max(1), "neg_entropy": (p * np.log(p)).sum(1)})
+
+    idd, ood = predictions(60, True), {"far": predictions(40, False)}
+    res = evaluate_predictions(idd, ood)
+    correct = idd.probs.argmax(1) == idd.labels
+    for s in ("mp", "neg_entropy"):
+        assert res["ood"]["far"]["scod"][s] == pytest.approx(selective.scod_metrics(
+            correct, idd.scores[s], ood["far"].scores[s], SCOD_COVERAGES))
+    assert res["ood"]["far"]["scod"]["mp"]["num_ood"] == 40
+    table = results_table([dict(res, variant="m")], extra=True)
+    assert "OOD inputs in the pool (SCOD)" in table and "| m | far | MP |" in table

@@ -96,6 +96,9 @@ CONVENTIONS: dict[str, str] = {
                    "Nakkiran 2023, top-label) before and after, and whether each kept every "
                    "test example's predicted class and the order of the examples by max "
                    "probability.",
+    "scod": "ood.<set>.scod: selective prediction with OOD inputs in the pool (SCOD): the "
+            "test set plus that OOD set ranked by each score, an accepted OOD input counting "
+            "as an error; the id.selective metrics over that pool, and num_ood.",
     "validation": "validation: the run's validation split (carved from the training split), "
                   "used only to fit post-hoc calibration and calibrate conformal sets.",
 }
@@ -476,6 +479,7 @@ def _evaluate(idd: Predictions, ood_predictions: Mapping[str, Predictions], num_
         entry = {
             "num_examples": o.num_examples,
             "detection": {s: metrics.ood_detection(idd.scores[s], o.scores[s]) for s in scores},
+            "scod": sections.scod_section(correct, idd.scores, o.scores, scores),
         }
         if options.aupr_trapezoidal:
             for s in scores:

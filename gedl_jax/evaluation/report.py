@@ -215,7 +215,7 @@ def results_table(results: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[M
     parts = t.main() + t.methods()
     if extra:
         parts += t.calibration() + t.details()
-        parts += (t.selective() + t.conformal() + t.ood_groups() + t.trapezoidal()
+        parts += (t.selective() + t.scod() + t.conformal() + t.ood_groups() + t.trapezoidal()
                   + t.posthoc() + t.calibrators())
     return "\n\n".join(parts) + "\n"
 
@@ -396,6 +396,29 @@ class _Tables:
                 "coverage >= c; Cov@r: largest coverage with risk <= r.",
                 _render([self.esc(h) for h in ["Method", "Score"] + [h for _, h in keys]], rows,
                         self.latex)]
+
+    def scod(self) -> list[str]:
+        """Selective prediction with each OOD set in the pool (SCOD), MP and UM."""
+        if not any(_node(agg, ("ood", o, "scod")) is not None
+                   for agg in self.aggregates.values() for o in self.ood_names):
+            return []
+        keys = [("aurc", "AURC"), ("e_aurc", "E-AURC"), ("risk_at_coverage_0.25", "Risk@25%"),
+                ("risk_at_coverage_0.5", "Risk@50%"), ("coverage_at_risk_0.05", "Cov@5%")]
+        rows = []
+        for name, agg in self.aggregates.items():
+            pct = self.pct(name)
+            for o in self.ood_names:
+                for s, label in self._score_labels(agg, ("ood", o, "scod")):
+                    rows.append([self.esc(name), self.esc(o), label] + [
+                        pct(_get(agg, ("ood", o, "scod", s, k))) for k, _ in keys])
+        if not rows:
+            return []
+        return [self.comment + f"Selective prediction with OOD inputs in the pool (SCOD): the "
+                f"{self.id_name} test set plus one OOD set, ranked by the score; an accepted "
+                f"OOD input counts as an error. Mean ± sample std (ddof=1) over {self.seeds}; "
+                "in %, lower is better except Cov; definitions as in the selective table.",
+                _render([self.esc(h) for h in ["Method", "OOD set", "Score"]
+                         + [h for _, h in keys]], rows, self.latex)]
 
     def conformal(self) -> list[str]:
         """Conformal sets: coverage and mean set size of LAC, APS and RAPS."""

@@ -35,6 +35,20 @@ def selective_section(correct_N: np.ndarray, scores: Mapping[str, np.ndarray],
     return {s: selective.selective_metrics(correct_N, scores[s]) for s in names}
 
 
+def scod_section(correct_N: np.ndarray, id_scores: Mapping[str, np.ndarray],
+                 ood_scores: Mapping[str, np.ndarray], names: Sequence[str]
+                 ) -> dict[str, dict[str, float]]:
+    """{score: scod_metrics(...)}: selective prediction over the pool of the test set and one
+    OOD set, an accepted OOD input counting as an error (`selective.scod_pool`). Risk at
+    coverages `SCOD_COVERAGES`: an OOD set as large as the test set is half the pool, so only
+    coverages up to about one half can hold no OOD input."""
+    return {s: selective.scod_metrics(correct_N, id_scores[s], ood_scores[s], SCOD_COVERAGES)
+            for s in names}
+
+
+SCOD_COVERAGES = (0.25, 0.5, 0.8)
+
+
 def conformal_section(val_probs_NxK: np.ndarray, val_labels_N: np.ndarray,
                       test_probs_MxK: np.ndarray, test_labels_M: np.ndarray, alpha: float,
                       seed: int) -> dict[str, Any]:
