@@ -317,8 +317,9 @@ def test_run_results_and_table_hold_every_section(run):
                  ood_aupr.AUPR_TRAPEZOIDAL_HEADER, "Post-hoc calibration",
                  "gedl (calibrated: evidence_scale)"):
         assert text in table, text
-    assert (workdir / "risk_coverage.png").stat().st_size > 0
-    assert str(workdir / "risk_coverage.png") in res["plots"]
+    for plot in ("risk_coverage.png", "smooth_reliability_diagram.png"):
+        assert (workdir / plot).stat().st_size > 0
+        assert str(workdir / plot) in res["plots"]
 
 
 def test_every_number_is_recomputed_from_predictions_npz(run):

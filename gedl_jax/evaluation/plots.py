@@ -24,7 +24,7 @@ from gedl_jax.evaluation import scores as scores_lib
 from gedl_jax.evaluation.core import ensemble_epistemic_uncertainty
 from gedl_jax.evaluation.metrics import CalibrationResult
 
-__all__ = ["reliability_diagram", "score_histograms", "distributional_uncertainty_study",
+__all__ = ["reliability_diagram", "smooth_reliability_diagram", "score_histograms", "distributional_uncertainty_study",
            "uncertainty_against_strength", "method_comparison", "corruption_severity_study",
            "ensemble_epistemic_uncertainty"]
 
@@ -87,6 +87,24 @@ def reliability_diagram(calibration_result: CalibrationResult, path: str | Path,
     ax_count.set(xlabel="confidence (max projected probability)", ylabel="count")
     if r.bin_count.max() > 0:
         ax_count.set_yscale("symlog")
+    return _save(fig, path)
+
+
+def smooth_reliability_diagram(result: Any, path: str | Path, title: str | None = None) -> Path:
+    """SmoothECE's reliability diagram (`smooth_ece.SmoothEceResult`): the kernel-smoothed
+    accuracy against the confidence (top; no bins) and the confidences' kernel density (bottom).
+    The diagonal is perfect calibration."""
+    fig, axes = _new_figure(5, 6, nrows=2, sharex=True, height_ratios=[3, 1])
+    ax, ax_density = axes[0, 0], axes[1, 0]
+    ax.plot(result.t_M, result.mean_outcome_M, color="tab:blue", lw=2,
+            label="smoothed accuracy")
+    ax.plot([0, 1], [0, 1], "k--", lw=1, label="perfect calibration")
+    ax.set(xlim=(0, 1), ylim=(0, 1), ylabel="accuracy",
+           title=title or f"SmoothECE = {100 * result.smooth_ece:.2f}%, "
+                          f"bandwidth {result.sigma:.3f}")
+    ax.legend(loc="upper left", fontsize=8)
+    ax_density.fill_between(result.t_M, result.density_M, color="gray", alpha=0.5)
+    ax_density.set(xlabel="confidence (max projected probability)", ylabel="density")
     return _save(fig, path)
 
 

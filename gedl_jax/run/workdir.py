@@ -210,9 +210,15 @@ def _write_plots(results_dir: pathlib.Path, id_pred: core.Predictions,
     from gedl_jax.evaluation import plots  # noqa: PLC0415 (matplotlib only when plotting)
     from gedl_jax.evaluation import selective_plot  # noqa: PLC0415
 
+    from gedl_jax.evaluation import smooth_ece  # noqa: PLC0415
+
     written = [plots.reliability_diagram(
         metrics.expected_calibration_error(id_pred.probs, id_pred.labels),
-        results_dir / "reliability_diagram.png")]
+        results_dir / "reliability_diagram.png"),
+        plots.smooth_reliability_diagram(
+            smooth_ece.smooth_ece(*smooth_ece.top_label_confidences(id_pred.probs,
+                                                                    id_pred.labels)),
+            results_dir / "smooth_reliability_diagram.png")]
     for score in ("mp", "um"):
         if score in id_pred.scores:
             written.append(plots.score_histograms(
