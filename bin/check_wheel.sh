@@ -67,7 +67,7 @@ echo "check_wheel: the sdist holds what its tests need"
 cd "$work"
 tar -xzf "$sdist"
 src="$(ls -d "$work"/gedl_jax-*/)"
-for f in tests/conftest.py configs/mnist.py requirements/constraints-py${version}.txt \
+for f in tests/conftest.py gedl_jax/configs/mnist.py requirements/constraints-py${version}.txt \
          notebooks/quickstart.ipynb LICENSE CITATION.cff CHANGELOG.md; do
   [ -e "$src/$f" ] || fail "the sdist lacks $f"
 done
