@@ -3,7 +3,7 @@
 Both methods read a network's features and its logits. A user network with
 `features_and_logits` (the built-in "resnet18" and "mlp" have it) runs once per step; one
 without it runs twice (`features`, then `__call__`). This script times the real train step
-(`bin/benchmark.py`'s `compiled_train_step`: synthetic uint8 data resident on the device) both
+(`gedl_jax.run.step_benchmark.compiled_train_step`: synthetic uint8 data resident on the device) both
 ways, the two-pass way by building the method with `UserBackbone(one_pass=False)`, in
 interleaved rounds so that a shared machine's load falls on both alike, and prints the median
 step time of each and their ratio.
@@ -23,8 +23,8 @@ from unittest import mock
 
 import jax
 
-from benchmarks._common import bin_benchmark
 from gedl_jax.methods import common
+from gedl_jax.run.step_benchmark import compiled_train_step
 
 
 @contextlib.contextmanager
@@ -42,8 +42,7 @@ def two_pass_backbones():
 
 def compiled(variant: str, model: str, batch: int, steps: int, one_pass: bool):
     with contextlib.nullcontext() if one_pass else two_pass_backbones():
-        run, _ = bin_benchmark().compiled_train_step(model, batch, "float32", 1, steps,
-                                                     variant=variant)
+        run, _ = compiled_train_step(model, batch, "float32", 1, steps, variant=variant)
     run(1)   # warm-up
     return run
 

@@ -10,8 +10,8 @@ From the repository root:
 (`$TORCH_PYTHON`: a Python with torch, e.g. PATH/TO/torch-venv/bin/python; it needs neither jax
 nor gedl_jax.)
 
-jax: the real train step of `bin/benchmark.py` (what `gedl_jax.train` runs; loaded by
-`benchmarks/_common.py`) is traced with `jax.profiler` for `--steps` steps; every XLA thunk (a
+jax: the real train step (what `gedl_jax.train` runs: `gedl_jax.run.step_benchmark`, which
+bin/benchmark.py times) is traced with `jax.profiler` for `--steps` steps; every XLA thunk (a
 fusion, a library call) is summed over the steps and labelled with what it computes, read from the
 optimized HLO: a convolution is shown with its output shape and window (a window as large as the
 image, e.g. 14x14 for a 5x5 kernel, is a weight gradient; a 5x5 window is a forward or
@@ -40,8 +40,6 @@ import statistics
 import sys
 import tempfile
 import time
-
-from benchmarks import _common
 
 # Forward multiply-adds x 2 of the ConvNet (28x28x1 input, three 5x5 'SAME' convs to 64 channels
 # each followed by a 2x2 pool, then 576-64-64-64-10), per image: the torch branch must not import
@@ -130,9 +128,9 @@ def profile_jax(args) -> None:
     import jax.numpy as jnp  # noqa: PLC0415
 
     from gedl_jax import networks as models  # noqa: PLC0415
+    from gedl_jax.run.step_benchmark import compiled_train_step  # noqa: PLC0415
 
-    benchmark = _common.bin_benchmark()
-    run, _ = benchmark.compiled_train_step(args.model, args.batch, "float32", 1, args.steps)
+    run, _ = compiled_train_step(args.model, args.batch, "float32", 1, args.steps)
     run(args.steps)   # warm-up
     t0 = time.perf_counter()
     run(args.steps)

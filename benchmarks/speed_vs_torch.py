@@ -10,8 +10,8 @@ oneDNN/OpenMP threads scale on a quiet machine and collapse on an oversubscribed
 reference is the better thread count measured in the same minutes).
 
 Contestants (`--worker LABEL:KIND:PYTHON[:OPTIONS]`, repeatable):
-- KIND `jax`: the real GEDL train step that `gedl_jax.train` runs (`bin/benchmark.py`'s
-  `compiled_train_step`, loaded by `benchmarks/_common.py`: on-device batch gather and scaling,
+- KIND `jax`: the real GEDL train step that `gedl_jax.train` runs (`compiled_train_step` of
+  `gedl_jax.run.step_benchmark`, which bin/benchmark.py times: on-device batch gather and scaling,
   the ConvNet, GEDL loss with the KL, Adam, non-finite guard), synthetic uint8 data resident on
   the device;
 - KIND `torch`: the PyTorch reference step of `benchmarks/profile_models.py --torch` (same
@@ -54,9 +54,7 @@ import subprocess
 import sys
 import time
 
-from benchmarks import _common
-
-REPO = str(_common.REPO)
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -66,8 +64,9 @@ def _worker(kind: str, model: str, batch: int, steps: int, dtype: str, threads: 
     if kind == "jax":
         import jax  # noqa: PLC0415
 
-        benchmark = _common.bin_benchmark()
-        run, compile_s = benchmark.compiled_train_step(model, batch, dtype, 1, steps)
+        from gedl_jax.run.step_benchmark import compiled_train_step  # noqa: PLC0415
+
+        run, compile_s = compiled_train_step(model, batch, dtype, 1, steps)
         info = {"jax": jax.__version__, "backend": jax.default_backend(),
                 "xla_flags": os.environ.get("XLA_FLAGS", "")}
     else:
