@@ -71,6 +71,7 @@ for f in tests/conftest.py gedl_jax/configs/mnist.py requirements/constraints-py
          notebooks/quickstart.ipynb LICENSE CITATION.cff CHANGELOG.md; do
   [ -e "$src/$f" ] || fail "the sdist lacks $f"
 done
+[ ! -e "$src/docs/results" ] || fail "the sdist carries docs/results (MANIFEST.in prunes it)"
 # Collect every test and run a few cheap ones against the sdist's own files (the package from
 # the sdist: PYTHONPATH puts it before any installed copy).
 (cd "$src" && PYTHONPATH="$src" "$PYTHON" -m pytest -q -n 0 -p no:cacheprovider --collect-only \

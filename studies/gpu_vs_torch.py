@@ -5,7 +5,7 @@ not hold the GPU's memory):
 
 1. our step benchmark, `bin/benchmark.py --devices=1 --out=DIR/jax.json` (this Python, with this
    checkout first on PYTHONPATH);
-2. the PyTorch reference, `PYTHON -m benchmarks.torch_gpu_step --out=DIR/torch.json` with the
+2. the PyTorch reference, `PYTHON -m studies.torch_gpu_step --out=DIR/torch.json` with the
    Python given by `--torch_python` (a venv with torch; torch is not a dependency of gedl-jax),
    all three modes (eager, compile, cudagraphs);
 
@@ -15,9 +15,9 @@ PyTorch columns say "not measured" (one line says so) and our numbers are still 
 
 From the repository root, on the GPU machine:
 
-    .venv/bin/python -m benchmarks.gpu_vs_torch --torch_python="$TORCH_PYTHON" --out=DIR \\
+    .venv/bin/python -m studies.gpu_vs_torch --torch_python="$TORCH_PYTHON" --out=DIR \\
         --models=convnet,vgg16 --batches=128 --dtypes=float32,bfloat16
-    .venv/bin/python -m benchmarks.gpu_vs_torch --dry-run --out=DIR   # tiny, any machine
+    .venv/bin/python -m studies.gpu_vs_torch --dry-run --out=DIR   # tiny, any machine
 
 `--dry-run` runs bin/benchmark.py with `--steps=2 --repeats=1 --batches=8 --models=convnet
 --dtypes=float32` and passes `--dry-run` (and the same model and dtype) to the PyTorch script.
@@ -65,7 +65,7 @@ def jax_command(args, out: pathlib.Path) -> list[str]:
 
 
 def torch_command(args, python: str, out: pathlib.Path) -> list[str]:
-    cmd = [python, "-m", "benchmarks.torch_gpu_step", f"--models={args.models}",
+    cmd = [python, "-m", "studies.torch_gpu_step", f"--models={args.models}",
            f"--dtypes={args.dtypes}", f"--tf32={args.tf32}",
            f"--compile_mode={args.torch_compile_mode}", f"--out={out}"]
     if args.dry_run:

@@ -1,8 +1,8 @@
 """I-EDL (and EDL) on the test suite's tiny generated MNIST run, under both matmul precisions and
 two learning rates: each run's per-step training loss, evidence strength and validation accuracy.
 
-    python -m benchmarks.iedl_tiny_run        # from the repository root (imports tests/ fixtures)
-    python -m benchmarks.iedl_tiny_run --sweep  # I-EDL: learning rates x epochs x seeds 0-2
+    python -m studies.iedl_tiny_run        # from the repository root (imports tests/ fixtures)
+    python -m studies.iedl_tiny_run --sweep  # I-EDL: learning rates x epochs x seeds 0-2
 
 Why it exists: `tests/test_train.py::test_every_preset_trains_and_evaluates[iedl]` passed on a
 CPU and failed on a GPU. This prints what the two runs did, step by step, so the platforms can be

@@ -1,6 +1,6 @@
 """Images/s of finished training runs' loops, from their metrics.jsonl.
 
-    python -m benchmarks.loop_rate WORKDIR [WORKDIR ...]
+    python -m studies.loop_rate WORKDIR [WORKDIR ...]
 
 For each workdir: the train steps between its first and its last train record and the seconds
 between them (the first record's window, which compiles, is left out; validations and
@@ -30,7 +30,7 @@ def loop_rate(workdir: pathlib.Path) -> tuple[int, float, float]:
 def main(argv=None) -> int:
     workdirs = sys.argv[1:] if argv is None else argv
     if not workdirs:
-        print("usage: python -m benchmarks.loop_rate WORKDIR [WORKDIR ...]", file=sys.stderr)
+        print("usage: python -m studies.loop_rate WORKDIR [WORKDIR ...]", file=sys.stderr)
         return 2
     for workdir in workdirs:
         steps, seconds, rate = loop_rate(pathlib.Path(workdir))

@@ -8,8 +8,8 @@ ways, the two-pass way by building the method with `UserBackbone(one_pass=False)
 interleaved rounds so that a shared machine's load falls on both alike, and prints the median
 step time of each and their ratio.
 
-    python -m benchmarks.one_pass_step                          # resnet18 and mlp, DAEDL and F-EDL
-    python -m benchmarks.one_pass_step --models=resnet18 --variants=daedl --batch=64
+    python -m studies.one_pass_step                          # resnet18 and mlp, DAEDL and F-EDL
+    python -m studies.one_pass_step --models=resnet18 --variants=daedl --batch=64
 """
 
 from __future__ import annotations

@@ -8,10 +8,10 @@ every round's median (spread = machine noise; the project's CPUs are shared).
 
 From the repository root:
 
-    python -m benchmarks.profile_models --model convnet --conv xla,auto \\
+    python -m studies.profile_models --model convnet --conv xla,auto \\
         --pool reduce_window,reshape,auto
-    python -m benchmarks.profile_models --model vgg16 --mode eval --batch 256 --rounds 2 --repeats 3
-    "$TORCH_PYTHON" -m benchmarks.profile_models --torch --model vgg16   # PyTorch reference
+    python -m studies.profile_models --model vgg16 --mode eval --batch 256 --rounds 2 --repeats 3
+    "$TORCH_PYTHON" -m studies.profile_models --torch --model vgg16   # PyTorch reference
 
 The PyTorch reference (`--torch`, needs a Python with torch, `$TORCH_PYTHON`, e.g.
 PATH/TO/torch-venv/bin/python; not the project's venv) runs the same architectures, loss, Adam and

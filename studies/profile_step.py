@@ -4,8 +4,8 @@ reference step, and the step's FLOP rate beside this machine's matmul rate.
 
 From the repository root:
 
-    python -m benchmarks.profile_step                        # our step (jax), ConvNet, batch 128
-    "$TORCH_PYTHON" -m benchmarks.profile_step --framework=torch   # the PyTorch reference step
+    python -m studies.profile_step                        # our step (jax), ConvNet, batch 128
+    "$TORCH_PYTHON" -m studies.profile_step --framework=torch   # the PyTorch reference step
 
 (`$TORCH_PYTHON`: a Python with torch, e.g. PATH/TO/torch-venv/bin/python; it needs neither jax
 nor gedl_jax.)
@@ -18,7 +18,7 @@ image, e.g. 14x14 for a 5x5 kernel, is a weight gradient; a 5x5 window is a forw
 input-gradient convolution), then dots, reductions, transposes and elementwise loops. XLA runs
 independent thunks concurrently (a layer's input and weight gradients at the same time, each on
 the shared thread pool), so the per-op times add up to more than the step's wall time.
-torch: `torch.profiler` over the same number of steps of `benchmarks/profile_models.py --torch`'s
+torch: `torch.profiler` over the same number of steps of `studies/profile_models.py --torch`'s
 step (same architecture, batch, softplus-evidence MSE loss, Adam), by operator (self CPU time).
 
 Both print the wall time per step, the step's analytic FLOP rate (3x the forward FLOPs,
@@ -159,7 +159,7 @@ def profile_torch(args) -> None:
     import torch  # noqa: PLC0415
     from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
 
-    from benchmarks import profile_models  # noqa: PLC0415
+    from studies import profile_models  # noqa: PLC0415
 
     if args.model != "convnet":
         raise SystemExit("--framework=torch profiles the ConvNet only (its FLOPs are written "

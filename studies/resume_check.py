@@ -1,7 +1,7 @@
 """Is a stopped and resumed training run the uninterrupted run, bit for bit, on this machine?
 
-    python -m benchmarks.resume_check --out=DIR                  # GEDL on MNIST, 4 epochs
-    python -m benchmarks.resume_check --config=configs/mnist.py:quick --epochs=2 --stop_at=40
+    python -m studies.resume_check --out=DIR                  # GEDL on MNIST, 4 epochs
+    python -m studies.resume_check --config=configs/mnist.py:quick --epochs=2 --stop_at=40
 
 Three `python -m gedl_jax.train` processes, nothing shared between them but the files a user's
 run keeps in its workdir (no compilation cache: each process compiles, and on a GPU autotunes,

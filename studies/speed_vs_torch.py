@@ -14,20 +14,20 @@ Contestants (`--worker LABEL:KIND:PYTHON[:OPTIONS]`, repeatable):
   `gedl_jax.run.step_benchmark`, which bin/benchmark.py times: on-device batch gather and scaling,
   the ConvNet, GEDL loss with the KL, Adam, non-finite guard), synthetic uint8 data resident on
   the device;
-- KIND `torch`: the PyTorch reference step of `benchmarks/profile_models.py --torch` (same
+- KIND `torch`: the PyTorch reference step of `studies/profile_models.py --torch` (same
   architecture and PyTorch-default init, batch, softplus-evidence MSE loss, Adam; `threads`
   intra-op threads).
 PYTHON is the interpreter that runs the worker (e.g. another venv: Python/jax versions side by
-side); it runs `-m benchmarks.speed_vs_torch` with this checkout on its PYTHONPATH, so every jax
+side); it runs `-m studies.speed_vs_torch` with this checkout on its PYTHONPATH, so every jax
 worker runs this checkout's gedl_jax and a torch worker needs only torch and numpy. OPTIONS,
 ';'-separated: `dtype=bfloat16`, `threads=N` (torch), `env:NAME=VALUE` (e.g.
 `env:XLA_FLAGS=--xla_cpu_use_onednn=true`).
 
 From the repository root:
 
-    python -m benchmarks.speed_vs_torch                  # this venv's jax vs torch, 1 and 2 threads
-    python -m benchmarks.speed_vs_torch --torch_python="$TORCH_PYTHON"   # torch in another Python
-    python -m benchmarks.speed_vs_torch --rounds=8 --steps=10 \\
+    python -m studies.speed_vs_torch                  # this venv's jax vs torch, 1 and 2 threads
+    python -m studies.speed_vs_torch --torch_python="$TORCH_PYTHON"   # torch in another Python
+    python -m studies.speed_vs_torch --rounds=8 --steps=10 \\
         --worker=jax311:jax:.venv-py311/bin/python --worker=jax313:jax:.venv/bin/python \\
         --worker=torch:torch:"$TORCH_PYTHON"
 
@@ -72,7 +72,7 @@ def _worker(kind: str, model: str, batch: int, steps: int, dtype: str, threads: 
     else:
         import torch  # noqa: PLC0415
 
-        from benchmarks import profile_models  # noqa: PLC0415
+        from studies import profile_models  # noqa: PLC0415
 
         step, compile_s = profile_models.torch_runner(model, "train", batch, threads)
 
@@ -211,7 +211,7 @@ def main(argv=None) -> int:
     for w in workers:   # start all first, so compilation does not overlap the timed rounds
         env = {**os.environ, **w["env"], "PYTHONPATH": REPO}
         w["proc"] = subprocess.Popen(
-            [w["python"], "-m", "benchmarks.speed_vs_torch", "--_worker", w["kind"],
+            [w["python"], "-m", "studies.speed_vs_torch", "--_worker", w["kind"],
              "--model", args.model, "--batch", str(args.batch), "--steps", str(args.steps),
              "--_dtype", w["dtype"], "--_threads", str(w["threads"])],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)

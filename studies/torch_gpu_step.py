@@ -51,14 +51,14 @@ with `--out FILE.json` all of them with the environment.
 
 From the repository root, with a Python that has torch ($TORCH_PYTHON):
 
-    "$TORCH_PYTHON" -m benchmarks.torch_gpu_step --models=convnet,vgg16 --batches=128 \\
+    "$TORCH_PYTHON" -m studies.torch_gpu_step --models=convnet,vgg16 --batches=128 \\
         --dtypes=float32,bfloat16 --modes=eager,compile,cudagraphs --out=torch.json
-    "$TORCH_PYTHON" -m benchmarks.torch_gpu_step --dry-run     # tiny, seconds, CPU without a GPU
+    "$TORCH_PYTHON" -m studies.torch_gpu_step --dry-run     # tiny, seconds, CPU without a GPU
 
 `--dry-run` runs the same code with batch 8, 2 steps, 1 repeat, 1 warm-up step: on the CPU (no
 GPU) in eager mode only (compile is skipped on the CPU unless `--modes` names it explicitly;
 cudagraphs needs CUDA), so a CPU machine can check the script.
-`benchmarks/gpu_vs_torch.py` runs it beside `bin/benchmark.py` and tabulates both.
+`studies/gpu_vs_torch.py` runs it beside `bin/benchmark.py` and tabulates both.
 """
 
 from __future__ import annotations

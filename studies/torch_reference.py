@@ -5,7 +5,7 @@ Written from the reference PyTorch code (github.com/danruod/IEDL code_classical/
 FisherEvidentialN.py and code_classical/dataset.py, github.com/MengyuanChen21/ICLR2024-REDL
 code_classical/models/ModifiedEvidentialN.py, github.com/pandeydeep9/EvidentialResearch2023
 MainMnistExperiment/losses.py) and the GEDL paper, NOT from gedl_jax. It imports nothing from
-gedl_jax (nor from the rest of benchmarks/), so it runs under any Python with torch and numpy.
+gedl_jax (nor from the rest of studies/), so it runs under any Python with torch and numpy.
 
 Reference conventions kept on purpose:
 - ConvNet: 3 x [Conv2d(k=5, pad=2) -> ReLU -> MaxPool2d(2)] (1->64->64->64), flatten NCHW
@@ -38,7 +38,7 @@ Variants (--variant):
 Example, from the repository root, with `$TORCH_PYTHON` a Python that has torch (e.g.
 PATH/TO/torch-venv/bin/python) and the MNIST files in `$GEDL_DATA_DIR/mnist/` (else
 `--data_dir=DIR`, the folder that holds `mnist/`):
-  "$TORCH_PYTHON" -m benchmarks.torch_reference --variant iedl --seeds 0,1,2 --epochs 3 \\
+  "$TORCH_PYTHON" -m studies.torch_reference --variant iedl --seeds 0,1,2 --epochs 3 \\
       --train_examples 12000 --batch_size 64 --lr 1e-3
 """
 

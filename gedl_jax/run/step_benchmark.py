@@ -3,7 +3,7 @@
 `synthetic_program` builds the program `gedl_jax.train` runs (`programs.single`, or
 `programs.vmapped` for several seeds: the same step, keys, epoch order and initialisation) on
 uint8 images resident on the device; `compiled_train_step` compiles it. bin/benchmark.py times
-it; the speed and profiling scripts of benchmarks/ use it too.
+it; the speed and profiling scripts of studies/ use it too.
 """
 
 from __future__ import annotations

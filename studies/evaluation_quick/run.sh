@@ -4,9 +4,9 @@
 # here: eval_table.md, eval_results.json (the workdir's path replaced by RUNS_DIR), and
 # risk_coverage.png. predictions.npz stays in the workdir (every number here is recomputable
 # from it: tests/test_evaluation_wiring.py).
-#   bash benchmarks/studies/evaluation_quick/run.sh        # WORKDIR=~/gedl_runs/evaluation_quick
+#   bash studies/evaluation_quick/run.sh        # WORKDIR=~/gedl_runs/evaluation_quick
 set -eu
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../.."
 here=docs/results/evaluation_quick
 WORKDIR="${WORKDIR:-$HOME/gedl_runs/evaluation_quick}"
 PY="${PYTHON:-.venv/bin/python}"

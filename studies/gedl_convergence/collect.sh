@@ -3,12 +3,12 @@
 # (eval_results.json, metrics.jsonl, config.json), and redraws curves.png / curves.md from every
 # run under OUT. Paths of the machine that ran them are replaced by RUNS_DIR (the folder holding
 # OUT) and DATA_DIR (GEDL_DATA_DIR), so the copies name no machine.
-#   bash benchmarks/studies/gedl_convergence/collect.sh            # OUT=~/gedl_runs/gedl_convergence
+#   bash studies/gedl_convergence/collect.sh            # OUT=~/gedl_runs/gedl_convergence
 # DEST: the folder to fill (default: this one). Runs trained on another machine and copied here:
 # TRAINED_RUNS_DIR / TRAINED_DATA_DIR are the paths they were trained under (default: OUT's
 # parent and GEDL_DATA_DIR).
 set -eu
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../.."
 here="${DEST:-docs/results/gedl_convergence}"
 OUT="${OUT:-$HOME/gedl_runs/gedl_convergence}"
 PY="${PYTHON:-.venv/bin/python}"

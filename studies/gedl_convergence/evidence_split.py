@@ -14,7 +14,7 @@ total evidence E (mean, median), the share of images with more evidence than the
 median image, u (mean), and the share of images ranked above the test set's median and above
 its 1 % quantile of u (the most confident in-distribution images):
 
-    python benchmarks/studies/gedl_convergence/evidence_split.py WORKDIR [WORKDIR ...] \
+    python studies/gedl_convergence/evidence_split.py WORKDIR [WORKDIR ...] \
         [--pretrained=mnist/gedl,...] [--names=A,B,...] [--out=FILE]
 
 It restores each checkpoint, or loads each pretrained model, and reads the data as

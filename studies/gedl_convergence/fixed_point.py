@@ -28,7 +28,7 @@ the true class's evidence out of the KL, so the likelihood term keeps raising it
 This script prints, for each epoch of a run, the KL weight, the logged training means of S, W
 and the loss, and the values the closed form predicts from the logged tau alone:
 
-    python benchmarks/studies/gedl_convergence/fixed_point.py RUN_DIR [RUN_DIR ...] [--out=FILE]
+    python studies/gedl_convergence/fixed_point.py RUN_DIR [RUN_DIR ...] [--out=FILE]
 
 With `--predict_from=E` it also feeds the optimum's strength back into the schedule, from the
 state logged at the end of epoch E, and predicts 1/tau and S* for every later epoch to

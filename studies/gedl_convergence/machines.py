@@ -13,7 +13,7 @@ A second table ranks every run of the folder within its machine by its distance 
 GEDL row (the mean absolute difference over the six columns, as `rank_readings.py` computes it
 for the 3-seed means), so that readings are compared on one machine.
 
-    python benchmarks/studies/gedl_convergence/machines.py [FOLDER]
+    python studies/gedl_convergence/machines.py [FOLDER]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import statistics
 import sys
 
 HERE = pathlib.Path(__file__).resolve().parent
-RESULTS = HERE.parents[2] / "docs" / "results" / "gedl_convergence"   # the study's results
+RESULTS = HERE.parents[1] / "docs" / "results" / "gedl_convergence"   # the study's results
 READINGS = ("gedl", "kl_masked", "tau_step", "tau_sum_over_c")
 COLUMNS = ("Acc", "Conf.MP", "KMNIST MP", "KMNIST UM", "FMNIST MP", "FMNIST UM")
 PATHS = (("id", "accuracy"), ("id", "misclassification", "mp", "aupr"),

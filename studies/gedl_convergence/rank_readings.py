@@ -6,7 +6,7 @@ difference from the paper's GEDL row over those six numbers, and the largest sho
 column furthest below the paper). The paper's row is `bin/reproduce.py`'s `PAPER`, so the
 numbers compared are the ones every table prints beside ours.
 
-    python benchmarks/studies/gedl_convergence/rank_readings.py OUT/results.json
+    python studies/gedl_convergence/rank_readings.py OUT/results.json
 
 (OUT: the --out folder of `bin/reproduce.py --study=readings --seeds=0,1,2`.)
 
@@ -22,7 +22,7 @@ import json
 import pathlib
 import sys
 
-REPO = pathlib.Path(__file__).resolve().parents[3]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 COLUMNS = ("Acc", "Conf.MP", "KMNIST MP", "KMNIST UM", "FMNIST MP", "FMNIST UM")
 
 

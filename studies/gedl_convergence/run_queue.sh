@@ -4,9 +4,9 @@
 # test/OOD curve (config.epoch_eval), seed 0 of every reading first, then seeds 1 and 2. It
 # resumes: rerun it and finished runs are reused, a killed run continues from its checkpoint.
 # It runs at the lowest CPU priority, so other work on the machine goes first.
-#   bash benchmarks/studies/gedl_convergence/run_queue.sh            # OUT=~/gedl_runs/gedl_convergence
+#   bash studies/gedl_convergence/run_queue.sh            # OUT=~/gedl_runs/gedl_convergence
 set -u
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../.."
 OUT="${OUT:-$HOME/gedl_runs/gedl_convergence}"
 PY="${PYTHON:-.venv/bin/python}"
 mkdir -p "$OUT"

@@ -1,13 +1,13 @@
 #!/bin/bash
 # The runs of the initialisation ablation (issue 16), one after another, each resumable:
 # a killed run continues from its last epoch checkpoint when this script is started again.
-#   GEDL_DATA_DIR=DATA_DIR bash benchmarks/studies/init_ablation/run_queue.sh RUNS_DIR
+#   GEDL_DATA_DIR=DATA_DIR bash studies/init_ablation/run_queue.sh RUNS_DIR
 # Then: python bin/init_ablation.py RUNS_DIR --out=docs/results/init_ablation/table.md
 # (bin/init_ablation.py: at commit c0b3e04, removed since; see README.md here)
 set -u
 RUNS=${1:?usage: run_queue.sh RUNS_DIR (outside the checkout)}
 PY=${PYTHON:-.venv/bin/python}
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../.."
 # variant init seed [extra config flags]; in the order they were run
 while read -r variant init seed extra; do
   [ -z "$variant" ] && continue

@@ -7,7 +7,7 @@ from the paper's row (`bin/reproduce.py`'s `PAPER`) for every column both have, 
 where the row is below the paper's. The difference is taken between the printed numbers, so
 that subtracting the two tables' numbers gives it to the digit.
 
-    python benchmarks/studies/mnist_long/against_paper.py [RUNS_FOLDER]
+    python studies/mnist_long/against_paper.py [RUNS_FOLDER]
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import statistics
 import sys
 
 HERE = pathlib.Path(__file__).resolve().parent
-REPO = HERE.parents[2]
+REPO = HERE.parents[1]
 COLUMNS = ("Acc", "Conf.MP", "KMNIST MP", "KMNIST UM", "FMNIST MP", "FMNIST UM")
 PATHS = (("id", "accuracy"), ("id", "misclassification", "mp", "aupr"),
          ("ood", "kmnist", "detection", "mp", "aupr_in"),
