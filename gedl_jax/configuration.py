@@ -5,9 +5,9 @@ choices: the prior (base rate `a`, strength `W`), the posterior update (evidence
 i.e. the KL weight 1/tau and its schedule) and the training objective. Each choice is a config
 field here; a variant is a named set of field values (`VARIANTS`), never a code fork.
 
-Config files in `gedl_jax/configs/` call `build_config(dataset, arg)`, where `arg` is the text after the
-colon of `--config=configs/mnist.py:gedl,quick`: a comma-separated list of one variant name and
-optional modifiers (`quick`).
+Config files in `gedl_jax/configs/` call `build_config(dataset, arg)`, where `arg` is the text
+after the colon of `--config=configs/mnist.py:gedl,quick`: a comma-separated list of one variant
+name and optional modifiers (`quick`).
 """
 
 from __future__ import annotations
