@@ -43,14 +43,11 @@ import sys
 import time
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 
-from gedl_jax import configuration, methods
+from gedl_jax import configuration
 from gedl_jax import networks as models
 from gedl_jax.networks import layers, protocol
-from gedl_jax.run import optimizer, sharding
-from gedl_jax.run import steps as steps_lib
+from gedl_jax.run.step_benchmark import compiled_train_step
 
 # Dense peak throughput (FLOP/s) per chip and arithmetic, for the "fraction of peak" column
 # (NVIDIA's data sheets, SXM, no sparsity): "tf32" is the tensor-core peak that float32
@@ -91,74 +88,6 @@ def peak_memory_bytes() -> int | None:
     if stats:
         return int(stats.get("peak_bytes_in_use", 0))
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # host RSS on CPU
-
-
-def compiled_train_step(model_name: str, batch: int, dtype: str, num_devices: int, steps: int,
-                        seeds: int = 1, variant: str = "gedl", device_loop: bool = False):
-    """The real GEDL train step (`steps.make_train_step`, as `gedl_jax.train` runs it), compiled,
-    on `steps` batches of synthetic uint8 data resident on the device (another preset's step
-    with `variant`; `model_name` may be any network `config.model` takes).
-
-    Returns (run, compile_s): `run(n)` does n steps from the current state and blocks on the
-    result; with `seeds` > 1 the vmapped multi-seed step (`config.vmap_seeds`); with
-    `device_loop` the program the training loop runs, up to `steps` steps per call
-    (`steps.multi_step`), called once for `run(steps)`.
-    """
-    dataset = "mnist" if model_name == "convnet" else "cifar10"
-    config = configuration.build_config(dataset, variant)
-    config.compute_dtype = dtype
-    config.batch_size = batch
-    image_shape = (28, 28, 1) if model_name == "convnet" else (32, 32, 3)
-    config.model = model_name
-    mesh = sharding.make_mesh(jax.devices()[:num_devices])
-    method = methods.from_config(config, methods.MethodSetup(10, (1,) * 10, image_shape))
-    n = batch * steps
-    tx = optimizer.make_optimizer(config, total_steps=10 * steps)
-    settings = steps_lib.StepSettings(steps_per_epoch=steps, batch_size=batch,
-                                     augment=config.augment, normalize_mean=None,
-                                     normalize_std=None)
-    keys = {"augment": jax.random.PRNGKey(1), "dropout": jax.random.PRNGKey(2)}
-    rng = np.random.default_rng(0)
-    images = sharding.put_replicated(mesh, rng.integers(0, 256, (n, *image_shape), np.uint8))
-    labels = sharding.put_replicated(mesh, rng.integers(0, 10, n).astype(np.int32))
-    replicated = sharding.replicated(mesh)
-
-    def init(key):
-        return steps_lib.init_train_state(method, tx, key, image_shape)
-
-    loop = {"max_steps": steps, "device_loop": True} if device_loop else {}
-    if seeds == 1:
-        step_fn = steps_lib.make_train_step(method, tx, mesh, settings, keys, **loop)
-        extra = (jax.device_put(jnp.arange(n, dtype=jnp.int32), replicated),)
-        state = jax.jit(init, out_shardings=replicated)(jax.random.PRNGKey(0))
-    else:
-        step_fn = steps_lib.make_multi_seed_train_step(method, tx, mesh, settings, **loop)
-        order_SxN = jnp.tile(jnp.arange(n, dtype=jnp.int32), (seeds, 1))
-        keys_S = {k: jnp.stack([jax.random.fold_in(v, s) for s in range(seeds)])
-                  for k, v in keys.items()}
-        extra = (jax.device_put(order_SxN, replicated), jax.device_put(keys_S, replicated))
-        state = jax.jit(jax.vmap(init), out_shardings=replicated)(
-            jax.random.split(jax.random.PRNGKey(0), seeds))
-    count = (np.int32(steps),) if device_loop else ()
-    t0 = time.perf_counter()
-    compiled = step_fn.lower(state, *count, images, labels, *extra).compile()
-    compile_s = time.perf_counter() - t0
-    current = {"state": state}
-
-    def run(num_steps: int) -> None:
-        state = current["state"]
-        if device_loop:
-            for start in range(0, num_steps, steps):
-                state, m = compiled(state, np.int32(min(steps, num_steps - start)), images,
-                                    labels, *extra)
-        else:
-            for _ in range(num_steps):
-                state, m = compiled(state, images, labels, *extra)
-        jax.block_until_ready(m)
-        current["state"] = state
-
-    run.compiled = compiled   # for benchmarks/profile_step.py: the optimized HLO behind the timings
-    return run, compile_s
 
 
 def bench_one(model_name: str, batch: int, dtype: str, num_devices: int, steps: int,

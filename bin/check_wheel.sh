@@ -67,10 +67,11 @@ echo "check_wheel: the sdist holds what its tests need"
 cd "$work"
 tar -xzf "$sdist"
 src="$(ls -d "$work"/gedl_jax-*/)"
-for f in tests/conftest.py configs/mnist.py requirements/constraints-py${version}.txt \
+for f in tests/conftest.py gedl_jax/configs/mnist.py requirements/constraints-py${version}.txt \
          notebooks/quickstart.ipynb LICENSE CITATION.cff CHANGELOG.md; do
   [ -e "$src/$f" ] || fail "the sdist lacks $f"
 done
+[ ! -e "$src/docs/results" ] || fail "the sdist carries docs/results (MANIFEST.in prunes it)"
 # Collect every test and run a few cheap ones against the sdist's own files (the package from
 # the sdist: PYTHONPATH puts it before any installed copy).
 (cd "$src" && PYTHONPATH="$src" "$PYTHON" -m pytest -q -n 0 -p no:cacheprovider --collect-only \

@@ -25,7 +25,7 @@ rm -rf "$stage"
 mkdir -p "$stage/api"
 # The files the pages link to: the pages themselves and the code, configs and scripts they name.
 for f in README.md CHANGELOG.md CITATION.cff LICENSE pyproject.toml docs notebooks gedl_jax \
-         configs bin benchmarks tests requirements; do
+         bin studies tests requirements; do
   [ -e "$f" ] && cp -r "$f" "$stage/"
 done
 find "$stage" \( -name __pycache__ -o -name .ipynb_checkpoints \) -prune -exec rm -rf {} +

@@ -3,7 +3,7 @@
 # without deterministic kernels), our step beside an independent PyTorch step, README
 # command 2 (GEDL on MNIST, 200 epochs) end to end, five seeds trained together (vmapped) beside
 # their step's floor, and a stopped-and-resumed run against the
-# uninterrupted one (benchmarks/resume_check.py, under the trainer's flags and under XLA's
+# uninterrupted one (studies/resume_check.py, under the trainer's flags and under XLA's
 # stricter --xla_gpu_deterministic_ops), with the wall time of each part; the results go to
 # docs/results/gpu/<gpu name>/ (tables, logs, wall_times.json, README.md).
 #
@@ -180,7 +180,7 @@ if has_part torch; then
     # our side: the bench part's numbers (same settings), when it ran
     [ -f "$OUT/benchmark.json" ] && vs+=(--jax_json="$OUT/benchmark.json")
   fi
-  run_part torch "$PYTHON" -m benchmarks.gpu_vs_torch --torch_python="$TORCH_PYTHON" \
+  run_part torch "$PYTHON" -m studies.gpu_vs_torch --torch_python="$TORCH_PYTHON" \
     --out="$OUT/vs_torch" "${vs[@]}"
 fi
 
@@ -212,10 +212,10 @@ if has_part resume; then
   [ "$DRY_RUN" = 1 ] && resume=(--config=configs/mnist.py:gedl,quick --epochs=1
                                 --override=train_examples=1280 --override=log_every_steps=1
                                 --stop_at=4)
-  run_part resume "$PYTHON" -m benchmarks.resume_check "${resume[@]}" --out="$OUT/resume"
+  run_part resume "$PYTHON" -m studies.resume_check "${resume[@]}" --out="$OUT/resume"
   if [ "$DRY_RUN" = 0 ]; then
     run_part resume_deterministic_ops env XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_deterministic_ops=true" \
-      "$PYTHON" -m benchmarks.resume_check --out="$OUT/resume_deterministic_ops"
+      "$PYTHON" -m studies.resume_check --out="$OUT/resume_deterministic_ops"
   fi
 fi
 

@@ -151,7 +151,7 @@ def _seeds(folder: pathlib.Path) -> list[str]:
 
 
 def _resume(folder: pathlib.Path) -> list[str]:
-    """benchmarks/resume_check.py's verdicts, one line per set of XLA flags."""
+    """studies/resume_check.py's verdicts, one line per set of XLA flags."""
     lines = []
     for name, flags in (("resume", "the trainer's flags (config.deterministic)"),
                         ("resume_deterministic_ops", "`--xla_gpu_deterministic_ops=true`")):

@@ -5,9 +5,9 @@ choices: the prior (base rate `a`, strength `W`), the posterior update (evidence
 i.e. the KL weight 1/tau and its schedule) and the training objective. Each choice is a config
 field here; a variant is a named set of field values (`VARIANTS`), never a code fork.
 
-Config files in `configs/` call `build_config(dataset, arg)`, where `arg` is the text after the
-colon of `--config=configs/mnist.py:gedl,quick`: a comma-separated list of one variant name and
-optional modifiers (`quick`).
+Config files in `gedl_jax/configs/` call `build_config(dataset, arg)`, where `arg` is the text
+after the colon of `--config=configs/mnist.py:gedl,quick`: a comma-separated list of one variant
+name and optional modifiers (`quick`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import re
 from typing import Any
 
 import ml_collections
+
+from gedl_jax.data import registry
 
 # Allowed values of every enumerated field: validation errors list them. `method` is any method
 # a preset names (`method_names`): a new method's preset is what makes it allowed.
@@ -47,30 +49,43 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "matmul_precision": ("default", "highest"),
 }
 
-# Per-dataset protocol: splits, OOD sets and models of the I-EDL/R-EDL code
-# (github.com/danruod/IEDL and github.com/MengyuanChen21/ICLR2024-REDL, code_classical/), the
-# paper's Table implementation_details for the optimiser, and I-EDL's fisher_c from its configs
-# (code_classical/configs/1_mnist/mnist-iedl.json, 2_cifar10/cifar10-iedl.json).
-DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
-    "mnist": dict(model="convnet", num_classes=10, learning_rate=1e-3, weight_decay=0.0,
-                  val_fraction=0.2, augment=False, ood_datasets=("kmnist", "fashion_mnist"),
+# Per-dataset protocol: models of the I-EDL/R-EDL code (github.com/danruod/IEDL and
+# github.com/MengyuanChen21/ICLR2024-REDL, code_classical/), the paper's Table
+# implementation_details for the optimiser, and I-EDL's fisher_c from its configs
+# (code_classical/configs/1_mnist/mnist-iedl.json, 2_cifar10/cifar10-iedl.json). The dataset's
+# own facts (K, the validation fraction, the OOD sets) are the registry's (gedl_jax/data/
+# registry.py), merged in by `_with_dataset_facts`.
+_PROTOCOL_SETTINGS: dict[str, dict[str, Any]] = {
+    "mnist": dict(model="convnet", learning_rate=1e-3, weight_decay=0.0, augment=False,
                   fisher_logdet_weight_iedl=0.005, red_exp_clip=80.0),
-    "fashion_mnist": dict(model="convnet", num_classes=10, learning_rate=1e-3, weight_decay=0.0,
-                          val_fraction=0.2, augment=False, ood_datasets=("mnist", "kmnist"),
+    "fashion_mnist": dict(model="convnet", learning_rate=1e-3, weight_decay=0.0, augment=False,
                           fisher_logdet_weight_iedl=0.005, red_exp_clip=80.0),
-    "cifar10": dict(model="vgg16", num_classes=10, learning_rate=1e-4, weight_decay=5e-4,
-                    val_fraction=0.05, augment=True, ood_datasets=("svhn_cropped", "cifar100"),
+    "cifar10": dict(model="vgg16", learning_rate=1e-4, weight_decay=5e-4, augment=True,
                     fisher_logdet_weight_iedl=0.05, red_exp_clip=10.0),
-    "cifar100": dict(model="vgg16", num_classes=100, learning_rate=1e-4, weight_decay=5e-4,
-                     val_fraction=0.05, augment=True, ood_datasets=("svhn_cropped",),
+    "cifar100": dict(model="vgg16", learning_rate=1e-4, weight_decay=5e-4, augment=True,
                      warmup_epochs=5, fisher_logdet_weight_iedl=0.05, red_exp_clip=10.0),
     # Your own data (`configs/custom.py`, `--config.dataset=npz:<path>` or `tfds:<name>`): the
     # MNIST family's optimiser settings; K comes from the data; the model must be named
     # (`--config.model=...`), else the MLP for vectors (`custom_model`); no OOD sets unless named.
     "custom": dict(model="", num_classes=0, learning_rate=1e-3, weight_decay=0.0,
-                   val_fraction=0.2, augment=False, ood_datasets=(),
+                   val_fraction=registry.OWN_DATA_VAL_FRACTION, augment=False, ood_datasets=(),
                    fisher_logdet_weight_iedl=0.005, red_exp_clip=80.0),
 }
+
+
+def _with_dataset_facts(dataset: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """`settings` plus the registry's num_classes, val_fraction and ood_datasets of `dataset`
+    (none for "custom", which is not a registered dataset)."""
+    if dataset not in registry.DATASETS:
+        return dict(settings)
+    info = registry.DATASETS[dataset]
+    return dict(settings, num_classes=info.num_classes, val_fraction=info.val_fraction,
+                ood_datasets=info.default_ood)
+
+
+# Every dataset's defaults: its protocol settings and the registry's facts.
+DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
+    name: _with_dataset_facts(name, settings) for name, settings in _PROTOCOL_SETTINGS.items()}
 
 
 def _variant(**kw: Any) -> dict[str, Any]:

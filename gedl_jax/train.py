@@ -8,7 +8,7 @@ Config syntax (ml_collections), from any directory:
   --config=mnist:edl                        a variant (gedl, edl, iedl, redl, red, ablation_*)
   --config=mnist:gedl,quick                 a variant, shrunk to a few-minute run
   --config.c_w=0.7 --config.seeds=0,1,2     override any field (see gedl_jax/configuration.py)
-  --config=configs/mnist.py:gedl            the same by path (configs/ of the repository)
+  --config=configs/mnist.py:gedl            the same by path (gedl_jax/configs/mnist.py)
   --config=my_config.py:ARG                 your own config file (a get_config(arg) function)
 
 Before any training, every input (ID splits, OOD sets) is obtained: files missing from the data
@@ -106,7 +106,7 @@ def main(argv=None) -> int:
 
     flags_ = flags.FLAGS
     configs.define_config_flag("config", "Experiment config: a name (mnist, cifar10, ...; "
-                               "--help lists them) or a config file (see configs/).")
+                               "--help lists them) or a config file (see gedl_jax/configs/).")
     flags.DEFINE_string("workdir", None, "Output folder (checkpoints, logs, results); default "
                         "runs/<dataset>_<variant>[_quick].")
     flags.DEFINE_bool("debug", False, "Show the traceback of an error (also GEDL_DEBUG=1).")

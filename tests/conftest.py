@@ -18,7 +18,7 @@
   learnable MNIST / KMNIST / Fashion-MNIST files in the official IDX gz format, their checksums
   registered for the test: the training-mechanics tests run on it, offline, on any machine).
 - The repository root is importable, so tests import the research scripts as the package
-  `benchmarks` (run as `python -m benchmarks.<name>` from the root). `python -m pytest` from the
+  `studies` (run as `python -m studies.<name>` from the root). `python -m pytest` from the
   root has it already; this covers a bare `pytest` and other working directories. It is
   appended, so an installed gedl_jax still comes first.
 - On a GPU, XLA's default kernels (atomic adds in reductions and convolution gradients) differ

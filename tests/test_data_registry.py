@@ -1,8 +1,11 @@
 """Registry: names, shapes, protocol defaults, and checksums equal to TFDS's registrations."""
 
+import ast
+import pathlib
+
 import pytest
 
-from gedl_jax import data
+from gedl_jax import configuration, data
 from gedl_jax.data import registry
 
 pytestmark = pytest.mark.usefixtures("no_network", "isolated_env")
@@ -29,6 +32,41 @@ def test_default_ood_sets_follow_the_protocol():
     for name in ("mnist", "fashion_mnist", "cifar10", "cifar100"):
         for ood in data.default_ood_sets(name):
             assert ood in data.DATASETS and ood != name
+
+
+DATASET_FACTS = ("num_classes", "val_fraction", "ood_datasets")
+
+
+@pytest.mark.parametrize("name", sorted(set(configuration.DATASET_DEFAULTS) - {"custom"}))
+def test_the_config_defaults_are_the_registry_facts(name):
+    """K, the validation fraction and the OOD sets a config starts from are the registry's, for
+    every dataset a config knows (the registry is the one place they are written)."""
+    info = data.DATASETS[name]
+    expected = {"num_classes": info.num_classes, "val_fraction": info.val_fraction,
+                "ood_datasets": info.default_ood}
+    assert {k: configuration.DATASET_DEFAULTS[name][k] for k in DATASET_FACTS} == expected
+    config = configuration.default_config(name)
+    assert (config.num_classes, config.val_fraction, tuple(config.ood_datasets)) == (
+        info.num_classes, info.val_fraction, info.default_ood)
+
+
+def test_configuration_writes_no_dataset_fact_of_its_own():
+    """No registered dataset's entry in configuration's protocol table spells a fact itself."""
+    tree = ast.parse(pathlib.Path(configuration.__file__).read_text())
+    table = next(node.value for node in ast.walk(tree) if isinstance(node, ast.AnnAssign)
+                 and getattr(node.target, "id", "") == "_PROTOCOL_SETTINGS")
+    spelled = {}
+    for key, value in zip(table.keys, table.values):
+        name = ast.literal_eval(key)
+        if name in data.DATASETS:
+            spelled[name] = {k.arg for k in value.keywords} & set(DATASET_FACTS)
+    assert set(spelled) == set(configuration.DATASET_DEFAULTS) - {"custom"}
+    assert not any(spelled.values()), spelled
+
+
+def test_own_data_defaults_to_the_registry_validation_fraction():
+    assert configuration.default_config("npz:/x.npz").val_fraction == (
+        registry.OWN_DATA_VAL_FRACTION)
 
 
 def test_unknown_dataset_is_a_clear_error():

@@ -1,4 +1,4 @@
-"""benchmarks/studies/gedl_convergence/evidence_split.py: total evidence and the UM ranking per set,
+"""studies/gedl_convergence/evidence_split.py: total evidence and the UM ranking per set,
 on Dirichlets built from known evidence with the library's own prior."""
 
 import types
@@ -9,7 +9,7 @@ import pytest
 from gedl_jax.evidential import prior
 from training_fixtures import load_script
 
-split = load_script("benchmarks/studies/gedl_convergence/evidence_split.py", "evidence_split")
+split = load_script("studies/gedl_convergence/evidence_split.py", "evidence_split")
 
 
 def _predictions(evidence_NxK):

@@ -1,4 +1,4 @@
-"""benchmarks/studies/gedl_convergence/fixed_point.py: the closed-form minimiser of GEDL's objective.
+"""studies/gedl_convergence/fixed_point.py: the closed-form minimiser of GEDL's objective.
 
 The claim: E[-log pi_y] + (1/tau) KL(Dir(alpha) || Dir(W a)) equals
 (1/tau) [KL(Dir(alpha) || Dir(W a + tau e_y)) - log Z], so its one minimiser is the tempered
@@ -22,7 +22,7 @@ from gedl_jax.evidential import loss as loss_lib
 from gedl_jax.evidential import schedules
 from training_fixtures import load_script
 
-fixed_point = load_script("benchmarks/studies/gedl_convergence/fixed_point.py", "fixed_point")
+fixed_point = load_script("studies/gedl_convergence/fixed_point.py", "fixed_point")
 
 
 def _log_beta(beta):

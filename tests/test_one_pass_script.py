@@ -1,7 +1,7 @@
-"""benchmarks/one_pass_step.py: its two-pass build wraps the user network for two passes (and
+"""studies/one_pass_step.py: its two-pass build wraps the user network for two passes (and
 only within), and it prints its table (a smoke run on the MLP, one round of one step)."""
 
-from benchmarks import one_pass_step
+from studies import one_pass_step
 from gedl_jax import configuration
 from gedl_jax.methods import common
 

@@ -31,7 +31,7 @@ from gedl_jax import configuration, data, pretrained, train
 from gedl_jax.evaluate import evaluate_workdir
 from gedl_jax.pretrained import export, registry
 from compile_mode import fast_compilation
-from training_fixtures import load_script
+from training_fixtures import load_script, needs_committed_results
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 COMMITTED = REPO / "docs" / "results" / "gedl_convergence" / "gedl_seed0" / "eval_results.json"
@@ -423,6 +423,7 @@ def test_the_markdown_table_has_a_table_per_dataset_with_its_ood_columns(tmp_pat
 @pytest.mark.skipif(not (REAL_DATA_DIR and (pathlib.Path(REAL_DATA_DIR) / "kmnist").is_dir()),
                     reason="needs the real MNIST, KMNIST and Fashion-MNIST test sets "
                            "($GEDL_DATA_DIR)")
+@needs_committed_results
 def test_evaluate_pretrained_mnist_gedl_prints_the_committed_numbers(tmp_path):
     """The command line, on the real test sets: the shipped model's evaluation is its run's
     committed eval_results.json, number for number (about 20 s on 2 CPU cores)."""

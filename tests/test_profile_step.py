@@ -1,4 +1,4 @@
-"""benchmarks/profile_step.py: HLO labelling of XLA thunks, trace aggregation, the ConvNet's
+"""studies/profile_step.py: HLO labelling of XLA thunks, trace aggregation, the ConvNet's
 FLOPs."""
 
 import gzip
@@ -8,7 +8,7 @@ import jax
 import pytest
 import jax.numpy as jnp
 
-from benchmarks import profile_step
+from studies import profile_step
 from gedl_jax import networks as models
 
 
@@ -19,7 +19,7 @@ def test_convnet_flops_written_out_for_torch_match_the_models_count():
 
 ON_CPU_ONLY = pytest.mark.skipif(
     jax.default_backend() != "cpu",
-    reason="benchmarks/profile_step.py profiles XLA:CPU: it reads the CPU runtime's thunk names "
+    reason="studies/profile_step.py profiles XLA:CPU: it reads the CPU runtime's thunk names "
            "in the compiled HLO and its host trace (a GPU's kernels are named and traced "
            "differently)")
 

@@ -1,4 +1,4 @@
-"""benchmarks/studies/gedl_convergence/rank_readings.py: the distance of each reading to the paper's
+"""studies/gedl_convergence/rank_readings.py: the distance of each reading to the paper's
 MNIST row, on a results.json whose numbers are known."""
 
 import json
@@ -7,7 +7,7 @@ from training_fixtures import load_script
 
 
 def _load():
-    return load_script("benchmarks/studies/gedl_convergence/rank_readings.py", "rank_readings")
+    return load_script("studies/gedl_convergence/rank_readings.py", "rank_readings")
 
 
 def _aggregate(acc, conf, k_mp, k_um, f_mp, f_um):

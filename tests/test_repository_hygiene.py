@@ -15,8 +15,9 @@ read, and the test fails naming `file:line` for:
        from instead, or state the fact;
     2. a relative markdown link `[text](path)` (in .md files and notebooks) whose target, taken
        relative to the linking file, is not a file or folder of the repository;
-    3. a repository path starting with `docs/`, `bin/` or `benchmarks/`, or a module
-       `benchmarks.<name>`, mentioned anywhere, that does not exist. Not checked: templates (the
+    3. a repository path starting with `docs/`, `bin/`, `studies/` or `benchmarks/` (the old
+       name of `studies/`), or a module `studies.<name>` or `benchmarks.<name>`, mentioned
+       anywhere, that does not exist. Not checked: templates (the
        path goes on with `*`, `{`, `<` or `$`) and outputs a command would write (after `--out=`,
        `--out ` or `>`). A path that no longer exists may be named as history: it passes when
        its paragraph (the block of non-blank lines around it) cites a commit that holds it,
@@ -69,8 +70,9 @@ PRIVATE_NOTE = re.compile(
     r"|(?<![\w-])spec/[\w.-]+\.md\b"
     rf"|\.\./{SHARED}\b|\b{SHARED}/(?:spec|paper)\b")
 MARKDOWN_LINK = re.compile(r"!?\[[^\]\n]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
-REPO_PATH = re.compile(r"(?<![\w./~$-])((?:docs|bin|benchmarks)/[\w.-]+(?:/[\w.-]+)*/?)")
-BENCHMARK_MODULE = re.compile(r"(?<![\w./-])benchmarks\.([A-Za-z_]\w*)")
+REPO_PATH = re.compile(
+    r"(?<![\w./~$-])((?:docs|bin|studies|benchmarks)/[\w.-]+(?:/[\w.-]+)*/?)")
+SCRIPT_MODULE = re.compile(r"(?<![\w./-])(studies|benchmarks)\.([A-Za-z_]\w*)")
 OUTPUT_BEFORE = re.compile(r"(?:--out[= ]|>\s*)$")
 COMMIT = re.compile(r"\bcommits?\s+([0-9a-f]{7,40})\b|\b([0-9a-f]{7,40}):")
 RECORDED_SUFFIXES = (".json", ".txt", ".log", ".tex")
@@ -192,9 +194,9 @@ def violations(files: list[str], root: pathlib.Path = REPO) -> list[tuple[str, i
                 found.append((path, number, mention, "names a path the repository does not "
                               "hold (if it is history, cite the commit that holds it in the "
                               "same paragraph)"))
-            for m in BENCHMARK_MODULE.finditer(line):
-                module = f"benchmarks/{m.group(1)}.py"
-                if module not in present and f"benchmarks/{m.group(1)}" not in folders:
+            for m in SCRIPT_MODULE.finditer(line):
+                module = f"{m.group(1)}/{m.group(2)}.py"
+                if module not in present and f"{m.group(1)}/{m.group(2)}" not in folders:
                     found.append((path, number, m.group(0), f"names a module, but {module} "
                                   "does not exist"))
     return found
@@ -225,17 +227,18 @@ def test_the_checks_catch_what_they_are_for(tmp_path):
     work_data = _machine_path("work", "data")
     home_venv = _machine_path("home", "me", "venv")
     files = ["docs/a.md", "docs/results/run/results.md", "docs/results/run/README.md",
-             "bin/tool.py", "benchmarks/x.py"]
+             "bin/tool.py", "studies/x.py"]
     planted = {
         "docs/a.md": (f"data in {tmp_data}\n"                    # (a)
                       f"see {NOTE_STEMS[0]}.md 9.2 and ../{SHARED}/data\n"  # (b1) twice
                       "[b](missing.md) [c](a.md) [d](https://x.org/tmp/y) [e](#anchor)\n"
-                      "`bin/gone.py` and `benchmarks/x.py` and `python -m benchmarks.y`\n"
+                      "`bin/gone.py` and `studies/x.py` and `python -m studies.y`\n"
+                      "the old `benchmarks/x.py` and `python -m benchmarks.x`\n"
                       "write `--out=docs/results/new.json`, `docs/*.md`, `bin/${X}`\n"
                       "~/runs and $HOME/work/x and runs/tmp/x are not absolute\n"),
         "docs/results/run/results.md": f"Command: --data_dir={work_data}\n",   # recorded: exempt
         "docs/results/run/README.md": f"run with {home_venv}\n",            # by hand: checked
-        "bin/tool.py": "", "benchmarks/x.py": "",
+        "bin/tool.py": "", "studies/x.py": "",
     }
     for name, text in planted.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -247,6 +250,14 @@ def test_the_checks_catch_what_they_are_for(tmp_path):
         ("docs/a.md", 2, f"../{SHARED}"),
         ("docs/a.md", 3, "missing.md"),
         ("docs/a.md", 4, "bin/gone.py"),
-        ("docs/a.md", 4, "benchmarks.y"),
+        ("docs/a.md", 4, "studies.y"),
+        ("docs/a.md", 5, "benchmarks/x.py"),
+        ("docs/a.md", 5, "benchmarks.x"),
         ("docs/results/run/README.md", 1, home_venv),
     }, found
+
+
+def test_docs_hold_no_code(checkout):
+    """docs/ holds text, tables, plots and run logs: a study's scripts live in studies/<study>/."""
+    code = [f for f in checkout if f.startswith("docs/") and f.endswith((".py", ".sh"))]
+    assert not code, f"move these to studies/<study>/: {code}"

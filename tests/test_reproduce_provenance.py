@@ -4,7 +4,7 @@ import json
 import pathlib
 import shutil
 
-from training_fixtures import load_script
+from training_fixtures import load_script, needs_committed_results
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -131,6 +131,7 @@ def _rows(text, variants):
             if line.startswith("| ") and line.split(" | ")[0].lstrip("| ") in variants}
 
 
+@needs_committed_results
 def test_aggregate_only_remakes_the_committed_rows_without_training(tmp_path, capsys):
     """--aggregate_only trains nothing (no checkpoint, no run folder touched) and its rows are
     the committed long table's, digit for digit, from the committed per-run results."""
@@ -151,6 +152,7 @@ def test_aggregate_only_remakes_the_committed_rows_without_training(tmp_path, ca
     assert "Runs trained on: cpu x1, 2 CPU cores" in (out / "results.md").read_text()
 
 
+@needs_committed_results
 def test_aggregate_only_names_the_unfinished_runs_and_writes_nothing(tmp_path, capsys):
     out = tmp_path / "study"
     _committed_runs_in_study_layout(out, ["kl_pn"])

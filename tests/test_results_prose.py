@@ -72,10 +72,11 @@ import pathlib
 import re
 
 import pytest
-from training_fixtures import load_script
+from training_fixtures import load_script, needs_committed_results
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = REPO / "docs" / "results"
+pytestmark = needs_committed_results
 
 # README.md's sections that state results: their numbers are checked (the rest of it describes
 # the software).
@@ -110,7 +111,7 @@ NOT_RESULTS: dict[str, dict[str, str]] = {
 
 # {folder: [(a script of its study, its arguments relative to the folder)]}: tables a script
 # writes from the folder's runs; their numbers (the gaps and distances they compute) are results
-# too. A study's scripts live in benchmarks/studies/<folder>/ (`study_script`).
+# too. A study's scripts live in studies/<folder>/ (`study_script`).
 TABLE_SCRIPTS = {
     "mnist_long": [("against_paper.py", [])],
     "gedl_convergence": [("machines.py", []), ("rank_readings.py", ["all_readings/results.json"])],
@@ -348,7 +349,7 @@ def _glob(node, path):
 
 def study_script(folder: pathlib.Path, name: str) -> pathlib.Path:
     """The script `name` of the study whose results are in docs/results/<folder>."""
-    return REPO / "benchmarks" / "studies" / folder.name / name
+    return REPO / "studies" / folder.name / name
 
 
 def _output_of(script: pathlib.Path, arguments: list[str]) -> str:

@@ -1,8 +1,8 @@
-"""benchmarks/speed_vs_torch.py's driver: worker specs and the reference the ratios are taken to."""
+"""studies/speed_vs_torch.py's driver: worker specs and the reference the ratios are taken to."""
 
 import pytest
 
-from benchmarks import speed_vs_torch
+from studies import speed_vs_torch
 
 
 def test_parse_worker_options():

@@ -1,4 +1,4 @@
-"""benchmarks/torch_gpu_step.py (the PyTorch reference step) and benchmarks/gpu_vs_torch.py.
+"""studies/torch_gpu_step.py (the PyTorch reference step) and studies/gpu_vs_torch.py.
 
 torch is not a gedl-jax dependency, so the PyTorch script runs in a subprocess under the Python
 named by `GEDL_TORCH_PYTHON` (a venv with torch, e.g. `pip install torch==2.13.0 numpy`), or this
@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from benchmarks import gpu_vs_torch
+from studies import gpu_vs_torch
 from gedl_jax.evidential import activations, dirichlet, loss, objectives, prior, schedules
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -35,7 +35,7 @@ K, C_W = 10, 0.5
 
 
 def run_torch_script(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([TORCH_PYTHON, "-m", "benchmarks.torch_gpu_step", *args], cwd=REPO,
+    return subprocess.run([TORCH_PYTHON, "-m", "studies.torch_gpu_step", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -148,7 +148,7 @@ def test_table_takes_the_ratio_to_the_best_torch_mode():
 @pytest.mark.skipif(HAS_TORCH_HERE, reason="this Python has torch; the test is of the path "
                                            "without it")
 def test_gpu_vs_torch_dry_run_without_torch_writes_our_numbers(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "benchmarks.gpu_vs_torch", "--dry-run",
+    done = subprocess.run([sys.executable, "-m", "studies.gpu_vs_torch", "--dry-run",
                            f"--torch_python={sys.executable}", f"--out={tmp_path}"],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -164,7 +164,7 @@ def test_gpu_vs_torch_dry_run_without_torch_writes_our_numbers(tmp_path):
 
 @needs_torch
 def test_gpu_vs_torch_dry_run_with_torch_fills_the_eager_column(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "benchmarks.gpu_vs_torch", "--dry-run",
+    done = subprocess.run([sys.executable, "-m", "studies.gpu_vs_torch", "--dry-run",
                            f"--torch_python={TORCH_PYTHON}", f"--out={tmp_path}"],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr

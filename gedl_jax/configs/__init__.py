@@ -2,19 +2,18 @@
 any directory and from a wheel install:
 
     python -m gedl_jax.train --config=mnist:gedl,quick          # by name, from anywhere
-    python -m gedl_jax.train --config=configs/mnist.py:gedl     # by path (in a clone)
+    python -m gedl_jax.train --config=configs/mnist.py:gedl     # the same, the documented form
     python -m gedl_jax.train --config=my_experiment.py:edl      # a user's own config file
 
-`configs/*.py` at the top of the repository are the files users read; each `<name>.py` here is a
-byte-identical copy (tests/test_configs.py keeps them identical: copy a changed or new file from
-`configs/` to `gedl_jax/configs/`).
+Each preset is written once, here (`<name>.py`); the documented form `--config=configs/<name>.py`
+names the same file from a clone, from any other directory and from a wheel install (rule 3).
 
 How `--config=SPEC[:ARG]` is resolved (`resolve`):
 1. SPEC is an existing file: that file (as ml_collections always did);
 2. SPEC is a name: the packaged `gedl_jax/configs/<name>.py`, else, for a dataset that
    `gedl_jax.configuration` knows without a config file, `build_config(<name>, ARG)`;
-3. SPEC is `configs/<name>.py` and no such file is here (the documented form, run outside a
-   clone): the packaged file of that name;
+3. SPEC is `configs/<name>.py` and no such file is here (the documented form): the packaged
+   file of that name;
 4. anything else that looks like a path (a `/` or `.py`) is left to ml_collections, whose
    missing-file error the CLI prints on one line; an unknown name is an error naming the names.
 """

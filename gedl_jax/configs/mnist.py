@@ -6,7 +6,7 @@ Usage:
   python -m gedl_jax.train --config=configs/mnist.py:gedl,quick --workdir=runs/mnist_quick
   python -m gedl_jax.train --config=configs/mnist.py --config.c_w=0.7 --config.seeds=0,1,2 ...
 
-By name, from any directory (this file ships inside the package as gedl_jax/configs/mnist.py):
+By name, from any directory (`configs/mnist.py` names this file from anywhere too):
   python -m gedl_jax.train --config=mnist:gedl,quick
 
 Variants: gedl, edl, iedl, redl, red, ablation_base, ablation_kl_all, ablation_kl_all_tau,

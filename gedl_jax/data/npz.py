@@ -37,6 +37,7 @@ import numpy as np
 
 from gedl_jax.data.arrays import Split
 from gedl_jax.data.errors import CorruptDataError, MissingDataError
+from gedl_jax.data.registry import OWN_DATA_VAL_FRACTION
 from gedl_jax.data.splits import train_val_split
 
 PREFIX = "npz:"   # `--config.dataset=npz:<path>`, `--config.ood_datasets=npz:<path>`
@@ -218,7 +219,8 @@ def read_npz(path: PathLike, name: str | None = None) -> NpzDataset:
     return NpzDataset(path, name, train, others["test"], others.get("validation"), num_classes)
 
 
-def load_npz_train_val_test(path: PathLike, seed: int = 0, val_fraction: float = 0.2, *,
+def load_npz_train_val_test(path: PathLike, seed: int = 0,
+                            val_fraction: float = OWN_DATA_VAL_FRACTION, *,
                             name: str | None = None) -> dict[str, Split]:
     """{"train", "validation", "test"} of an `.npz` dataset, as `data.load_train_val_test`
     returns for a built-in one: the file's `val_*` arrays if it has them, else the seeded cut

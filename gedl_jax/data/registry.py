@@ -124,6 +124,10 @@ DATASETS: dict[str, DatasetInfo] = {
         "test split; load with load_corrupted(corruption, severity)"),
 }
 
+# Held-out fraction of your own data's training set where it brings no validation split
+# (`npz:<path>`, `tfds:<name>`): the MNIST family's.
+OWN_DATA_VAL_FRACTION = 0.2
+
 # TFDS config name -> file stem in CIFAR-10-C.tar (tensorflow_datasets cifar10_corrupted.py).
 CORRUPTION_FILES: dict[str, str] = {
     "gaussian_noise": "gaussian_noise", "shot_noise": "shot_noise",

@@ -14,11 +14,9 @@ demand: ``from gedl_jax.evaluation import plots``). The metrics themselves are i
 ``gedl_jax.evaluation.metrics``. Beyond the paper: ``selective`` (AURC, risk-coverage),
 ``conformal`` (LAC / APS / RAPS sets), ``calibration`` (temperature / evidence scale, fitted on
 validation data), ``ood_aupr`` (OpenOOD's trapezoidal AUPR), ``sections`` (how the results
-hold them), ``saved`` (``predictions.npz``), and ``evaluate_model`` (any model's predict
-function, run in padded jitted batches; it lives in ``gedl_jax.run.inference``).
+hold them), ``saved`` (``predictions.npz``), and ``evaluate_model`` (``any_model``: any model's
+predict function, run in padded jitted batches; imported on first use).
 """
-
-import importlib
 
 from gedl_jax.evaluation.core import (
     CALIBRATORS,
@@ -61,9 +59,10 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    """`evaluate_model` runs a model (JAX, jitted batches), so it lives in the run layer
-    (`gedl_jax.run.inference`); it is resolved here on first use, and nothing in this package
-    imports the run layer."""
+    """`evaluate_model` (any_model.py) is imported on first use: it reads the dataset registry
+    (near / far OOD groups), which the scoring of arrays does not need."""
     if name in ("evaluate_model", "ModelEvaluation"):
-        return getattr(importlib.import_module("gedl_jax.run.inference"), name)
+        from gedl_jax.evaluation import any_model
+
+        return getattr(any_model, name)
     raise AttributeError(f"module 'gedl_jax.evaluation' has no attribute {name!r}")

@@ -1,6 +1,6 @@
 """Layers of the protocol networks: convolution and max-pool implementations, initialisers.
 
-Performance (CPU measured with `benchmarks/profile_models.py`, docs/performance.md; GPU with
+Performance (CPU measured with `studies/profile_models.py`, docs/performance.md; GPU with
 `bin/benchmark.py --pool_impl`): two layers have backend-specific implementations, chosen per
 model by the `conv_impl` / `pool_impl` attributes. `"auto"` (the default) picks im2col
 convolutions only when `jax.default_backend() == "cpu"`, and the max-pool's training gradient

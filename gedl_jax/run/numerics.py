@@ -24,7 +24,7 @@ The stricter `--xla_gpu_deterministic_ops=true` also excludes the non-determinis
 in addition turns autotuning off (XLA's heuristic kernels, the same in every process without a
 cache); it is kept where a user's XLA_FLAGS set it (`flags_in_force` accepts either). What each
 costs in step time: `bin/benchmark.py --deterministic=true|ops|false`; whether a resumed run
-equals the uninterrupted one under each: `python -m benchmarks.resume_check`.
+equals the uninterrupted one under each: `python -m studies.resume_check`.
 `configure_process` sets the flags before the backend starts (the training CLI calls it first
 thing). A library caller whose jax already runs on a GPU without them gets one line saying so
 (`describe` reports it in the run's first line too). On a CPU the flags change nothing.

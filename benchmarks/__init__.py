@@ -1,6 +1,0 @@
-"""Research and speed scripts of gedl-jax (see benchmarks/README.md).
-
-A package so that its scripts import each other as `benchmarks.<name>`; run them from the
-repository root with `python -m benchmarks.<name>`. It imports nothing at import time: some of its
-scripts run under a Python that has torch but not jax.
-"""
