@@ -37,6 +37,7 @@ import sys
 from gedl_jax import cli, configs, configuration, data
 from gedl_jax.run import experiment, heartbeat, lock, numerics, preemption, training
 from gedl_jax.run.distributed import initialize_distributed
+from gedl_jax.run.heartbeat import log
 from gedl_jax.run.progress import NonFiniteLossError
 from gedl_jax.run.rundir import ConfigMismatchError
 
@@ -82,13 +83,6 @@ def train_ensemble(config, workdir) -> dict:
         return training.train_ensemble(config, workdir)
 
 
-def _log(msg: str) -> None:
-    import jax  # noqa: PLC0415
-
-    if jax.process_index() == 0:
-        print(msg, flush=True)
-
-
 def presets_help() -> str:
     """The presets --help lists: every config name, variant and modifier of
     --config=<name>:<variant>[,<modifier>...]."""
@@ -121,12 +115,12 @@ def main(argv=None) -> int:
             configuration.validate_config(config)  # before waiting for the other hosts
             initialize_distributed(config)
         if not flags_.workdir:
-            _log(f"workdir: {workdir} (the default for this config; --workdir=DIR to choose)")
+            log(f"workdir: {workdir} (the default for this config; --workdir=DIR to choose)")
         preemption.install(prompt=True)   # a signal while compiling acts at once
         with heartbeat.compilations_announced():
             results = run(config, workdir)
         status = _exit_status(config, results)
-        _log(results_line(workdir, results))
+        log(results_line(workdir, results))
         return status
 
     return cli.run(body, argv, doc=__doc__, help_extra=presets_help(), codes=[

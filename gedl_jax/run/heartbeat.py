@@ -18,7 +18,9 @@ SLOW_AFTER_S = 3.0
 _BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"   # jax._src.dispatch's event
 
 
-def _log(message: str) -> None:
+def log(message: str) -> None:
+    """Print a line of a run's output, from process 0 of a multi-host run only (every module
+    that talks to the user prints through this)."""
     import jax  # noqa: PLC0415
 
     if jax.process_index() == 0:
@@ -38,12 +40,12 @@ class _Wait:
 
     def _announce(self) -> None:
         self.announced = True
-        _log(f"{self.what} ...")
+        log(f"{self.what} ...")
 
     def end(self) -> None:
         self.timer.cancel()
         if self.announced:
-            _log(f"{self.what}: done in {time.time() - self.start:.1f} s")
+            log(f"{self.what}: done in {time.time() - self.start:.1f} s")
 
 
 @contextlib.contextmanager

@@ -33,16 +33,12 @@ from gedl_jax.run import (
 )
 from gedl_jax.run import ensemble as ensemble_eval
 from gedl_jax.run import workdir as workdir_eval
+from gedl_jax.run.heartbeat import log
 from gedl_jax.run.progress import MetricsBuffer, NonFiniteLossError
 from gedl_jax.run.rundir import ConfigMismatchError
 
 __all__ = ["ConfigMismatchError", "NonFiniteLossError", "SeedRun", "epoch_eval_summary", "run",
            "train_and_evaluate", "train_and_evaluate_vmapped", "train_ensemble"]
-
-
-def _log(msg: str) -> None:
-    if jax.process_index() == 0:
-        print(msg, flush=True)
 
 
 @dataclasses.dataclass
@@ -151,12 +147,12 @@ def _restore(runs: list[SeedRun], program: programs.SeedProgram, mesh,
             continue
         for run_, step, error in failures:
             checkpointing.report_set_aside(run_.workdir / "checkpoints" / "last" / str(step),
-                                           error, _log)
+                                           error, log)
             checkpointing.set_aside(run_.ckpt.last, step)
         for run_, (_, meta) in zip(runs, restored):
             run_.best_accuracy, run_.best_step = meta["best_val_accuracy"], meta["best_step"]
         program.state = program.stack([state for state, _ in restored])
-        _log(f"resumed from {_where(runs)}/checkpoints/last at step {resume_step} "
+        log(f"resumed from {_where(runs)}/checkpoints/last at step {resume_step} "
              f"(epoch {resume_step // steps_per_epoch})")
         return
     if failures:
@@ -191,11 +187,11 @@ class _Validation:
         if len(report) == 1:
             run_, accuracy, improved = report[0]
             best = "" if improved else f" (best {run_.best_accuracy:.4f})"
-            _log(f"epoch {epoch + 1}: validation accuracy {accuracy:.4f}"
+            log(f"epoch {epoch + 1}: validation accuracy {accuracy:.4f}"
                  f"{' (best)' if improved else best}")
         else:
             listed = " ".join(f"{r.seed}:{a:.4f}{'*' if imp else ''}" for r, a, imp in report)
-            _log(f"epoch {epoch + 1}: validation accuracy per seed {listed} (* = best so far)")
+            log(f"epoch {epoch + 1}: validation accuracy per seed {listed} (* = best so far)")
 
     def _epoch_eval(self, run_: SeedRun, state: steps.TrainState, step: int, epoch: int) -> None:
         """config.epoch_eval: the test and OOD sets scored with the current parameters (as the
@@ -207,7 +203,7 @@ class _Validation:
                      for name, split in exp.data.ood.items()}
         summary = epoch_eval_summary(evaluate_predictions(id_pred, ood_preds))
         run_.writer.write(step, "epoch_eval", summary)
-        _log(f"epoch {epoch + 1}: " + " ".join(f"{k} {v:.4g}" for k, v in summary.items()))
+        log(f"epoch {epoch + 1}: " + " ".join(f"{k} {v:.4g}" for k, v in summary.items()))
 
     def _accuracy(self, run_: SeedRun, state: steps.TrainState) -> float:
         exp = run_.experiment
@@ -275,7 +271,7 @@ class _Loop:
             fetched = self.buffer.last_fetched   # == step
             rate, eta = self.buffer.rate_and_eta(self.config.batch_size * len(self.runs),
                                                  self.total_steps - fetched)
-            _log(_progress_line(self.config, self.method, averaged, fetched, self.total_steps,
+            log(_progress_line(self.config, self.method, averaged, fetched, self.total_steps,
                                 self.steps_per_epoch, rate, eta))
 
 
@@ -310,7 +306,7 @@ def _prepare_loop(runs: list[SeedRun], pool: data.Split | None, mesh) -> _Loop:
         where=f"{_where(runs)}/checkpoints", steps_per_epoch=steps_per_epoch)
     together = (f"seeds {','.join(str(r.seed) for r in runs)} trained together (vmap), "
                 if pool is not None else "")
-    _log(f"{config.variant} on {config.dataset} ({method.describe()}): {together}{num_train} "
+    log(f"{config.variant} on {config.dataset} ({method.describe()}): {together}{num_train} "
          f"train / {len(runs[0].experiment.data.validation.labels)} val, {steps_per_epoch} "
          f"steps/epoch x {config.num_epochs} epochs, global batch {config.batch_size} on "
          f"{mesh.size} {jax.devices()[0].platform} device(s); {numerics.describe(config)}")
@@ -479,7 +475,7 @@ def _finish(run_: SeedRun, program: programs.SeedProgram, index: int, step: int,
     if not stopped_early and run_.config.evaluate_at_end:
         abstract = checkpointing.abstract_like(summary["state"], sharding.replicated(mesh))
         best_state, _ = checkpointing.restore_for_evaluation(run_.ckpt, abstract, run_.workdir,
-                                                             _log)
+                                                             log)
         summary["evaluation"] = workdir_eval.evaluate_and_write(
             run_.experiment, best_state, run_.workdir, mesh=mesh)
     run_.ckpt.close()
@@ -498,11 +494,11 @@ def _train_seed_list(config, workdir: pathlib.Path, seeds: list[int]) -> list[di
     """`seeds` into workdir/seed_<s>: together in one program (config.vmap_seeds) or one after
     another."""
     if config.vmap_seeds and len(seeds) > 1:
-        _log(f"=== seeds {','.join(map(str, seeds))} (vmap) ===")
+        log(f"=== seeds {','.join(map(str, seeds))} (vmap) ===")
         return train_and_evaluate_vmapped(config, workdir, seeds)
     results = []
     for seed in seeds:
-        _log(f"=== seed {seed} ===")
+        log(f"=== seed {seed} ===")
         results.append(train_and_evaluate(configuration.with_seed(config, seed),
                                           workdir / f"seed_{seed}"))
     return results
@@ -516,7 +512,7 @@ def train_ensemble(config, workdir: str | pathlib.Path) -> dict[str, Any]:
     workdir = pathlib.Path(workdir)
     size, seed = int(config.ensemble_size), int(config.seed)
     members = configuration.ensemble_member_config(config)
-    _log(f"=== ensemble of {size} ({config.variant}, seed {seed}): members seeds "
+    log(f"=== ensemble of {size} ({config.variant}, seed {seed}): members seeds "
          f"{seed * size}..{seed * size + size - 1} ===")
     rundir.prepare(workdir, config)
     seeds = [seed * size + m for m in range(size)]
@@ -551,5 +547,5 @@ def run(config, workdir: str | pathlib.Path) -> list[dict[str, Any]]:
 
         table = evaluation.results_table(evaluations, fmt="markdown")
         files.write_text(workdir / "eval_table.md", table + "\n")
-        _log(f"\n=== {len(evaluations)} seeds, mean ± std ===\n{table}")
+        log(f"\n=== {len(evaluations)} seeds, mean ± std ===\n{table}")
     return results

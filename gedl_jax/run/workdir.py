@@ -30,6 +30,7 @@ from gedl_jax.run import (
     sharding,
     steps,
 )
+from gedl_jax.run.heartbeat import log
 from gedl_jax.run.progress import format_eta
 
 __all__ = ["PREDICTIONS_FILENAME", "RestoredRun", "config_from_saved", "evaluate_and_write",
@@ -74,11 +75,6 @@ def predict(run: RestoredRun, split: data.Split, with_labels: bool = True,
     return exp.method.predictions(raw, split.labels if with_labels else None)
 
 
-def _log(msg: str) -> None:
-    if jax.process_index() == 0:
-        print(msg, flush=True)
-
-
 _PREDICT_STEPS: dict[Any, Any] = {}
 
 
@@ -120,7 +116,7 @@ class _EvalProgress:
             now = time.time()
             if done < total and now - self.last_line >= self.QUIET_SECONDS:
                 self.last_line = now
-                _log(f"evaluating {name}: batch {done}/{total}, {now - self.set_start:.1f} s")
+                log(f"evaluating {name}: batch {done}/{total}, {now - self.set_start:.1f} s")
         return on_batch
 
     def done(self, name: str) -> None:
@@ -131,7 +127,7 @@ class _EvalProgress:
         self.last_line = now
         left = sum(self.sizes.values())
         eta = format_eta(left * elapsed / max(self.done_images, 1))
-        _log(f"evaluated {name}: {size:,} images in {took:.1f} s"
+        log(f"evaluated {name}: {size:,} images in {took:.1f} s"
              f"{f' | {len(self.sizes)} set(s) left, ETA {eta}' if self.sizes else ''}")
 
 
@@ -276,7 +272,7 @@ def restore_run(workdir, overrides: dict[str, Any] | None = None, *,
     try:
         state, _ = checkpointing.restore_for_evaluation(
             ckpt, checkpointing.abstract_like(template, sharding.replicated(mesh)), workdir,
-            _log)
+            log)
     finally:
         ckpt.close()
     return RestoredRun(exp, fitted(exp, state), mesh)
