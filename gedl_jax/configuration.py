@@ -75,6 +75,9 @@ def _variant(**kw: Any) -> dict[str, Any]:
     return kw
 
 
+DEFAULT_METHOD = "evidential"   # the method of a preset that names none: the EDL family
+
+
 # Each variant is the paper's Table unified_edl row; where the paper leaves a choice open it is
 # read as the method's public reference code does (named per variant below). "K" stands for the
 # number of classes.
@@ -179,6 +182,7 @@ SOURCE_RECIPES: dict[str, dict[str, dict[str, Any]]] = {
 # variant (softmax members when no variant is named: `configs/mnist.py:ensemble`).
 MODIFIERS = ("quick", "ensemble", "source")
 ENSEMBLE_SIZE = 5
+ENSEMBLE_PRESET = "softmax"   # the members' preset when `ensemble` names no variant
 
 # Fields holding lists, with their item type: tuples in the config (`normalize_lists`).
 LIST_FIELDS: dict[str, type] = {"seeds": int, "ood_datasets": str, "extra_ood": str}
@@ -412,7 +416,7 @@ def _model_fields(c: ml_collections.ConfigDict, d: dict[str, Any]) -> None:
 
 def _method_fields(c: ml_collections.ConfigDict) -> None:
     """Fields: method (gedl_jax.methods)."""
-    c.method = "evidential"            # "evidential" (the EDL family: fields below), "softmax",
+    c.method = DEFAULT_METHOD          # "evidential" (the EDL family: fields below), "softmax",
                                        # "mc_dropout", "duq", "kl_pn", "rkl_pn", "postnet",
                                        # "daedl", "fedl" (gedl_jax.methods)
     c.method_args = ""                 # the method's own settings as a JSON object, e.g.
@@ -575,7 +579,7 @@ def build_config(dataset: str, arg: str | None) -> ml_collections.ConfigDict:
                          f"configs/{dataset}.py:gedl,quick")
     if len(variants) > 1:
         raise ValueError(f"choose one variant, got {variants}")
-    apply_variant(c, variants[0] if variants else ("softmax" if ensemble else "gedl"))
+    apply_variant(c, variants[0] if variants else (ENSEMBLE_PRESET if ensemble else "gedl"))
     if ensemble:
         c.ensemble_size = ENSEMBLE_SIZE
         c.variant = "ensemble" if not variants else f"{c.variant}_ensemble"
@@ -660,7 +664,7 @@ def parse_list(value: Any) -> list[str]:
 
 def method_names() -> tuple[str, ...]:
     """Every `config.method` some preset of `VARIANTS` uses (the methods/ table builds them)."""
-    return tuple(dict.fromkeys(v.get("method", "evidential") for v in VARIANTS.values()))
+    return tuple(dict.fromkeys(v.get("method", DEFAULT_METHOD) for v in VARIANTS.values()))
 
 
 def validate_config(c: ml_collections.ConfigDict, num_devices: int = 1) -> None:

@@ -113,6 +113,9 @@ class Method:
     name: ClassVar[str] = "method"
     # The confidence scores `predictions` returns (names from evaluation.SCORE_NAMES).
     score_names: ClassVar[tuple[str, ...]] = ("mp",)
+    # What a score means for this method where tables need saying it (recorded in the results
+    # as "score_captions"; the table caption reads them): {"um": "-u = -W/S"}.
+    score_captions: ClassVar[Mapping[str, str]] = {}
     # Whether `fit` must run after training before the method can predict.
     needs_fit: ClassVar[bool] = False
     # Train-step log entries printed on the progress line besides loss and accuracy:

@@ -231,6 +231,8 @@ class DAEDL(Method):
     needs_fit: ClassVar[bool] = True
     run_fields: ClassVar[tuple[str, ...]] = ("recipe",)
     reads_features: ClassVar[bool] = True
+    score_captions: ClassVar[Mapping[str, str]] = {
+        "um": "log alpha_0 (a constant W: ranks as -W/S)"}
 
     @classmethod
     def check_settings(cls, settings, num_classes: int) -> None:

@@ -48,6 +48,7 @@ class Evidential(Method):
     # Its settings are the config's top-level EDL fields (the paper's prior, posterior and
     # objective choices, which every preset and study names), not method_args.
     run_fields: ClassVar[tuple[str, ...]] = ("spec",)
+    score_captions: ClassVar[Mapping[str, str]] = {"um": "-u = -W/S"}
     calibrator: ClassVar[str] = "evidence_scale"
 
     @property

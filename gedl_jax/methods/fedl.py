@@ -194,6 +194,7 @@ class FEDL(Method):
     progress_logs: ClassVar[tuple[tuple[str, str, str], ...]] = (("mean_tau", "tau", ".3f"),)
     run_fields: ClassVar[tuple[str, ...]] = ("recipe",)
     reads_features: ClassVar[bool] = True
+    score_captions: ClassVar[Mapping[str, str]] = {"um": "log(alpha_0 + tau)"}
 
     @classmethod
     def check_settings(cls, settings, num_classes: int) -> None:

@@ -205,6 +205,8 @@ class PostNet(Method):
     progress_logs: ClassVar[tuple[tuple[str, str, str], ...]] = (
         ("mean_log_precision", "log_S", ".2f"),)
     run_fields: ClassVar[tuple[str, ...]] = ("class_counts", "recipe")
+    score_captions: ClassVar[Mapping[str, str]] = {
+        "um": "log alpha_0 (a constant W: ranks as -W/S)"}
 
     @classmethod
     def fill_defaults(cls, settings, num_classes: int, dataset: str):

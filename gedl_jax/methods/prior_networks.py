@@ -246,6 +246,8 @@ class PriorNetwork(Method):
     progress_logs: ClassVar[tuple[tuple[str, str, str], ...]] = (
         ("kl_id", "kl_id", ".3f"), ("kl_ood", "kl_ood", ".3f"))
     run_fields: ClassVar[tuple[str, ...]] = ("recipe",)
+    score_captions: ClassVar[Mapping[str, str]] = {
+        "um": "log alpha_0 (a constant W: ranks as -W/S)"}
 
     @classmethod
     def fill_defaults(cls, settings, num_classes: int, dataset: str):

@@ -178,6 +178,7 @@ def evaluate_run(run: RestoredRun, workdir, extra_ood: tuple[str, ...] = (),
     results = core.evaluate_predictions(id_pred, ood_preds, validation=val_pred,
                                         options=evaluation_options(exp, ood_preds))
     results.update({"variant": exp.config.variant, "method": exp.method.describe(),
+                    "score_captions": dict(exp.method.score_captions),
                     "dataset": exp.config.dataset, "seed": exp.seed, "workdir": str(workdir),
                     "numerics": numerics.record(exp.config)})
     return write_results(results, pathlib.Path(workdir), id_pred, ood_preds, exp.config.plots,
