@@ -204,3 +204,23 @@ def test_the_edl_familys_loss_spec_defaults_are_the_configs():
     from gedl_jax.methods.evidential import spec_from_config  # noqa: PLC0415
 
     assert spec_from_config(configuration.default_config("mnist")) == LossSpec(num_classes=10)
+
+
+def test_the_documented_diff_of_adding_duq_is_the_code():
+    """docs/architecture.md ("Adding a baseline") shows what adding DUQ touches: its file (its
+    line count as the diff's stat gives it), its import, one line of METHODS, one preset line;
+    those lines are the code's, and no other module of the package names DUQ's class."""
+    text = ARCHITECTURE.read_text()
+    package = Path(methods.__file__).resolve().parents[1]
+    lines = (package / "methods" / "duq.py").read_text().count("\n")
+    assert f" gedl_jax/methods/duq.py      | {lines} +" in text
+    table = (package / "methods" / "__init__.py").read_text()
+    section = text.split("## Adding a baseline")[1].split("```diff")[1].split("```")[0]
+    added_lines = re.findall(r"^\+(?!\+\+ )(.*)$", section, re.M)
+    assert len(added_lines) == 3
+    for added in added_lines:
+        where = table if "methods" in added or "duq.DUQ" in added else (
+            package / "configuration.py").read_text()
+        assert added in where, added
+    assert methods.METHODS["duq"].settings() == {"length_scale": 0.1, "gamma": 0.999,
+                                                  "gradient_penalty": 0.5}
