@@ -105,11 +105,14 @@ def show_help(doc: str, extra: str = "") -> None:
 
 
 def run(body: Callable[[], int], argv: Sequence[str] | None, *, doc: str, help_extra: str = "",
-        codes: Sequence[tuple[tuple[type[BaseException], ...], int]] = ()) -> int:
+        codes: Sequence[tuple[tuple[type[BaseException], ...], int]] = (),
+        renamed: Callable[[str], str | None] | None = None) -> int:
     """Parse absl flags from `argv` (the flags are defined already), then call `body()`.
 
     `codes`: (exception classes, exit status) tried in order before the defaults (bad input ->
     2, a full disk -> 74, KeyboardInterrupt -> 75; anything else is a crash: traceback, 1).
+    `renamed`: a config field's name -> the error naming its new spelling (None: not renamed),
+    checked on every `--config.<field>` before parsing.
     """
     from absl import flags  # noqa: PLC0415
     from absl import logging as absl_logging  # noqa: PLC0415
@@ -120,6 +123,11 @@ def run(body: Callable[[], int], argv: Sequence[str] | None, *, doc: str, help_e
     if any(a in HELP_FLAGS for a in argv[1:]):
         show_help(doc, help_extra)
         return EXIT_OK
+    for arg in argv[1:]:
+        field = re.match(r"--config\.(\w+)(=|$)", arg)
+        message = renamed(field.group(1)) if field and renamed else None
+        if message:
+            return _report(message, EXIT_BAD_INPUT, debug)
     try:
         rest = flags.FLAGS(argv)
         for name in list(flags.FLAGS):   # a config file is loaded on first access: now

@@ -29,8 +29,6 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "download": ("auto", "never", "force"),
     "model": ("convnet", "vgg16", "resnet18", "mlp"),   # or "<importable.module>:<Name>"
     "recipe": ("protocol", "source"),
-    "pn_ood": ("noise_uniform", "noise_smoothed"),
-    "pn_target_form": ("pnet", "smoothed"),
     "dropout_placement": ("dense", "all"),
     "init": ("torch", "flax"),
     "evidence": ("softplus", "relu", "exp"),
@@ -90,6 +88,9 @@ DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
 
 def _variant(**kw: Any) -> dict[str, Any]:
     return kw
+
+
+DEFAULT_METHOD = "evidential"   # the method of a preset that names none: the EDL family
 
 
 # Each variant is the paper's Table unified_edl row; where the paper leaves a choice open it is
@@ -152,28 +153,16 @@ VARIANTS.update({
     # layers (VGG16 keeps its classifier's 0.5), T = 10 test-time passes.
     "mc_dropout": _variant(method="mc_dropout", dropout_rate=0.5, dropout_placement="dense",
                            mc_samples=10),
-    # DUQ (van Amersfoort et al. 2020): RBF head on the last hidden layer, sigma 0.1, centroid
-    # EMA 0.999 (the reference's), two-sided gradient penalty 0.5 (the reference README's value;
-    # our inputs are unnormalised [0, 1], so the source's tuned value does not transfer exactly).
-    "duq": _variant(method="duq", duq_length_scale=0.1, duq_gamma=0.999,
-                    duq_gradient_penalty=0.5),
-    # KL-PN (Malinin & Gales 2018): forward KL to the 2018 paper's label-smoothed targets
-    # (precision 100, smoothing pn_target_smoothing's default); OOD training inputs: uniform
-    # noise (never an evaluation OOD set).
-    "kl_pn": _variant(method="kl_pn", pn_target_form="smoothed", pn_target_concentration=100.0,
-                      pn_ood="noise_uniform", pn_ood_weight=1.0),
-    # RKL-PN (Malinin & Gales 2019): reverse KL to 1 + 100 * onehot (the official code's
-    # targets), OOD weight gamma = 1 (its default); uniform-noise OOD training inputs.
-    "rkl_pn": _variant(method="rkl_pn", pn_target_form="pnet", pn_target_concentration=100.0,
-                       pn_ood="noise_uniform", pn_ood_weight=1.0),
-    # PostNet (Charpentier et al. 2020): 6-d latent, 6 radial layers per class, UCE with the
-    # entropy weight of the dataset (postnet_entropy_weight's default: 1e-6 MNIST, 1e-5 CIFAR).
-    "postnet": _variant(method="postnet", postnet_latent_dim=6, postnet_flow_layers=6),
-    # DAEDL (Yoon & Kim 2024): spectrally normalised net, exp-EDL loss with KL weight 0.05,
-    # per-class Gaussian on the encoder features fitted after training.
-    "daedl": _variant(method="daedl", daedl_kl_weight=0.05),
-    # F-EDL (Yoon & Kim 2025): Flexible Dirichlet heads (256-wide g_p, g_tau, no dropout).
-    "fedl": _variant(method="fedl", fedl_head_hidden=256, fedl_head_dropout=0.0),
+    # DUQ (van Amersfoort et al. 2020), KL-PN (Malinin & Gales 2018), RKL-PN (2019), PostNet
+    # (Charpentier et al. 2020), DAEDL (Yoon & Kim 2024), F-EDL (Yoon & Kim 2025): each
+    # method's settings and their defaults are its dataclass fields (gedl_jax/methods/<file>.py);
+    # `config.method_args` changes them.
+    "duq": _variant(method="duq"),
+    "kl_pn": _variant(method="kl_pn"),
+    "rkl_pn": _variant(method="rkl_pn"),
+    "postnet": _variant(method="postnet"),
+    "daedl": _variant(method="daedl"),
+    "fedl": _variant(method="fedl"),
 })
 
 # The `source` modifier (`configs/mnist.py:postnet,source`): config.recipe = "source" and the
@@ -208,6 +197,7 @@ SOURCE_RECIPES: dict[str, dict[str, dict[str, Any]]] = {
 # variant (softmax members when no variant is named: `configs/mnist.py:ensemble`).
 MODIFIERS = ("quick", "ensemble", "source")
 ENSEMBLE_SIZE = 5
+ENSEMBLE_PRESET = "softmax"   # the members' preset when `ensemble` names no variant
 
 # Fields holding lists, with their item type: tuples in the config (`normalize_lists`).
 LIST_FIELDS: dict[str, type] = {"seeds": int, "ood_datasets": str, "extra_ood": str}
@@ -226,6 +216,54 @@ RESUME_SAFE_FIELDS = frozenset({
 # Fields added after runs had been published, with the value those earlier runs used. A workdir's
 # config.json that lacks such a field is read with this value (to resume or evaluate it).
 LEGACY_DEFAULTS: dict[str, Any] = {"init": "torch"}
+
+# Method settings that were flat config fields before `config.method_args`: old field -> (the
+# methods that read it, its name in method_args). A saved config.json (an old workdir, a
+# pretrained model) is read through `upgrade_saved`; the command line names the new spelling.
+LEGACY_METHOD_FIELDS: dict[str, tuple[tuple[str, ...], str]] = {
+    "duq_length_scale": (("duq",), "length_scale"),
+    "duq_gamma": (("duq",), "gamma"),
+    "duq_gradient_penalty": (("duq",), "gradient_penalty"),
+    "pn_ood": (("kl_pn", "rkl_pn"), "ood"),
+    "pn_ood_weight": (("kl_pn", "rkl_pn"), "ood_weight"),
+    "pn_target_form": (("kl_pn", "rkl_pn"), "target_form"),
+    "pn_target_concentration": (("kl_pn", "rkl_pn"), "target_concentration"),
+    "pn_target_smoothing": (("kl_pn", "rkl_pn"), "target_smoothing"),
+    "pn_kl_epsilon": (("kl_pn", "rkl_pn"), "kl_epsilon"),
+    "postnet_latent_dim": (("postnet",), "latent_dim"),
+    "postnet_flow_layers": (("postnet",), "flow_layers"),
+    "postnet_entropy_weight": (("postnet",), "entropy_weight"),
+    "daedl_kl_weight": (("daedl",), "kl_weight"),
+    "daedl_logit_clip": (("daedl",), "logit_clip"),
+    "fedl_head_hidden": (("fedl",), "head_hidden"),
+    "fedl_head_dropout": (("fedl",), "head_dropout"),
+}
+
+
+def upgrade_saved(saved: dict[str, Any]) -> dict[str, Any]:
+    """A saved config.json's fields in this version's spelling: the old flat method settings
+    (`LEGACY_METHOD_FIELDS`) of the run's method move into `method_args` with the values the run
+    used (a value also given in method_args wins); those of other methods are dropped."""
+    saved = dict(saved)
+    flat = {name: saved.pop(name) for name in LEGACY_METHOD_FIELDS if name in saved}
+    moved = {LEGACY_METHOD_FIELDS[name][1]: value for name, value in flat.items()
+             if saved.get("method") in LEGACY_METHOD_FIELDS[name][0]}
+    if moved:
+        given = method_args(ml_collections.ConfigDict({"method_args":
+                                                       saved.get("method_args", "")}))
+        saved["method_args"] = json.dumps({**moved, **given}, sort_keys=True)
+    return saved
+
+
+def legacy_flag_message(name: str) -> str | None:
+    """The error for an old flat method setting on the command line (`--config.<name>=...`):
+    its new spelling; None for any other name."""
+    if name not in LEGACY_METHOD_FIELDS:
+        return None
+    owners, key = LEGACY_METHOD_FIELDS[name]
+    return (f"--config.{name} was replaced by config.method_args (the settings of "
+            f"config.method={' or '.join(owners)}): use --config.method_args='{{\"{key}\": "
+            f"<value>}}'")
 
 # --- Your own network and data (docs/library.md) -------------------------------------------
 # `config.model` beyond the protocol networks: "resnet18", "mlp" or "<importable.module>:<Name>"
@@ -253,17 +291,28 @@ def is_user_model(model: str) -> bool:
 
 def model_kwargs(c: ml_collections.ConfigDict) -> dict[str, Any]:
     """`config.model_kwargs` (a JSON object) as a dict, lists as tuples; {} when empty."""
-    text = str(c.get("model_kwargs", "") or "").strip()
+    return _json_object(c, "model_kwargs", "constructor keywords", '{"width": 64}')
+
+
+def method_args(c: ml_collections.ConfigDict) -> dict[str, Any]:
+    """`config.method_args` (a JSON object of the method's own settings) as a dict, lists as
+    tuples; {} when empty. The method checks the names and values (`Method.resolved_settings`)."""
+    return _json_object(c, "method_args", "the method's settings", '{"length_scale": 0.2}')
+
+
+def _json_object(c: ml_collections.ConfigDict, field: str, what: str,
+                 example: str) -> dict[str, Any]:
+    text = str(c.get(field, "") or "").strip()
     if not text:
         return {}
     try:
         value = json.loads(text)
     except ValueError as e:
-        raise ValueError(f"config.model_kwargs={text!r} is not JSON ({e}); give an object, "
-                         f"e.g. '{{\"width\": 64}}'") from None
+        raise ValueError(f"config.{field}={text!r} is not JSON ({e}); give an object, "
+                         f"e.g. '{example}'") from None
     if not isinstance(value, dict):
-        raise ValueError(f"config.model_kwargs={text!r} must be a JSON object of constructor "
-                         f"keywords, e.g. '{{\"width\": 64}}'")
+        raise ValueError(f"config.{field}={text!r} must be a JSON object of {what}, "
+                         f"e.g. '{example}'")
     # JSON lists as tuples: a module's fields must be hashable (e.g. MLP's hidden=(64, 64))
     return {k: tuple(v) if isinstance(v, list) else v for k, v in value.items()}
 
@@ -307,7 +356,7 @@ def default_config(dataset: str) -> ml_collections.ConfigDict:
     _data_fields(c, d, dataset)
     _model_fields(c, d)
     _method_fields(c)
-    _baseline_fields(c, d)
+    _baseline_fields(c)
     _prior_fields(c)
     _posterior_fields(c)
     _objective_fields(c, d)
@@ -382,46 +431,23 @@ def _model_fields(c: ml_collections.ConfigDict, d: dict[str, Any]) -> None:
 
 def _method_fields(c: ml_collections.ConfigDict) -> None:
     """Fields: method (gedl_jax.methods)."""
-    c.method = "evidential"            # "evidential" (the EDL family: fields below), "softmax",
-                                       # "mc_dropout"
+    c.method = DEFAULT_METHOD          # "evidential" (the EDL family: fields below), "softmax",
+                                       # "mc_dropout", "duq", "kl_pn", "rkl_pn", "postnet",
+                                       # "daedl", "fedl" (gedl_jax.methods)
+    c.method_args = ""                 # the method's own settings as a JSON object, e.g.
+                                       # '{"length_scale": 0.2}' for DUQ; each setting, its
+                                       # default and its allowed values are its method
+                                       # dataclass's fields (gedl_jax/methods/<method>.py)
     c.mc_samples = 10                  # MC Dropout: test-time passes T
     c.ensemble_size = 0                # >= 2: a deep ensemble of that many members of the method
                                        # (trained as seeds seed*N+m, scored as one model)
 
 
-def _baseline_fields(c: ml_collections.ConfigDict, d: dict[str, Any]) -> None:
-    """Fields: the non-EDL baselines (DUQ, Prior Networks, PostNet, DAEDL, F-EDL) and their
-    reading."""
+def _baseline_fields(c: ml_collections.ConfigDict) -> None:
+    """Fields: the reading of the non-EDL baselines (their own settings: `method_args`)."""
     c.recipe = "protocol"              # baselines' reading: "protocol" (the I-EDL/R-EDL pipeline
                                        # every row uses) or "source" (the original repository's
                                        # recipe, where it differs; set by the `source` modifier)
-    c.duq_length_scale = 0.1           # DUQ: RBF length scale sigma
-    c.duq_gamma = 0.999                # DUQ: centroid moving-average rate gamma
-    c.duq_gradient_penalty = 0.5       # DUQ: weight lambda_gp of the two-sided gradient penalty
-    c.pn_ood = "noise_uniform"         # Prior Networks' OOD *training* inputs, made in the graph:
-                                       # "noise_uniform" or "noise_smoothed" (blurred noise);
-                                       # never an evaluation OOD set
-    c.pn_ood_weight = 1.0              # Prior Networks: weight gamma of the OOD KL term
-    c.pn_target_form = "pnet"          # ID target: "pnet" = 1 + c onehot (RKL-PN code),
-                                       # "smoothed" = c * label-smoothed mean (KL-PN 2018 paper)
-    c.pn_target_concentration = 100.0  # Prior Networks: target concentration c (loss divided by it)
-    c.pn_target_smoothing = 0.01 if d["num_classes"] <= 10 else 0.1 / d["num_classes"]
-                                       # Prior Networks: label smoothing of the "smoothed" target
-                                       # (2018 paper: 0.01 at K = 10; ours for K = 100: 0.001, as
-                                       # 0.01 = 1/K would make the target flat)
-    c.pn_kl_epsilon = 0.0              # Prior Networks: epsilon inside the KL's lgamma/digamma
-                                       # as the official code places it (its value: 1e-8); 0 =
-                                       # the paper's closed form (docs/baselines.md)
-    c.postnet_latent_dim = 6           # PostNet: latent dimension
-    c.postnet_flow_layers = 6          # PostNet: radial layers per class flow
-    c.postnet_entropy_weight = 1e-5 if c.dataset.startswith("cifar") else 1e-6
-                                       # PostNet: weight of -H(Dir(alpha)) in the UCE loss
-    c.daedl_kl_weight = 0.05           # DAEDL: weight of its KL(Dir(alpha~) || Dir(1)) term
-    c.daedl_logit_clip = 30.0          # DAEDL: training logits clipped to +-this before exp;
-                                       # 0 = no clip, the reference's (float32 exp overflows
-                                       # above ~88.7; docs/baselines.md)
-    c.fedl_head_hidden = 256           # F-EDL: hidden width of the g_p and g_tau heads
-    c.fedl_head_dropout = 0.0          # F-EDL: dropout before the heads (reference p_drop 0)
 
 
 def _prior_fields(c: ml_collections.ConfigDict) -> None:
@@ -568,7 +594,7 @@ def build_config(dataset: str, arg: str | None) -> ml_collections.ConfigDict:
                          f"configs/{dataset}.py:gedl,quick")
     if len(variants) > 1:
         raise ValueError(f"choose one variant, got {variants}")
-    apply_variant(c, variants[0] if variants else ("softmax" if ensemble else "gedl"))
+    apply_variant(c, variants[0] if variants else (ENSEMBLE_PRESET if ensemble else "gedl"))
     if ensemble:
         c.ensemble_size = ENSEMBLE_SIZE
         c.variant = "ensemble" if not variants else f"{c.variant}_ensemble"
@@ -653,7 +679,7 @@ def parse_list(value: Any) -> list[str]:
 
 def method_names() -> tuple[str, ...]:
     """Every `config.method` some preset of `VARIANTS` uses (the methods/ table builds them)."""
-    return tuple(dict.fromkeys(v.get("method", "evidential") for v in VARIANTS.values()))
+    return tuple(dict.fromkeys(v.get("method", DEFAULT_METHOD) for v in VARIANTS.values()))
 
 
 def validate_config(c: ml_collections.ConfigDict, num_devices: int = 1) -> None:
@@ -692,9 +718,6 @@ def validate_config(c: ml_collections.ConfigDict, num_devices: int = 1) -> None:
             raise ValueError(f"config.{field}={c[field]!r} must be >= 0")
     if not 0.0 <= c.dropout_rate < 1.0:
         raise ValueError(f"config.dropout_rate={c.dropout_rate!r} must be in [0, 1)")
-    if c.method == "mc_dropout" and c.model == "convnet" and not c.dropout_rate:
-        raise ValueError("config.method='mc_dropout' on the ConvNet needs config.dropout_rate > 0 "
-                         "(the preset configs/<dataset>.py:mc_dropout sets 0.5)")
     if c.ensemble_size < 0 or c.ensemble_size == 1:
         raise ValueError(f"config.ensemble_size={c.ensemble_size} must be 0 (no ensemble) or "
                          f">= 2 members")
@@ -788,25 +811,9 @@ def _validate_distributed(c: ml_collections.ConfigDict) -> None:
 
 
 def _validate_methods(c: ml_collections.ConfigDict) -> None:
-    """The fields of the non-EDL methods (gedl_jax.methods): DUQ, Prior Networks, PostNet,
-    DAEDL, F-EDL."""
-    for field in ("duq_length_scale", "pn_target_concentration", "postnet_latent_dim",
-                  "postnet_flow_layers", "fedl_head_hidden"):
-        if not c[field] > 0:
-            raise ValueError(f"config.{field}={c[field]!r} must be > 0")
-    for field in ("duq_gradient_penalty", "pn_ood_weight", "pn_kl_epsilon",
-                  "postnet_entropy_weight", "daedl_kl_weight", "daedl_logit_clip"):
-        if c[field] < 0:
-            raise ValueError(f"config.{field}={c[field]!r} must be >= 0")
-    if not 0.0 < c.duq_gamma < 1.0:
-        raise ValueError(f"config.duq_gamma={c.duq_gamma!r} must be in (0, 1)")
-    if not 0.0 <= c.fedl_head_dropout < 1.0:
-        raise ValueError(f"config.fedl_head_dropout={c.fedl_head_dropout!r} must be in [0, 1)")
-    smoothed_pn = c.method in ("kl_pn", "rkl_pn") and c.pn_target_form == "smoothed"
-    if smoothed_pn and not 0.0 <= c.pn_target_smoothing < 1.0 / c.num_classes:
-        raise ValueError(f"config.pn_target_smoothing={c.pn_target_smoothing!r} must be in "
-                         f"[0, 1/K) = [0, {1.0 / c.num_classes:g}) so the label keeps the "
-                         f"largest target")
+    """The config-level checks of the method (its own settings are its class's to check:
+    `gedl_jax.methods.check_config`)."""
+    method_args(c)
     if c.recipe == "source" and c.method not in SOURCE_RECIPES:
         raise ValueError(f"config.recipe='source' is not available for config.method="
                          f"{c.method!r} (sources exist for {sorted(SOURCE_RECIPES)}); use "

@@ -34,7 +34,7 @@ from __future__ import annotations
 import pathlib
 import sys
 
-from gedl_jax import cli, configs, configuration, data
+from gedl_jax import cli, configs, configuration, data, methods
 from gedl_jax.run import experiment, heartbeat, lock, numerics, preemption, training
 from gedl_jax.run.distributed import initialize_distributed
 from gedl_jax.run.heartbeat import log
@@ -56,6 +56,7 @@ def run(config, workdir) -> list[dict]:
     numerics.configure_process(bool(config.get("deterministic", True)), workdir)
     experiment.resolve_own_data(config)
     configuration.validate_config(config, jax.device_count())
+    methods.check_config(config)
     with lock.holding(workdir, create=False):
         return training.run(config, workdir)
 
@@ -127,7 +128,7 @@ def main(argv=None) -> int:
         ((preemption.Preempted, preemption.EvaluationInterrupted), cli.EXIT_INTERRUPTED),
         ((NonFiniteLossError,), cli.EXIT_DIVERGED),
         ((ConfigMismatchError, data.DataError), cli.EXIT_BAD_INPUT),
-    ])
+    ], renamed=configuration.legacy_flag_message)
 
 
 def results_line(workdir, results: list[dict]) -> str:

@@ -316,7 +316,8 @@ def test_aggregate_mean_and_sample_std():
 
 
 def test_results_table_markdown_numbers_and_header():
-    text = report.results_table(_three_seeds())
+    text = report.results_table([{**r, "score_captions": {"um": "-u = -W/S"}}
+                                 for r in _three_seeds()])
     lines = text.splitlines()
     header = next(line for line in lines if line.startswith("| Method"))
     assert header.split(" | ")[1:3] == ["Acc (mnist)", "Conf.MP"]
@@ -347,6 +348,18 @@ def test_results_table_several_methods_latex_and_ood_order():
     assert report.results_table(results).count("| Method") == 3   # main, calibration, detail
     with pytest.raises(ValueError):
         report.results_table(results, fmt="html")
+
+
+def test_the_um_caption_is_each_methods_own_recorded_words():
+    """The caption says what UM is per row from the results' score_captions (written by each
+    method), groups rows that share one, and names rows whose results predate them."""
+    runs = {"gedl": [{**r, "score_captions": {"um": "-u = -W/S"}} for r in _three_seeds()],
+            "edl": [{**_fake_result(0.8, 0.9, {}), "score_captions": {"um": "-u = -W/S"}}],
+            "duq": [{**_fake_result(0.8, 0.9, {}), "score_captions": {}}],
+            "old": [_fake_result(0.8, 0.9, {})]}
+    text = report.results_table(runs, extra=False)
+    assert ("UM = the method's precision score: -u = -W/S (gedl, edl); – for a method without "
+            "one (duq); not recorded (old).") in text
 
 
 def test_results_table_splits_a_mixed_list_by_variant():

@@ -37,7 +37,8 @@ from gedl_jax.evaluation import (
 )
 
 # Keys a run adds to the results (its provenance); evaluate_model / a recomputation lacks them.
-PROVENANCE = ("variant", "method", "dataset", "seed", "workdir", "plots", "numerics")
+PROVENANCE = ("variant", "method", "score_captions", "dataset", "seed", "workdir", "plots",
+              "numerics")
 
 
 def _labels(rng, p_NxK, right=0.7):

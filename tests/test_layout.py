@@ -1,7 +1,9 @@
 """The package layout keeps its rules (docs/architecture.md, "Layers"): no import cycle, the
 evaluation layer imports nothing run-level, the math layer nothing above it, and no function is
 longer than 80 lines. The import graph counts function-level imports too, and imports by name
-(`importlib.import_module("gedl_jax...")`, `__import__`), e.g. in a module `__getattr__`."""
+(`importlib.import_module("gedl_jax...")`, `__import__`), e.g. in a module `__getattr__`.
+Outside methods/, nothing spells a method's name or checks a method's class: the tables that
+name methods aside, code asks the method itself."""
 
 from __future__ import annotations
 
@@ -190,3 +192,97 @@ def test_no_import_by_computed_name_outside_the_known_places():
     assert not unexpected, f"imports by a computed module name (add to COMPUTED_IMPORTS with " \
                            f"the reason, if the target is not gedl_jax's): {unexpected}"
     assert all(found.get(name) for name in COMPUTED_IMPORTS), "a stale COMPUTED_IMPORTS entry"
+
+
+# --------------------------------------------------------------- methods answer for themselves
+# Where a method's name may stand outside gedl_jax/methods/: the tables that name methods (the
+# presets, the source recipes, the old flat settings' owners, the default method and the
+# ensemble's member preset: configuration.py) and the old module names of gedl_jax/__init__.py.
+# bin/reproduce.py lists the methods it runs. Everything else asks the method (its class
+# attributes: reads_features, output_width, calibrator, score_captions, ...).
+NAME_TABLES = {"configuration.py": {"VARIANTS", "SOURCE_RECIPES", "LEGACY_METHOD_FIELDS",
+                                    "DEFAULT_METHOD", "ENSEMBLE_PRESET"},
+               "__init__.py": {"_MOVED"}}
+BIN = PACKAGE.parent / "bin"
+
+
+def _method_names_and_types() -> tuple[set[str], set[str]]:
+    import inspect  # noqa: PLC0415
+
+    from gedl_jax import methods  # noqa: PLC0415
+
+    types = {name for module in (methods.base, methods.evidential, methods.softmax,
+                                 methods.duq, methods.prior_networks, methods.postnet,
+                                 methods.daedl, methods.fedl)
+             for name, obj in vars(module).items()
+             if inspect.isclass(obj) and issubclass(obj, methods.Method)
+             and obj is not methods.Method}
+    return set(methods.METHODS), types
+
+
+def _table_nodes(tree: ast.Module, tables: set[str]) -> set[int]:
+    """The ids of every node inside a top-level statement that builds one of `tables`."""
+    inside = set()
+    for stmt in tree.body:
+        targets = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)
+                   and isinstance(n.ctx, ast.Store)} if isinstance(
+            stmt, (ast.Assign, ast.AnnAssign)) else set()
+        call = (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+                and isinstance(stmt.value.func, ast.Attribute)
+                and isinstance(stmt.value.func.value, ast.Name)
+                and stmt.value.func.value.id in tables)
+        if targets & tables or call or (isinstance(stmt, ast.Assign) and any(
+                isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name)
+                and t.value.id in tables for t in stmt.targets)):
+            inside |= {id(n) for n in ast.walk(stmt)}
+    return inside
+
+
+def method_name_checks(path: pathlib.Path, names: set[str], types: set[str],
+                       tables: set[str] = frozenset()) -> list[str]:
+    """Every place in `path` that spells a method's name as a string or names a method class."""
+    tree = ast.parse(path.read_text())
+    allowed = _table_nodes(tree, set(tables))
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in allowed:
+            continue
+        if isinstance(node, ast.Constant) and node.value in names:
+            found.append(f"{path.name}:{node.lineno} the method name {node.value!r}")
+        named = (node.id if isinstance(node, ast.Name) else node.attr
+                 if isinstance(node, ast.Attribute) else None)
+        if isinstance(node, ast.ImportFrom):
+            found += [f"{path.name}:{node.lineno} imports {a.name}" for a in node.names
+                      if a.name in types]
+        elif named in types:
+            found.append(f"{path.name}:{node.lineno} the method class {named}")
+    return found
+
+
+def test_no_method_name_or_method_type_check_outside_methods():
+    names, types = _method_names_and_types()
+    assert {"duq", "evidential"} <= names and {"Evidential", "PostNet", "KLPriorNetwork"} <= types
+    files = [p for p in sorted(PACKAGE.rglob("*.py")) if "methods" not in
+             p.relative_to(PACKAGE).parts] + [p for p in sorted(BIN.glob("*.py"))
+                                              if p.name != "reproduce.py"]
+    found = []
+    for path in files:
+        tables = NAME_TABLES.get(str(path.relative_to(PACKAGE)), set()) \
+            if path.is_relative_to(PACKAGE) else set()
+        found += [f"{path.relative_to(PACKAGE.parent).parent}/{f}"
+                  for f in method_name_checks(path, names, types, tables)]
+    assert not found, "\n".join(found)
+
+
+def test_the_method_name_check_finds_a_name_a_type_and_an_import(tmp_path):
+    """A mutation check of the checker: what run/workdir.py and methods/common.py did."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("from gedl_jax.methods.evidential import Evidential\n"
+                     "VARIANTS = {'duq': 1}\n"
+                     "evidential = isinstance(method, Evidential)\n"
+                     "FEATURE_METHODS = ('duq', 'daedl')\n"
+                     "wide = config.method == 'postnet'\n")
+    found = method_name_checks(probe, *_method_names_and_types(), tables={"VARIANTS"})
+    assert found == ["probe.py:1 imports Evidential", "probe.py:3 the method class Evidential",
+                     "probe.py:4 the method name 'duq'", "probe.py:4 the method name 'daedl'",
+                     "probe.py:5 the method name 'postnet'"]

@@ -25,7 +25,7 @@ def _documented_example() -> dict:
     """Execute the method class of docs/architecture.md's worked example as written."""
     text = ARCHITECTURE.read_text()
     code = re.search(r"```python\n# gedl_jax/methods/tempered.py\n(.*?)```", text, re.S).group(1)
-    assert "def build(config, setup" in code   # the file carries its builder
+    assert "def build(cls, config, setup" in code   # the class carries its builder
     namespace: dict = {}
     exec(compile(code, "docs/architecture.md", "exec"), namespace)  # noqa: S102
     return namespace
@@ -54,7 +54,7 @@ def test_worked_example_from_its_preset_through_training(generated_data_files, t
     """Adding the method is its file, one line of the method table and its preset (the doc's
     words); then the trainer runs it from the preset like any built-in method."""
     example = _documented_example()
-    monkeypatch.setitem(methods.METHODS, "tempered", example["build"])
+    monkeypatch.setitem(methods.METHODS, "tempered", example["Tempered"])
     monkeypatch.setitem(configuration.VARIANTS, "tempered",
                         configuration._variant(method="tempered"))
     with generated_data_files.registered() as root:
@@ -69,8 +69,14 @@ def test_worked_example_from_its_preset_through_training(generated_data_files, t
     assert summary["steps"] == 16
     results = json.loads((tmp_path / "eval_results.json").read_text())
     assert results["scores"] == ["mp", "neg_entropy"] and results["id"]["accuracy"] > 0.25
-    assert "Tempered" in type(methods.from_config(
-        c, methods.MethodSetup(10, (5,) * 10, (28, 28, 1)))).__name__
+    setup = methods.MethodSetup(10, (5,) * 10, (28, 28, 1))
+    assert "Tempered" in type(methods.from_config(c, setup)).__name__
+    assert methods.from_config(c, setup).temperature == 2.0
+    c.method_args = '{"temperature": 3}'       # its setting, from the command line's JSON
+    assert methods.from_config(c, setup).temperature == 3.0
+    c.method_args = '{"temperature": 0}'
+    with pytest.raises(ValueError, match=r"method_args: temperature=0.0 .*must be > 0"):
+        methods.check_config(c)
 
 
 def test_documented_worked_example_trains_and_evaluates():
@@ -174,3 +180,47 @@ def test_ensemble_combines_member_probabilities_and_scores_their_disagreement():
     expected_mi = h(np.array([0.5, 0.5])) - h(np.array([0.9, 0.1]))
     np.testing.assert_allclose(-combined.scores["neg_mi"], [expected_mi, 0.0], atol=1e-12)
     assert "um" not in combined.scores
+
+
+@pytest.mark.parametrize("preset", sorted(configuration.VARIANTS))
+def test_each_method_default_is_written_once_in_its_dataclass(preset):
+    """A preset names its method and only what differs from the method's dataclass defaults;
+    no method setting is a config field of its own."""
+    fields = configuration.VARIANTS[preset]
+    method = methods.METHODS[fields.get("method", "evidential")]
+    defaults = method.settings()
+    given = configuration.method_args(configuration.set_fields(
+        configuration.default_config("mnist"), method_args=fields.get("method_args", "")))
+    assert set(given) <= set(defaults)
+    assert [k for k in given if given[k] == defaults[k]] == []
+    assert not set(fields) & (set(defaults) | set(configuration.LEGACY_METHOD_FIELDS))
+    assert not set(configuration.default_config("mnist")) & set(configuration.LEGACY_METHOD_FIELDS)
+
+
+def test_the_edl_familys_loss_spec_defaults_are_the_configs():
+    """The EDL family's settings are the config's top-level fields (the paper's choices every
+    preset names); `LossSpec`'s defaults, kept for the library's direct use, are the same."""
+    from gedl_jax.evidential.loss import LossSpec  # noqa: PLC0415
+    from gedl_jax.methods.evidential import spec_from_config  # noqa: PLC0415
+
+    assert spec_from_config(configuration.default_config("mnist")) == LossSpec(num_classes=10)
+
+
+def test_the_documented_diff_of_adding_duq_is_the_code():
+    """docs/architecture.md ("Adding a baseline") shows what adding DUQ touches: its file (its
+    line count as the diff's stat gives it), its import, one line of METHODS, one preset line;
+    those lines are the code's, and no other module of the package names DUQ's class."""
+    text = ARCHITECTURE.read_text()
+    package = Path(methods.__file__).resolve().parents[1]
+    lines = (package / "methods" / "duq.py").read_text().count("\n")
+    assert f" gedl_jax/methods/duq.py      | {lines} +" in text
+    table = (package / "methods" / "__init__.py").read_text()
+    section = text.split("## Adding a baseline")[1].split("```diff")[1].split("```")[0]
+    added_lines = re.findall(r"^\+(?!\+\+ )(.*)$", section, re.M)
+    assert len(added_lines) == 3
+    for added in added_lines:
+        where = table if "methods" in added or "duq.DUQ" in added else (
+            package / "configuration.py").read_text()
+        assert added in where, added
+    assert methods.METHODS["duq"].settings() == {"length_scale": 0.1, "gamma": 0.999,
+                                                  "gradient_penalty": 0.5}

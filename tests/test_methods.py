@@ -8,6 +8,7 @@ every preset from the config with the real backbones, shape-only (`jax.eval_shap
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import chex
 import flax.linen as nn
@@ -301,9 +302,9 @@ def test_prior_network_loss_against_the_closed_form(name):
 
 
 def test_prior_network_rejects_unknown_ood_and_target_choices():
-    with pytest.raises(ValueError, match="config.pn_ood='fashion_mnist'.*noise_uniform"):
+    with pytest.raises(ValueError, match="method_args: ood='fashion_mnist'.*noise_uniform"):
         dataclasses.replace(TINY["kl_pn"], ood="fashion_mnist")
-    with pytest.raises(ValueError, match="config.pn_target_form"):
+    with pytest.raises(ValueError, match="method_args: target_form='sharp'"):
         dataclasses.replace(TINY["kl_pn"], target_form="sharp")
 
 
@@ -449,18 +450,40 @@ def test_source_modifier_sets_the_reading_and_the_reference_settings():
         configuration.validate_config(c)
 
 
-@pytest.mark.parametrize("field,value,match", [
-    ("recipe", "sauce", r"config.recipe=.*'protocol', 'source'"),
-    ("pn_ood", "kmnist", r"config.pn_ood=.*noise_uniform"),
-    ("pn_target_form", "sharp", r"config.pn_target_form"),
-    ("duq_gamma", 1.0, r"config.duq_gamma=1.0 must be in \(0, 1\)"),
-    ("duq_length_scale", 0.0, r"config.duq_length_scale=0.0 must be > 0"),
-    ("pn_target_smoothing", 0.2, r"config.pn_target_smoothing=0.2 must be in \[0, 1/K\)"),
-    ("postnet_entropy_weight", -1e-6, r"config.postnet_entropy_weight"),
-    ("fedl_head_dropout", 1.0, r"config.fedl_head_dropout"),
-])
-def test_bad_method_fields_name_the_field(field, value, match):
+def test_bad_recipe_names_the_field():
     config = configuration.build_config("mnist", "kl_pn")
-    config[field] = value
+    config.recipe = "sauce"
+    with pytest.raises(ValueError, match=r"config.recipe=.*'protocol', 'source'"):
+        configuration.validate_config(config)
+
+
+@pytest.mark.parametrize("preset,args,match", [
+    ("kl_pn", {"ood": "kmnist"}, r"method_args: ood='kmnist' .*noise_uniform"),
+    ("kl_pn", {"target_form": "sharp"}, r"method_args: target_form='sharp'"),
+    ("duq", {"gamma": 1.0}, r"method_args: gamma=1.0 .*must be in \(0, 1\)"),
+    ("duq", {"length_scale": 0.0}, r"method_args: length_scale=0.0 .*must be > 0"),
+    ("duq", {"length_scale": "wide"}, r"method_args: length_scale='wide' .*must be a number"),
+    ("kl_pn", {"target_smoothing": 0.2},
+     r"method_args: target_smoothing=0.2 .*must be in \[0, 1/K\)"),
+    ("postnet", {"entropy_weight": -1e-6}, r"method_args: entropy_weight=-1e-06"),
+    ("postnet", {"latent_dim": 2.5}, r"method_args: latent_dim=2.5 .*must be a number \(int\)"),
+    ("fedl", {"head_dropout": 1.0}, r"method_args: head_dropout=1.0 .*\[0, 1\)"),
+    ("duq", {"ood": "noise_uniform"}, r"names 'ood', not a setting of config.method='duq'.*"
+                                      r"length_scale"),
+    ("gedl", {"c_tau": 10}, r"names 'c_tau', not a setting of config.method='evidential'"),
+])
+def test_bad_method_args_name_the_setting_the_value_and_what_is_allowed(preset, args, match):
+    config = configuration.build_config("mnist", preset)
+    config.method_args = json.dumps(args)
+    configuration.validate_config(config)   # the method's own settings are the method's
     with pytest.raises(ValueError, match=match):
+        methods_lib.check_config(config)
+    with pytest.raises(ValueError, match=match):
+        methods_lib.from_config(config, methods_lib.MethodSetup(10, (5,) * 10, (28, 28, 1)))
+
+
+def test_method_args_must_be_a_json_object():
+    config = configuration.build_config("mnist", "duq")
+    config.method_args = "length_scale=0.2"
+    with pytest.raises(ValueError, match=r"config.method_args=.* is not JSON"):
         configuration.validate_config(config)

@@ -165,7 +165,7 @@ def test_prior_network_noise_on_vectors_spans_each_features_batch_range():
 
 def test_prior_networks_refuse_smoothed_noise_for_vectors(userpkg):
     _, _, (vectors, _) = userpkg
-    c = _config("kl_pn", vectors, pn_ood="noise_smoothed")
+    c = _config("kl_pn", vectors, method_args='{"ood": "noise_smoothed"}')
     with pytest.raises(ValueError, match="noise_uniform"):
         _method(c)
 

@@ -175,6 +175,32 @@ def test_every_shipped_model_matches_its_registered_weights_checksum():
         assert fileformat.weights_sha256(variables, method_state) == entry["weights_sha256"], name
 
 
+def test_every_shipped_models_config_loads_through_the_legacy_table():
+    """The shipped files carry configs with the flat method settings of before
+    `config.method_args` (`configuration.LEGACY_METHOD_FIELDS`): each is read with its method's
+    settings at the values it was trained with, and none of the old names is left."""
+    from gedl_jax import methods  # noqa: PLC0415
+    from gedl_jax.pretrained import fileformat  # noqa: PLC0415
+    from gedl_jax.run import workdir  # noqa: PLC0415
+
+    seen_flat = set()
+    for name, entry in registry.read_registry().items():
+        path = registry.PACKAGE_REGISTRY.parent / entry["file"]
+        saved = fileformat.from_bytes(path.read_bytes(), str(path))[0]["config"]
+        config = workdir.config_from_saved(saved)
+        assert not set(configuration.LEGACY_METHOD_FIELDS) & set(config), name
+        configuration.validate_config(config)
+        methods.check_config(config)
+        k = int(config.num_classes)
+        method = methods.from_config(config, methods.MethodSetup(k, (5,) * k, (28, 28, 1)))
+        for old, (owners, key) in configuration.LEGACY_METHOD_FIELDS.items():
+            if old in saved:
+                seen_flat.add(old)
+                if config.method in owners:
+                    assert getattr(method, key) == saved[old], (name, old)
+    assert {"duq_length_scale", "pn_target_form", "postnet_entropy_weight"} <= seen_flat
+
+
 def test_unknown_name_lists_the_available_ones(exported):
     with pytest.raises(pretrained.PretrainedError, match=r"available: tiny/gedl"):
         pretrained.load("tiny/nope", registry=exported.registry)

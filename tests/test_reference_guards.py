@@ -15,7 +15,7 @@ import optax
 import pytest
 from scipy import linalg, special
 
-from gedl_jax import configuration
+from gedl_jax import configuration, methods
 from gedl_jax import evidential as ev
 from gedl_jax.methods import MethodSetup, daedl, duq, fedl, postnet, prior_networks
 from gedl_jax.run.optimizer import make_optimizer
@@ -206,14 +206,16 @@ def test_pn_kl_epsilon_matches_the_reference_formula_and_zero_is_the_closed_form
     np.testing.assert_allclose(closed_grad, smoothed_grad, rtol=1e-8)
 
 
-def test_pn_kl_epsilon_is_a_validated_config_field_the_builder_passes():
-    assert configuration.default_config("mnist").pn_kl_epsilon == 0.0
+def test_pn_kl_epsilon_is_a_validated_method_setting_the_builder_passes():
+    assert prior_networks.PriorNetwork.settings()["kl_epsilon"] == 0.0
     setup = MethodSetup(10, (5,) * 10, (28, 28, 1))
-    method = prior_networks.build_rkl_pn(_pn_config("rkl_pn", pn_kl_epsilon=1e-8), setup)
+    method = prior_networks.RKLPriorNetwork.build(
+        _pn_config("rkl_pn", method_args='{"kl_epsilon": 1e-8}'), setup)
     assert method.kl_epsilon == 1e-8 and "KL epsilon 1e-08" in method.describe()
-    assert prior_networks.build_kl_pn(_pn_config("kl_pn"), setup).kl_epsilon == 0.0
-    with pytest.raises(ValueError, match="config.pn_kl_epsilon=-1e-08 must be >= 0"):
-        _pn_config("rkl_pn", pn_kl_epsilon=-1e-8)
+    assert prior_networks.KLPriorNetwork.build(_pn_config("kl_pn"), setup).kl_epsilon == 0.0
+    with pytest.raises(ValueError, match=r"method_args: kl_epsilon=-1e-08 .* must be >= 0"):
+        prior_networks.RKLPriorNetwork.build(
+            _pn_config("rkl_pn", method_args='{"kl_epsilon": -1e-8}'), setup)
 
 
 @pytest.mark.parametrize("alpha_min,documented", [(1e-3, (1.3e-5, 3.4e-5)),
@@ -383,24 +385,23 @@ def test_daedl_logit_clip_lowers_the_loss_by_3_to_33_percent_for_logits_in_30_40
                                _daedl_loss(low, labels[:200], np.inf), rtol=1e-12)
 
 
-def test_daedl_logit_clip_is_a_config_field_zero_meaning_none():
+def test_daedl_logit_clip_is_a_method_setting_zero_meaning_none():
     c = configuration.build_config("mnist", "daedl")
-    assert c.daedl_logit_clip == 30.0
+    assert daedl.DAEDL.settings()["logit_clip"] == 30.0
     setup = MethodSetup(10, (5,) * 10, (28, 28, 1))
-    assert daedl.build(c, setup).logit_clip == 30.0
-    c.daedl_logit_clip = 0.0
-    configuration.validate_config(c)
-    method = daedl.build(c, setup)
+    assert daedl.DAEDL.build(c, setup).logit_clip == 30.0
+    c.method_args = '{"logit_clip": 0}'
+    method = daedl.DAEDL.build(c, setup)
     assert method.logit_clip == np.inf and "logits unclipped" in method.describe()
-    c.daedl_logit_clip = -1.0
-    with pytest.raises(ValueError, match="config.daedl_logit_clip=-1.0 must be >= 0"):
-        configuration.validate_config(c)
+    c.method_args = '{"logit_clip": -1.0}'
+    with pytest.raises(ValueError, match=r"method_args: logit_clip=-1.0 .* must be >= 0"):
+        methods.check_config(c)
 
 
 # ------------------------------------------------- DAEDL: scores, normalisation, sanitising
 def _daedl_method():
-    return daedl.build(configuration.build_config("mnist", "daedl"),
-                              MethodSetup(10, (5,) * 10, (28, 28, 1)))
+    return daedl.DAEDL.build(configuration.build_config("mnist", "daedl"),
+                             MethodSetup(10, (5,) * 10, (28, 28, 1)))
 
 
 def test_daedl_alpha0_score_in_log_space_ranks_like_the_reference_without_overflow_ties():

@@ -83,6 +83,11 @@ def test_workdir_without_a_checkpoint_accepts_a_changed_config(data_dir, tmp_pat
     (["--config=configs/nope.py"],
      "error: cannot load the config file configs/nope.py (No such file or directory)"),
     (["--config=configs/mnist.py", "stray"], "error: unexpected arguments ['stray']"),
+    (["--config=configs/mnist.py:duq", "--config.duq_length_scale=0.2"],
+     "error: --config.duq_length_scale was replaced by config.method_args (the settings of "
+     "config.method=duq): use --config.method_args='{\"length_scale\": <value>}'"),
+    (["--config=configs/mnist.py:duq", "--config.method_args={\"length_scale\": 0}"],
+     "error: config.method_args: length_scale=0.0 is not allowed; it must be > 0"),
 ])
 def test_train_cli_bad_input_is_one_line_and_exit_2(tmp_path, args, message):
     proc = cli(f"--workdir={tmp_path}/w", *args, tmp_path=tmp_path)

@@ -26,6 +26,7 @@ from training_fixtures import checkpoint_steps, subprocess_env
 from gedl_jax import configuration, methods, train
 from gedl_jax.evidential import loss as losses
 from gedl_jax.run import preemption, rundir
+from gedl_jax.run import workdir as workdir_lib
 from compile_mode import fast_compilation
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -414,6 +415,30 @@ def test_cifar10_vgg_end_to_end_on_tfds_mock_data(tmp_path):
         study = evaluate.corruption_study([tmp_path / "run"], ["snow"], tmp_path / "study")
     assert sorted(study["snow"]["measures"]) == [0, 1, 2, 3, 4, 5]
     assert (tmp_path / "study" / "corruption_snow.png").stat().st_size > 0
+
+
+def test_workdir_with_the_old_flat_method_settings_resumes_and_restores(tmp_path):
+    """A config.json with the flat method fields of before config.method_args (a KL-PN run of
+    docs/results): the same run from today's preset resumes (its values are the defaults), a
+    changed setting is refused naming method_args, and restored it holds the old values."""
+    committed = REPO / "docs" / "results" / "mnist_long" / "runs" / "kl_pn_seed2" / "config.json"
+    old = json.loads(committed.read_text())
+    assert old["pn_target_form"] == "smoothed" and "method_args" not in old
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    (tmp_path / "checkpoints" / "last" / "1").mkdir(parents=True)   # a run exists
+    fresh = workdir_lib.config_from_saved(old)
+    assert json.loads(fresh.method_args)["target_form"] == "smoothed"
+    fresh.method_args = ""                                    # the preset's: the defaults
+    rundir.check_or_write_config(fresh, tmp_path)            # = the old explicit values
+    assert "pn_target_form" not in json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    fresh.method_args = '{"target_form": "pnet"}'
+    with pytest.raises(train.ConfigMismatchError, match="method_args: .*'smoothed'.*'pnet'"):
+        rundir.check_or_write_config(fresh, tmp_path)
+    restored = workdir_lib.saved_config(tmp_path)
+    method = methods.from_config(restored, methods.MethodSetup(10, (5,) * 10, (28, 28, 1)))
+    assert (method.target_form, method.target_smoothing, method.ood) == (
+        "smoothed", 0.01, "noise_uniform")
 
 
 def test_workdir_from_before_the_init_field_reads_as_torch_init(tmp_path):

@@ -266,6 +266,21 @@ class _Tables:
                    known, seeds, tuple(calibrated))
 
     @property
+    def um_note(self) -> str:
+        """What UM is in each row, in its method's words (the results' "score_captions"); rows
+        whose results predate them are named as such."""
+        rows: dict[str, list[str]] = {}
+        for name, runs in self.groups.items():
+            if name in self.calibrated_rows:
+                continue
+            recorded = [r["score_captions"] for r in runs if "score_captions" in r]
+            caption = ("not recorded" if not recorded
+                       else recorded[0].get("um") or "– for a method without one")
+            rows.setdefault(caption, []).append(self.esc(name))
+        return ": " + "; ".join(f"{caption} ({', '.join(names)})"
+                                for caption, names in rows.items()) if rows else ""
+
+    @property
     def calibrated_note(self) -> str:
         if not self.calibrated_rows:
             return ""
@@ -310,9 +325,7 @@ class _Tables:
                 "(correct predictions positive). OOD columns: in-distribution positive. AUPR = "
                 "average precision (step-wise, = sklearn average_precision_score). Scores higher "
                 "= more confident: MP = max_k p_k (alpha_k/S for a Dirichlet); UM = the method's "
-                "precision score: -u = -W/S for the EDL family, log alpha_0 for KL-PN, RKL-PN, "
-                "PostNet and DAEDL (a constant W: ranks as -W/S), log(alpha_0 + tau) for F-EDL; "
-                "– for a method without one (MC Dropout, DUQ, ensembles)." + self.calibrated_note,
+                "precision score" + self.um_note + "." + self.calibrated_note,
                 _render(header, rows, self.latex, group_titles if self.latex else None)]
 
     def methods(self) -> list[str]:

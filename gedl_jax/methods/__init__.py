@@ -2,8 +2,9 @@
 
     method = methods.from_config(config, methods.MethodSetup.from_labels(train_labels, K, shape))
 
-`config.method` names the method; its settings are config fields (docs/architecture.md lists
-them). Registered here:
+`config.method` names the method; its own settings are its dataclass's fields, set by
+`config.method_args` (a JSON object; the EDL family's are the config's prior, posterior and
+objective fields). Registered here:
 
 - "evidential": the EDL family (GEDL, EDL, I-EDL, R-EDL, RED, the ablation rows), `evidential`;
 - "softmax": a softmax cross-entropy classifier (deep ensembles' members), `softmax`;
@@ -18,8 +19,6 @@ trained as seeds and scored as one model (`ensemble`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from gedl_jax import configuration
 from gedl_jax.methods import daedl, duq, evidential, fedl, postnet, prior_networks, softmax
 from gedl_jax.methods.base import LossOutput, Method, MethodSetup, StepContext
@@ -27,32 +26,46 @@ from gedl_jax.methods.common import AXIS, build_models, check_user_network
 from gedl_jax.methods.objective import EvidentialObjective, ObjectiveState
 
 __all__ = ["AXIS", "METHODS", "EvidentialObjective", "LossOutput", "Method", "MethodSetup",
-           "ObjectiveState", "StepContext", "build_models", "from_config", "register"]
+           "ObjectiveState", "StepContext", "build_models", "check_config", "from_config",
+           "method_class", "register"]
 
-# config.method -> builder(config, setup): adding a method is its file and one line here.
-METHODS: dict[str, Callable[..., Method]] = {
-    "evidential": evidential.build,
-    "softmax": softmax.build_softmax,
-    "mc_dropout": softmax.build_mc_dropout,
-    "duq": duq.build,
-    "kl_pn": prior_networks.build_kl_pn,
-    "rkl_pn": prior_networks.build_rkl_pn,
-    "postnet": postnet.build,
-    "daedl": daedl.build,
-    "fedl": fedl.build,
+# config.method -> its class (`Method.build(config, setup)` builds it): adding a method is its
+# file, one line here and its preset (configuration.VARIANTS).
+METHODS: dict[str, type[Method]] = {
+    "evidential": evidential.Evidential,
+    "softmax": softmax.Softmax,
+    "mc_dropout": softmax.MCDropout,
+    "duq": duq.DUQ,
+    "kl_pn": prior_networks.KLPriorNetwork,
+    "rkl_pn": prior_networks.RKLPriorNetwork,
+    "postnet": postnet.PostNet,
+    "daedl": daedl.DAEDL,
+    "fedl": fedl.FEDL,
 }
 
 
-def register(name: str, builder: Callable[..., Method]) -> None:
-    """Make `config.method=name` build `builder(config, setup)`."""
-    METHODS[name] = builder
+def register(name: str, method: type[Method]) -> None:
+    """Make `config.method=name` build `method.build(config, setup)`."""
+    METHODS[name] = method
+
+
+def method_class(config) -> type[Method]:
+    """The class of `config.method`."""
+    name = config.method
+    if name not in METHODS:
+        raise ValueError(f"config.method={name!r} is not known; allowed: {sorted(METHODS)}")
+    return METHODS[name]
+
+
+def check_config(config) -> None:
+    """The method's own checks of the config (its `method_args`, the fields it needs), before
+    any work: ValueError naming the setting, its value and what is allowed."""
+    method_class(config).check_config(config)
 
 
 def from_config(config, setup: MethodSetup) -> Method:
     """The method `config.method` with the config's settings."""
-    name = config.method
-    if name not in METHODS:
-        raise ValueError(f"config.method={name!r} is not known; allowed: {sorted(METHODS)}")
+    cls = method_class(config)
     if configuration.is_user_model(config.model):
-        check_user_network(config, setup.num_classes, setup.image_shape)
-    return METHODS[name](config, setup)
+        check_user_network(config, cls, setup.num_classes, setup.image_shape)
+    return cls.build(config, setup)

@@ -24,6 +24,7 @@ subclass and registering it (docs/architecture.md has a worked example).
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, NamedTuple
 
@@ -32,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from gedl_jax import configuration
 from gedl_jax.evaluation.core import Predictions
 
 PyTree = Any
@@ -111,11 +113,92 @@ class Method:
     name: ClassVar[str] = "method"
     # The confidence scores `predictions` returns (names from evaluation.SCORE_NAMES).
     score_names: ClassVar[tuple[str, ...]] = ("mp",)
+    # What a score means for this method where tables need saying it (recorded in the results
+    # as "score_captions"; the table caption reads them): {"um": "-u = -W/S"}.
+    score_captions: ClassVar[Mapping[str, str]] = {}
     # Whether `fit` must run after training before the method can predict.
     needs_fit: ClassVar[bool] = False
     # Train-step log entries printed on the progress line besides loss and accuracy:
     # (log name, label, format spec).
     progress_logs: ClassVar[tuple[tuple[str, str, str], ...]] = ()
+    # Dataclass fields the builder fills from the run (the data's class counts, config.recipe,
+    # config.mc_samples, ...): every other field of a subclass is one of its own settings, set
+    # by `config.method_args` and defaulting to the field's default (`settings`).
+    run_fields: ClassVar[tuple[str, ...]] = ()
+    # Whether it reads a user network's `features` (besides, or instead of, its logits).
+    reads_features: ClassVar[bool] = False
+    # Whether it needs a user network's test-time `dropout` switch (MC Dropout).
+    needs_dropout_switch: ClassVar[bool] = False
+    # The post-hoc calibrator of `config.calibrate` (evaluation.calibration): "temperature"
+    # (scaled logits) or "evidence_scale" (alpha = c e + W a, the EDL family).
+    calibrator: ClassVar[str] = "temperature"
+
+    # --- settings --------------------------------------------------------------------------
+    @classmethod
+    def settings(cls) -> dict[str, Any]:
+        """The method's own settings with their defaults (its dataclass fields beyond the
+        models, K and `run_fields`); a default of None is resolved by `fill_defaults`."""
+        skip = {f.name for f in dataclasses.fields(Method)} | set(cls.run_fields)
+        return {f.name: f.default for f in dataclasses.fields(cls) if f.name not in skip}
+
+    @classmethod
+    def fill_defaults(cls, settings: dict[str, Any], num_classes: int,
+                      dataset: str) -> dict[str, Any]:
+        """The settings with every default of None replaced by its rule (from K or the
+        dataset); a method with such a default overrides this and documents the rule."""
+        del num_classes, dataset
+        return settings
+
+    @classmethod
+    def check_settings(cls, settings: Mapping[str, Any], num_classes: int) -> None:
+        """Raise ValueError (`bad_setting`) for a setting whose value is not allowed."""
+        del settings, num_classes
+
+    @classmethod
+    def resolved_settings(cls, config, num_classes: int) -> dict[str, Any]:
+        """The settings of a run: the defaults, `config.method_args` over them (known names
+        only, converted to the field's type), `fill_defaults`, then `check_settings`."""
+        defaults = cls.settings()
+        given = configuration.method_args(config)
+        unknown = sorted(set(given) - set(defaults))
+        if unknown:
+            raise ValueError(f"config.method_args names {', '.join(map(repr, unknown))}, not a "
+                             f"setting of config.method={config.method!r}; its settings (with "
+                             f"their defaults): {json.dumps(defaults)}")
+        types = {f.name: f.type if isinstance(f.type, str) else getattr(f.type, "__name__",
+                                                                          str(f.type))
+                 for f in dataclasses.fields(cls)}
+        settings = {**defaults, **{k: _typed(k, v, types[k]) for k, v in given.items()}}
+        settings = cls.fill_defaults(settings, num_classes, str(config.dataset))
+        cls.check_settings(settings, num_classes)
+        return settings
+
+    @classmethod
+    def check_config(cls, config) -> None:
+        """Before any work: the method's settings and the config fields it needs (ValueError)."""
+        cls.resolved_settings(config, int(config.num_classes))
+
+    @classmethod
+    def output_width(cls, config, num_classes: int) -> int:
+        """The width of the network output the method reads (a user network is built for it)."""
+        del config
+        return num_classes
+
+    @classmethod
+    def build(cls, config, setup: MethodSetup) -> Method:
+        """The method of a run: its models from `config`, its settings from
+        `resolved_settings(config, setup.num_classes)`. Every method implements it."""
+        raise NotImplementedError
+
+    @property
+    def base_rate(self) -> tuple[float, ...] | None:
+        """The base rate a of a Dirichlet method's prior, which the evidence-scale calibrator
+        keeps (None: uniform 1/K, or none)."""
+        return None
+
+    def __post_init__(self):
+        self.check_settings({name: getattr(self, name) for name in self.settings()},
+                            self.num_classes)
 
     # --- state -----------------------------------------------------------------------------
     def init(self, key: jax.Array, image_shape: tuple[int, ...]) -> Variables:
@@ -163,6 +246,31 @@ class Method:
     def describe(self) -> str:
         """One line for logs and result files."""
         return self.name
+
+
+def bad_setting(name: str, value: Any, allowed: str) -> ValueError:
+    """The error of a method setting outside its allowed values."""
+    return ValueError(f"config.method_args: {name}={value!r} is not allowed; {allowed}")
+
+
+def _typed(name: str, value: Any, annotation: str) -> Any:
+    """A method_args value as its dataclass field's type (JSON gives 1 for 1.0)."""
+    if value is None and "None" in annotation:
+        return value
+    try:
+        if annotation.startswith("float"):
+            if isinstance(value, bool):
+                raise TypeError
+            return float(value)
+        if annotation.startswith("int"):
+            if isinstance(value, bool) or float(value) != int(value):
+                raise TypeError
+            return int(value)
+    except (TypeError, ValueError):
+        raise bad_setting(name, value, f"it must be a number ({annotation})") from None
+    if annotation.startswith("str") and not isinstance(value, str):
+        raise bad_setting(name, value, "it must be a string")
+    return value
 
 
 def softmax_probs(logits_BxK: jax.Array) -> jax.Array:

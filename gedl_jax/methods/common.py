@@ -113,9 +113,9 @@ def backbone(config, num_outputs: int, *, axis_name: str | None, spectral_norm: 
 
 
 # ---------------------------------------------------------------------- user networks
-# What each method reads from a user network: "features" (its `features` method), the logits
-# (K outputs; PostNet: latent_dim outputs as its latent z), MC Dropout's `dropout` switch.
-FEATURE_METHODS = ("duq", "daedl", "fedl")
+# What a method reads from a user network: its logits (K outputs, or the method's
+# `output_width`: PostNet's latent z), its `features` (`Method.reads_features`), MC Dropout's
+# `dropout` switch (`Method.needs_dropout_switch`).
 
 
 def user_network(config, num_outputs: int, *, axis_name: str | None,
@@ -141,16 +141,14 @@ def user_network(config, num_outputs: int, *, axis_name: str | None,
                              need_features=need_features, axis_name=axis_name, **kwargs)
 
 
-def check_user_network(config, num_classes: int, input_shape: tuple[int, ...]) -> None:
-    """Before any step: the user network `config.model` meets the contract for the method
-    (one-line ValueError otherwise): built for data-parallel training, its outputs checked on a
-    batch of zeros, `features` where the method reads them, the `dropout` switch for MC
-    Dropout."""
-    method = config.method
-    width = int(config.postnet_latent_dim) if method == "postnet" else int(num_classes)
-    net = user_network(config, width, axis_name=AXIS, input_shape=tuple(input_shape),
-                       need_features=method in FEATURE_METHODS)
-    if method == "mc_dropout" and not net.mc_dropout:
+def check_user_network(config, method, num_classes: int, input_shape: tuple[int, ...]) -> None:
+    """Before any step: the user network `config.model` meets the contract for `method` (a
+    `Method` subclass; one-line ValueError otherwise): built for data-parallel training, its
+    outputs checked on a batch of zeros, `features` where the method reads them, the `dropout`
+    switch where it needs one (MC Dropout)."""
+    net = user_network(config, method.output_width(config, int(num_classes)), axis_name=AXIS,
+                       input_shape=tuple(input_shape), need_features=method.reads_features)
+    if method.needs_dropout_switch and not net.mc_dropout:
         raise ValueError(f"network {config.model!r}: MC Dropout needs dropout switched on at "
                          f"test time, i.e. `__call__(x, train=..., dropout=None)` (a keyword "
                          f"turning its dropout layers on alone), which this Linen class lacks")

@@ -9,7 +9,7 @@ Its outputs are the logits and the density feature z = the encoder output before
 
 Training (`training_loss`): an exp-evidence EDL loss, alpha = exp(logits) + 1e-6
 (no +1 prior): squared error + variance + kl_weight * KL(Dir(alpha~) || Dir(1)), kl_weight 0.05
-constant. The logits are clipped to +-30 first (`config.daedl_logit_clip`; 0 = no clip, the
+constant. The logits are clipped to +-30 first (the setting `logit_clip`; 0 = no clip, the
 reference's loss): the clipped loss is lower by up to a third once logits of other classes than
 the true one exceed 30 (see `training_loss`).
 
@@ -69,6 +69,7 @@ from gedl_jax.methods.base import (
     MethodSetup,
     StepContext,
     Variables,
+    bad_setting,
     correct_B,
 )
 from gedl_jax.methods.common import (
@@ -191,7 +192,7 @@ def training_loss(logits_BxK: ArrayLike, labels_B: ArrayLike, kl_weight: float =
 
     The variance term is evaluated as sum_k p_k (1 - p_k) / (alpha_0 + 1) (the same value; alpha_0^2
     overflows float32 from alpha_0 ~ 1.8e19). The logits are clipped to +-logit_clip first
-    (`config.daedl_logit_clip`, default 30; the reference does not clip, and logit_clip = inf,
+    (the setting `logit_clip`, default 30; the reference does not clip, and logit_clip = inf,
     config value 0, is its loss: float32 exp overflows above ~88.7). The clip changes the loss
     wherever a logit other than the true class's exceeds it: with every logit uniform in [30, 40]
     (K = 10) the clipped loss is 3-33 % (median 26 %) below the exact one
@@ -220,13 +221,35 @@ def _gda(state) -> GDA:
 class DAEDL(Method):
     """DAEDL with KL weight `kl_weight`."""
 
-    kl_weight: float = 0.05
-    logit_clip: float = LOGIT_CLIP
+    kl_weight: float = 0.05        # weight of its KL(Dir(alpha~) || Dir(1)) term
+    logit_clip: float = LOGIT_CLIP  # training logits clipped to +-this before exp; 0 = no clip
+                                   # (the reference's; float32 exp overflows above ~88.7)
     recipe: str = "protocol"
 
     name: ClassVar[str] = "daedl"
     score_names: ClassVar[tuple[str, ...]] = DIRICHLET_SCORE_NAMES + ("log_density",)
     needs_fit: ClassVar[bool] = True
+    run_fields: ClassVar[tuple[str, ...]] = ("recipe",)
+    reads_features: ClassVar[bool] = True
+    score_captions: ClassVar[Mapping[str, str]] = {
+        "um": "log alpha_0 (a constant W: ranks as -W/S)"}
+
+    @classmethod
+    def check_settings(cls, settings, num_classes: int) -> None:
+        for name in ("kl_weight", "logit_clip"):
+            if not settings[name] >= 0:
+                raise bad_setting(name, settings[name], "it must be >= 0")
+
+    @classmethod
+    def build(cls, config, setup: MethodSetup) -> DAEDL:
+        """`config.method="daedl"`: the spectrally normalised protocol backbone."""
+        settings = cls.resolved_settings(config, setup.num_classes)
+        train_model, eval_model = (backbone(config, setup.num_classes, axis_name=axis,
+                                            spectral_norm=True) for axis in (AXIS, None))
+        clip = settings.pop("logit_clip")
+        return cls(train_model, eval_model, setup.num_classes, **settings,
+                   logit_clip=clip if clip > 0 else float("inf"),   # 0: no clip
+                   recipe=check_recipe(config.recipe))
 
     def loss(self, params, model_state: Variables, method_state, images_BxHxWxC: jax.Array,
              labels_B: jax.Array, ctx: StepContext) -> LossOutput:
@@ -305,13 +328,3 @@ class DAEDL(Method):
         return (f"DAEDL (spectral norm, KL weight {self.kl_weight:g}, {clip}, {self.recipe} "
                 f"reading)")
 
-
-def build(config, setup: MethodSetup) -> DAEDL:
-    """`config.method="daedl"`: the spectrally normalised protocol backbone."""
-    train_model, eval_model = (backbone(config, setup.num_classes, axis_name=axis,
-                                        spectral_norm=True) for axis in (AXIS, None))
-    logit_clip = float(config.daedl_logit_clip)
-    return DAEDL(train_model, eval_model, setup.num_classes,
-                 kl_weight=float(config.daedl_kl_weight),
-                 logit_clip=logit_clip if logit_clip > 0 else float("inf"),   # 0: no clip
-                 recipe=check_recipe(config.recipe))

@@ -54,6 +54,7 @@ from gedl_jax.methods.base import (
     MethodSetup,
     StepContext,
     Variables,
+    bad_setting,
     correct_B,
 )
 from gedl_jax.methods.common import AXIS, apply_train, backbone, check_recipe, log_softmax64
@@ -203,6 +204,33 @@ class DUQ(Method):
     name: ClassVar[str] = "duq"
     score_names: ClassVar[tuple[str, ...]] = ("mp", "neg_kernel_distance")
     progress_logs: ClassVar[tuple[tuple[str, str, str], ...]] = (("penalty", "gp", ".4f"),)
+    run_fields: ClassVar[tuple[str, ...]] = ("recipe",)
+    reads_features: ClassVar[bool] = True
+
+    @classmethod
+    def check_settings(cls, settings, num_classes: int) -> None:
+        if not settings["length_scale"] > 0:
+            raise bad_setting("length_scale", settings["length_scale"], "it must be > 0")
+        if not 0.0 < settings["gamma"] < 1.0:
+            raise bad_setting("gamma", settings["gamma"], "it must be in (0, 1)")
+        if not settings["gradient_penalty"] >= 0:
+            raise bad_setting("gradient_penalty", settings["gradient_penalty"],
+                              "it must be >= 0")
+
+    @classmethod
+    def build(cls, config, setup: MethodSetup) -> DUQ:
+        """`config.method="duq"`: the protocol backbone's last hidden layer, the RBF head."""
+        if check_recipe(config.recipe) == "source":
+            raise ValueError("config.recipe='source' is not available for DUQ: its reference "
+                             "recipe needs a ResNet-18 (CIFAR) or a BN CNN (FashionMNIST) and "
+                             "SGD with step decay, which this toolkit does not build; use "
+                             "config.recipe='protocol'")
+        k = setup.num_classes
+        settings = cls.resolved_settings(config, k)
+        train_model, eval_model = (
+            DUQNet(backbone(config, 0, axis_name=axis, reads=("features",)),
+                   RBFHead(k, 0, settings["length_scale"])) for axis in (AXIS, None))
+        return cls(train_model, eval_model, k, **settings, recipe=config.recipe)
 
     def loss(self, params, model_state: Variables, method_state, images_BxHxWxC: jax.Array,
              labels_B: jax.Array, ctx: StepContext) -> LossOutput:
@@ -258,18 +286,3 @@ class DUQ(Method):
         return (f"DUQ (sigma={self.length_scale:g}, gamma={self.gamma:g}, "
                 f"lambda_gp={self.gradient_penalty:g}, {self.recipe} reading)")
 
-
-def build(config, setup: MethodSetup) -> DUQ:
-    """`config.method="duq"`: the protocol backbone's last hidden layer, the RBF head."""
-    if check_recipe(config.recipe) == "source":
-        raise ValueError("config.recipe='source' is not available for DUQ: its reference recipe "
-                         "needs a ResNet-18 (CIFAR) or a BN CNN (FashionMNIST) and SGD with "
-                         "step decay, which this toolkit does not build; use "
-                         "config.recipe='protocol'")
-    k = setup.num_classes
-    sigma = float(config.duq_length_scale)
-    train_model, eval_model = (
-        DUQNet(backbone(config, 0, axis_name=axis, reads=("features",)), RBFHead(k, 0, sigma))
-        for axis in (AXIS, None))
-    return DUQ(train_model, eval_model, k, length_scale=sigma, gamma=float(config.duq_gamma),
-               gradient_penalty=float(config.duq_gradient_penalty), recipe=config.recipe)

@@ -45,6 +45,23 @@ class Evidential(Method):
     progress_logs: ClassVar[tuple[tuple[str, str, str], ...]] = (
         ("kl_weight", "kl_w", ".3f"), ("mean_prior_strength", "W", ".3f"),
         ("mean_strength", "S", ".1f"))
+    # Its settings are the config's top-level EDL fields (the paper's prior, posterior and
+    # objective choices, which every preset and study names), not method_args.
+    run_fields: ClassVar[tuple[str, ...]] = ("spec",)
+    score_captions: ClassVar[Mapping[str, str]] = {"um": "-u = -W/S"}
+    calibrator: ClassVar[str] = "evidence_scale"
+
+    @property
+    def base_rate(self) -> tuple[float, ...] | None:
+        return self.spec.base_rate
+
+    @classmethod
+    def build(cls, config, setup: MethodSetup) -> Evidential:
+        """`config.method="evidential"`: the variant the config's fields describe."""
+        cls.resolved_settings(config, setup.num_classes)   # method_args must be empty
+        base_rate = setup.label_frequencies() if config.base_rate == "label_frequency" else None
+        return cls(*build_models(config), setup.num_classes,
+                   spec=spec_from_config(config, base_rate=base_rate))
 
     def init_method_state(self) -> ev.TauState:
         return ev.tau_init()
@@ -85,24 +102,11 @@ class Evidential(Method):
 
 
 def spec_from_config(config, base_rate: tuple[float, ...] | None = None) -> losses.LossSpec:
-    """The variant's `LossSpec` from the config's fields (docs: gedl_jax/configuration.py)."""
-    return losses.LossSpec(
-        num_classes=int(config.num_classes), evidence=config.evidence,
-        exp_clip=float(config.exp_clip), base_rate=base_rate,
-        prior_strength=config.prior_strength,
-        prior_strength_value=resolved_prior_strength(config), c_w=float(config.c_w),
-        likelihood=config.likelihood, kl_target=config.kl_target,
-        kl_schedule=config.kl_schedule, kl_weight=float(config.kl_weight),
-        annealing_epochs=float(config.annealing_epochs), c_tau=float(config.c_tau),
-        tau_reading=config.tau_reading, tau_form=config.tau_form,
-        fisher_logdet_weight=float(config.fisher_logdet_weight),
-        red_regularizer_weight=float(config.red_regularizer_weight),
-        warmup_epochs=int(config.warmup_epochs))
-
-
-def build(config, setup: MethodSetup) -> Evidential:
-    """`config.method="evidential"`: the variant the config's fields describe."""
-    base_rate = setup.label_frequencies() if config.base_rate == "label_frequency" else None
-    return Evidential(*build_models(config), setup.num_classes,
-                      spec=spec_from_config(config, base_rate=base_rate))
-
+    """The variant's `LossSpec` from the config's fields of the same names (docs:
+    gedl_jax/configuration.py); W as a number (`prior_strength_value` may be 'K' or '0.1K')."""
+    derived = {"num_classes": int(config.num_classes), "base_rate": base_rate,
+               "prior_strength_value": resolved_prior_strength(config)}
+    kinds = {"float": float, "int": int}
+    return losses.LossSpec(**derived, **{
+        f.name: kinds.get(str(f.type), lambda v: v)(config[f.name])
+        for f in dataclasses.fields(losses.LossSpec) if f.name not in derived})

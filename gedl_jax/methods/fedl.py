@@ -55,6 +55,7 @@ from gedl_jax.methods.base import (
     MethodSetup,
     StepContext,
     Variables,
+    bad_setting,
     correct_B,
 )
 from gedl_jax.methods.common import (
@@ -184,11 +185,45 @@ class FEDLModel(nn.Module):
 class FEDL(Method):
     """F-EDL (Flexible Dirichlet heads)."""
 
+    head_hidden: int = 256       # hidden width of the g_p and g_tau heads
+    head_dropout: float = 0.0    # dropout before the heads (the reference's p_drop 0)
     recipe: str = "protocol"
 
     name: ClassVar[str] = "fedl"
     score_names: ClassVar[tuple[str, ...]] = ("mp", "um", "neg_variance_sum", "neg_expected_gini")
     progress_logs: ClassVar[tuple[tuple[str, str, str], ...]] = (("mean_tau", "tau", ".3f"),)
+    run_fields: ClassVar[tuple[str, ...]] = ("recipe",)
+    reads_features: ClassVar[bool] = True
+    score_captions: ClassVar[Mapping[str, str]] = {"um": "log(alpha_0 + tau)"}
+
+    @classmethod
+    def check_settings(cls, settings, num_classes: int) -> None:
+        if not settings["head_hidden"] > 0:
+            raise bad_setting("head_hidden", settings["head_hidden"], "it must be > 0")
+        if not 0.0 <= settings["head_dropout"] < 1.0:
+            raise bad_setting("head_dropout", settings["head_dropout"], "it must be in [0, 1)")
+
+    @classmethod
+    def build(cls, config, setup: MethodSetup) -> FEDL:
+        """`config.method="fedl"`: the protocol backbone with F-EDL's heads
+        (`recipe="source"`: the reference's spectrally normalised nets)."""
+        k, recipe = setup.num_classes, check_recipe(config.recipe)
+        settings = cls.resolved_settings(config, k)
+        hidden, dropout = settings["head_hidden"], settings["head_dropout"]
+
+        def model(axis):
+            if recipe == "protocol":
+                return FEDLModel(backbone(config, k, axis_name=axis), k, hidden, dropout)
+            if config.model == "convnet":   # the reference MNIST net: SN, MLP 576-64-64-K
+                return FEDLModel(backbone(config, k, axis_name=axis, spectral_norm=True,
+                                          hidden=(64, 64), dropout_rate=0.0), k, hidden, dropout)
+            return FEDLModel(   # the reference CIFAR net: SN VGG16 features + its head
+                backbone(config, 0, axis_name=axis, spectral_norm=True, hidden=(),
+                         dropout_rate=0.0),
+                k, hidden, dropout,
+                alpha_head=SourceVGGAlphaHead(k, hidden, dropout, axis_name=axis))
+
+        return cls(model(AXIS), model(None), k, **settings, recipe=recipe)
 
     def loss(self, params, model_state: Variables, method_state, images_BxHxWxC: jax.Array,
              labels_B: jax.Array, ctx: StepContext) -> LossOutput:
@@ -238,23 +273,4 @@ class FEDL(Method):
                     "spectral norm (it cannot be imposed on a user network)")
         return (f"F-EDL (Flexible Dirichlet heads; {arch}; UM = log(alpha_0 + tau); "
                 f"{self.recipe} reading)")
-
-
-def build(config, setup: MethodSetup) -> FEDL:
-    """`config.method="fedl"`: the protocol backbone with F-EDL's heads (`recipe="source"`: the
-    reference's spectrally normalised nets)."""
-    k, recipe = setup.num_classes, check_recipe(config.recipe)
-    hidden, dropout = int(config.fedl_head_hidden), float(config.fedl_head_dropout)
-
-    def model(axis):
-        if recipe == "protocol":
-            return FEDLModel(backbone(config, k, axis_name=axis), k, hidden, dropout)
-        if config.model == "convnet":   # the reference MNIST net: SN, MLP 576 -> 64 -> 64 -> K
-            return FEDLModel(backbone(config, k, axis_name=axis, spectral_norm=True,
-                                      hidden=(64, 64), dropout_rate=0.0), k, hidden, dropout)
-        return FEDLModel(   # the reference CIFAR net: SN VGG16 features + its head
-            backbone(config, 0, axis_name=axis, spectral_norm=True, hidden=(), dropout_rate=0.0),
-            k, hidden, dropout, alpha_head=SourceVGGAlphaHead(k, hidden, dropout, axis_name=axis))
-
-    return FEDL(model(AXIS), model(None), k, recipe=recipe)
 

@@ -59,6 +59,7 @@ from gedl_jax.methods.base import (
     MethodSetup,
     StepContext,
     Variables,
+    bad_setting,
     correct_B,
 )
 from gedl_jax.methods.common import (
@@ -193,21 +194,61 @@ class PostNet(Method):
     """Posterior Network with training class counts `class_counts` (N_c)."""
 
     class_counts: tuple[int, ...] = ()
-    entropy_weight: float = 1e-6
-    latent_dim: int = 6
-    flow_layers: int = 6
+    entropy_weight: float | None = None   # weight of -H(Dir(alpha)) in the UCE loss; None: the
+                                          # reference's per dataset, 1e-5 on CIFAR, else 1e-6
+    latent_dim: int = 6                   # the latent z's dimension
+    flow_layers: int = 6                  # radial layers per class flow
     recipe: str = "protocol"
 
     name: ClassVar[str] = "postnet"
     score_names: ClassVar[tuple[str, ...]] = DIRICHLET_SCORE_NAMES
     progress_logs: ClassVar[tuple[tuple[str, str, str], ...]] = (
         ("mean_log_precision", "log_S", ".2f"),)
+    run_fields: ClassVar[tuple[str, ...]] = ("class_counts", "recipe")
+    score_captions: ClassVar[Mapping[str, str]] = {
+        "um": "log alpha_0 (a constant W: ranks as -W/S)"}
+
+    @classmethod
+    def fill_defaults(cls, settings, num_classes: int, dataset: str):
+        if settings["entropy_weight"] is None:
+            weight = 1e-5 if dataset.startswith("cifar") else 1e-6
+            settings = {**settings, "entropy_weight": weight}
+        return settings
+
+    @classmethod
+    def check_settings(cls, settings, num_classes: int) -> None:
+        for name in ("latent_dim", "flow_layers"):
+            if not settings[name] > 0:
+                raise bad_setting(name, settings[name], "it must be > 0")
+        weight = settings["entropy_weight"]
+        if weight is not None and not weight >= 0:
+            raise bad_setting("entropy_weight", weight, "it must be >= 0")
+
+    @classmethod
+    def output_width(cls, config, num_classes: int) -> int:
+        return int(cls.resolved_settings(config, num_classes)["latent_dim"])   # the latent z
+
+    @classmethod
+    def build(cls, config, setup: MethodSetup) -> PostNet:
+        """`config.method="postnet"`: the protocol backbone to a latent z, one flow per class."""
+        settings = cls.resolved_settings(config, setup.num_classes)
+        train_model, eval_model = (
+            PostNetModel(backbone(config, settings["latent_dim"], axis_name=axis,
+                                  reads=("logits",)),
+                         setup.num_classes, settings["flow_layers"], axis_name=axis)
+            for axis in (AXIS, None))
+        return cls(train_model, eval_model, setup.num_classes, class_counts=setup.class_counts,
+                   **settings, recipe=check_recipe(config.recipe))
 
     def __post_init__(self):
         if len(self.class_counts) != self.num_classes or min(self.class_counts) < 1:
             raise ValueError(f"PostNet needs a positive training count for each of the "
                              f"{self.num_classes} classes (N_c), got {self.class_counts}: every "
                              f"class must occur in the training split")
+        if self.entropy_weight is None:   # built directly: the rule of `fill_defaults`
+            filled = self.fill_defaults({"entropy_weight": None}, self.num_classes, "")
+            object.__setattr__(self, "entropy_weight", filled["entropy_weight"])
+        super().__post_init__()
 
     def loss(self, params, model_state: Variables, method_state, images_BxHxWxC: jax.Array,
              labels_B: jax.Array, ctx: StepContext) -> LossOutput:
@@ -243,13 +284,3 @@ class PostNet(Method):
         return (f"PostNet (latent {self.latent_dim}, {self.flow_layers} radial layers per class, "
                 f"entropy weight {self.entropy_weight:g}, {self.recipe} reading)")
 
-
-def build(config, setup: MethodSetup) -> PostNet:
-    """`config.method="postnet"`: the protocol backbone to a latent z, one flow per class."""
-    latent, layers = int(config.postnet_latent_dim), int(config.postnet_flow_layers)
-    train_model, eval_model = (
-        PostNetModel(backbone(config, latent, axis_name=axis, reads=("logits",)),
-                     setup.num_classes, layers, axis_name=axis) for axis in (AXIS, None))
-    return PostNet(train_model, eval_model, setup.num_classes, class_counts=setup.class_counts,
-                   entropy_weight=float(config.postnet_entropy_weight), latent_dim=latent,
-                   flow_layers=layers, recipe=check_recipe(config.recipe))

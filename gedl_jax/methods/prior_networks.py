@@ -7,7 +7,7 @@ forward KL(Dir(target) || Dir(alpha)), RKL-PN by the reverse KL(Dir(alpha) || Di
 inputs get the flat Dir(1).
 
 OOD training data is required and is never an evaluation OOD set (KMNIST, Fashion-MNIST, SVHN,
-CIFAR-100 test): it is generated in the graph from the step's key (`config.pn_ood`), one OOD image
+CIFAR-100 test): it is generated in the graph from the step's key (the setting `ood`), one OOD image
 per in-distribution image, spanning the batch's pixel range: "noise_uniform" (i.i.d. uniform
 pixels) or "noise_smoothed" (Gaussian-blurred uniform noise). As in the official code's loop,
 ID and OOD images go through the network in one forward pass, so BatchNorm sees the mixed batch.
@@ -16,8 +16,9 @@ The per-example loss pairs each ID example i with OOD example i:
 `PriorNetMixedLoss` divides by the largest target concentration), so its batch mean is the
 reference's (mean_ID + gamma mean_OOD) / c.
 
-Targets (`config.pn_target_form`): "pnet" = 1 + c * onehot (the RKL-PN code; (101, 1, ..., 1)),
-"smoothed" = c * label-smoothed mean (the 2018 paper; (91, 1, ..., 1) for c = 100, K = 10).
+Targets (the setting `target_form`): "pnet" = 1 + c * onehot (the RKL-PN code; (101, 1, ..., 1);
+RKL-PN's default), "smoothed" = c * label-smoothed mean (the 2018 paper; (91, 1, ..., 1) for
+c = 100, K = 10; KL-PN's default).
 
 Predictions: the Dirichlet alpha = exp(logits) with the flat prior W = K. Scores: "mp" = max
 softmax, "um" = log alpha_0 = logsumexp(logits) (log space: same ranking as alpha_0), and the
@@ -38,9 +39,9 @@ training examples get the flat Dir(1). Two target readings exist: the 2019 code'
 times a precision ("smoothed": precision 100, smoothing 0.01 -> (91, 1, ..., 1) for K = 10).
 
 The KL itself is `evidential.dirichlet_kl`, written to stay accurate in float32: the paper's
-closed form, with no epsilon (`config.pn_kl_epsilon = 0`, the default).
+closed form, with no epsilon (the setting `kl_epsilon = 0`, the default).
 
-The reference code's smoothing epsilon (`config.pn_kl_epsilon`, `kl_epsilon`). The official
+The reference code's smoothing epsilon (the setting `kl_epsilon`). The official
 `dirichlet_kl_divergence` and `dirichlet_reverse_kl_divergence` (KaosEngineer/PriorNetworks,
 prior_networks/priornet/dpn_losses.py; the same functions in its earlier
 prior_networks/priornet/losses.py) add epsilon = 1e-8 inside every lgamma and digamma except
@@ -80,6 +81,7 @@ from gedl_jax.methods.base import (
     MethodSetup,
     StepContext,
     Variables,
+    bad_setting,
     correct_B,
 )
 from gedl_jax.methods.common import (
@@ -206,8 +208,8 @@ def ood_noise(key: jax.Array, images_BxHxWxC: ArrayLike, kind: str = "noise_unif
         raise ValueError(f"kind={kind!r}; allowed: {OOD_NOISE}")
     x = jnp.asarray(images_BxHxWxC)
     if kind == "noise_smoothed" and x.ndim != 4:
-        raise ValueError(f"pn_ood='noise_smoothed' blurs images (B, H, W, C); these inputs have "
-                         f"shape {x.shape}: use pn_ood='noise_uniform' for vectors")
+        raise ValueError(f"ood='noise_smoothed' blurs images (B, H, W, C); these inputs have "
+                         f"shape {x.shape}: use ood='noise_uniform' for vectors")
     # Per channel (images) or per feature (vectors (B, D)): the range over all other axes.
     axes = tuple(range(x.ndim - 1))
     lo_1x1x1xC = jax.lax.stop_gradient(jnp.min(x, axis=axes, keepdims=True))
@@ -227,28 +229,70 @@ LOGIT_CLIP = 30.0
 class PriorNetwork(Method):
     """A Prior Network; `reverse` picks RKL-PN's reverse KL (the subclasses fix it)."""
 
-    ood: str = "noise_uniform"
-    ood_weight: float = 1.0
-    target_form: str = "pnet"
-    target_concentration: float = 100.0
-    target_smoothing: float = 0.01
-    kl_epsilon: float = 0.0
+    ood: str = "noise_uniform"          # OOD *training* inputs, made in the graph (`ood_noise`);
+                                        # never an evaluation OOD set
+    ood_weight: float = 1.0             # gamma, the weight of the OOD KL term
+    target_form: str = "pnet"           # the ID target (`in_distribution_target`)
+    target_concentration: float = 100.0  # c (the loss is divided by it)
+    target_smoothing: float | None = None  # label smoothing of the "smoothed" target; None:
+                                        # 0.01 for K <= 10 (the 2018 paper), else 0.1 / K (0.01
+                                        # = 1/K would make a K = 100 target flat)
+    kl_epsilon: float = 0.0             # epsilon inside the KL as the official code places it
+                                        # (its value: 1e-8); 0 = the closed form
     recipe: str = "protocol"
 
     reverse: ClassVar[bool] = False
     score_names: ClassVar[tuple[str, ...]] = DIRICHLET_SCORE_NAMES
     progress_logs: ClassVar[tuple[tuple[str, str, str], ...]] = (
         ("kl_id", "kl_id", ".3f"), ("kl_ood", "kl_ood", ".3f"))
+    run_fields: ClassVar[tuple[str, ...]] = ("recipe",)
+    score_captions: ClassVar[Mapping[str, str]] = {
+        "um": "log alpha_0 (a constant W: ranks as -W/S)"}
+
+    @classmethod
+    def fill_defaults(cls, settings, num_classes: int, dataset: str):
+        if settings["target_smoothing"] is None:
+            smoothing = 0.01 if num_classes <= 10 else 0.1 / num_classes
+            settings = {**settings, "target_smoothing": smoothing}
+        return settings
+
+    @classmethod
+    def check_settings(cls, settings, num_classes: int) -> None:
+        if settings["ood"] not in OOD_NOISE:
+            raise bad_setting("ood", settings["ood"], f"allowed values: {list(OOD_NOISE)}")
+        if settings["target_form"] not in TARGET_FORMS:
+            raise bad_setting("target_form", settings["target_form"],
+                              f"allowed values: {list(TARGET_FORMS)}")
+        for name in ("ood_weight", "kl_epsilon"):
+            if not settings[name] >= 0.0:
+                raise bad_setting(name, settings[name], "it must be >= 0")
+        if not settings["target_concentration"] > 0:
+            raise bad_setting("target_concentration", settings["target_concentration"],
+                              "it must be > 0")
+        smoothing = settings["target_smoothing"]
+        if settings["target_form"] == "smoothed" and smoothing is not None and num_classes \
+                and not 0.0 <= smoothing < 1.0 / num_classes:
+            raise bad_setting("target_smoothing", smoothing,
+                              f"it must be in [0, 1/K) = [0, {1.0 / num_classes:g}) so the "
+                              f"label keeps the largest target")
 
     def __post_init__(self):
-        if self.ood not in OOD_NOISE:
-            raise ValueError(f"config.pn_ood={self.ood!r} is not allowed; allowed values: "
-                             f"{list(OOD_NOISE)}")
-        if self.target_form not in TARGET_FORMS:
-            raise ValueError(f"config.pn_target_form={self.target_form!r} is not allowed; "
-                             f"allowed values: {list(TARGET_FORMS)}")
-        if not self.kl_epsilon >= 0.0:
-            raise ValueError(f"config.pn_kl_epsilon={self.kl_epsilon!r} must be >= 0")
+        if self.target_smoothing is None:   # built directly: the rule of `fill_defaults`
+            filled = self.fill_defaults({"target_smoothing": None}, self.num_classes, "")
+            object.__setattr__(self, "target_smoothing", filled["target_smoothing"])
+        super().__post_init__()
+
+    @classmethod
+    def build(cls, config, setup: MethodSetup) -> PriorNetwork:
+        """`config.method="kl_pn"` (forward KL) or "rkl_pn" (reverse KL) to the Dirichlet
+        targets."""
+        settings = cls.resolved_settings(config, setup.num_classes)
+        if settings["ood"] == "noise_smoothed" and len(setup.image_shape) != 3:
+            raise ValueError(f"config.method_args: ood='noise_smoothed' blurs images (H, W, C); "
+                             f"the inputs have shape {setup.image_shape}: use "
+                             f"ood='noise_uniform' (per-feature uniform noise) for vectors")
+        return cls(*build_models(config), setup.num_classes, **settings,
+                   recipe=check_recipe(config.recipe))
 
     def _kl(self, alpha_BxK: jax.Array, target_BxK: jax.Array) -> jax.Array:
         kl = reverse_kl if self.reverse else forward_kl
@@ -297,6 +341,8 @@ class PriorNetwork(Method):
 
 @dataclasses.dataclass(frozen=True)
 class KLPriorNetwork(PriorNetwork):
+    target_form: str = "smoothed"       # the 2018 paper's label-smoothed targets
+
     name: ClassVar[str] = "kl_pn"
     reverse: ClassVar[bool] = False
 
@@ -306,24 +352,3 @@ class RKLPriorNetwork(PriorNetwork):
     name: ClassVar[str] = "rkl_pn"
     reverse: ClassVar[bool] = True
 
-
-def _build(cls, config, setup: MethodSetup) -> PriorNetwork:
-    if config.pn_ood == "noise_smoothed" and len(setup.image_shape) != 3:
-        raise ValueError(f"config.pn_ood='noise_smoothed' blurs images (H, W, C); the inputs "
-                         f"have shape {setup.image_shape}: use config.pn_ood='noise_uniform' "
-                         f"(per-feature uniform noise) for vectors")
-    return cls(*build_models(config), setup.num_classes, ood=config.pn_ood,
-               ood_weight=float(config.pn_ood_weight), target_form=config.pn_target_form,
-               target_concentration=float(config.pn_target_concentration),
-               target_smoothing=float(config.pn_target_smoothing),
-               kl_epsilon=float(config.pn_kl_epsilon), recipe=check_recipe(config.recipe))
-
-
-def build_kl_pn(config, setup: MethodSetup) -> KLPriorNetwork:
-    """`config.method="kl_pn"`: forward KL to the Dirichlet targets."""
-    return _build(KLPriorNetwork, config, setup)
-
-
-def build_rkl_pn(config, setup: MethodSetup) -> RKLPriorNetwork:
-    """`config.method="rkl_pn"`: reverse KL to the Dirichlet targets."""
-    return _build(RKLPriorNetwork, config, setup)

@@ -41,6 +41,12 @@ class Softmax(Method):
     name: ClassVar[str] = "softmax"
     score_names: ClassVar[tuple[str, ...]] = ("mp", "neg_entropy")
 
+    @classmethod
+    def build(cls, config, setup: MethodSetup) -> Softmax:
+        """`config.method="softmax"`: cross-entropy on the logits."""
+        cls.resolved_settings(config, setup.num_classes)   # it has none: method_args empty
+        return cls(*build_models(config), setup.num_classes)
+
     def loss(self, params, model_state: Variables, method_state, images_BxHxWxC: jax.Array,
              labels_B: jax.Array, ctx: StepContext) -> LossOutput:
         logits_BxK, new_model_state = self.train_model.apply(
@@ -75,6 +81,25 @@ class MCDropout(Softmax):
 
     name: ClassVar[str] = "mc_dropout"
     score_names: ClassVar[tuple[str, ...]] = ("mp", "neg_mi", "neg_entropy")
+    run_fields: ClassVar[tuple[str, ...]] = ("num_samples", "dropout_rate")
+    needs_dropout_switch: ClassVar[bool] = True
+
+    @classmethod
+    def check_config(cls, config) -> None:
+        super().check_config(config)
+        if config.model == "convnet" and not config.dropout_rate:
+            raise ValueError("config.method='mc_dropout' on the ConvNet needs "
+                             "config.dropout_rate > 0 (the preset configs/<dataset>.py:"
+                             "mc_dropout sets 0.5)")
+
+    @classmethod
+    def build(cls, config, setup: MethodSetup) -> MCDropout:
+        """`config.method="mc_dropout"`: `config.mc_samples` test passes with dropout on; the
+        ConvNet's `config.dropout_rate`, VGG16's own 0.5."""
+        cls.resolved_settings(config, setup.num_classes)   # it has none: method_args empty
+        return cls(*build_models(config), setup.num_classes,
+                   num_samples=int(config.mc_samples),
+                   dropout_rate=0.5 if config.model == "vgg16" else float(config.dropout_rate))
 
     def predict(self, variables: Variables, method_state, images_BxHxWxC: jax.Array,
                 key: jax.Array) -> dict[str, jax.Array]:
@@ -107,16 +132,3 @@ def _renormalised(probs: np.ndarray) -> np.ndarray:
     p = np.asarray(probs, dtype=np.float64)
     return p / p.sum(axis=-1, keepdims=True)
 
-
-def build_softmax(config, setup: MethodSetup) -> Softmax:
-    """`config.method="softmax"`: cross-entropy on the logits."""
-    return Softmax(*build_models(config), setup.num_classes)
-
-
-def build_mc_dropout(config, setup: MethodSetup) -> MCDropout:
-    """`config.method="mc_dropout"`: `config.mc_samples` test passes with dropout on; the
-    ConvNet's `config.dropout_rate`, VGG16's own 0.5."""
-    return MCDropout(*build_models(config), setup.num_classes,
-                     num_samples=int(config.mc_samples),
-                     dropout_rate=0.5 if config.model == "vgg16"
-                     else float(config.dropout_rate))

@@ -71,6 +71,7 @@ def evaluate_ensemble_and_write(config, dirs: Sequence[pathlib.Path], ensemble_d
                                         options=options)
     results.update({"variant": config.variant,
                     "method": f"deep ensemble of {len(members)} x {exp.method.describe()}",
+                    "score_captions": {},   # probabilities averaged: no precision score
                     "dataset": config.dataset, "seed": int(config.seed),
                     "ensemble_members": [str(d) for d in dirs],
                     "workdir": str(ensemble_dir)})

@@ -11,9 +11,10 @@ import zlib
 from typing import Any
 
 import jax
+import ml_collections
 import numpy as np
 
-from gedl_jax import configuration, files
+from gedl_jax import configuration, files, methods
 from gedl_jax.run import lock
 
 
@@ -52,6 +53,7 @@ def check_or_write_config(config, workdir: pathlib.Path) -> None:
                 f"is. Use a new --workdir, or restore that file.") from None
         if previous == current:   # the same run again: nothing to write
             return
+        previous = configuration.upgrade_saved(previous)   # old flat method settings
         unknown = sorted(set(previous) - set(current))
         if unknown:
             raise ConfigMismatchError(
@@ -64,11 +66,12 @@ def check_or_write_config(config, workdir: pathlib.Path) -> None:
         defaults = {**_config_dict(configuration.default_config(config.dataset)),
                     **configuration.LEGACY_DEFAULTS}
         previous = {k: previous.get(k, defaults.get(k)) for k in current}
+        before, after = _with_settings(previous), _with_settings(current)
         safe = configuration.RESUME_SAFE_FIELDS
-        changed = sorted(k for k in set(previous) | set(current)
-                         if k not in safe and previous.get(k) != current.get(k))
+        changed = sorted(k for k in set(before) | set(after)
+                         if k not in safe and before.get(k) != after.get(k))
         if changed:
-            details = ", ".join(f"{k}: {previous.get(k)!r} -> {current.get(k)!r}"
+            details = ", ".join(f"{k}: {before.get(k)!r} -> {after.get(k)!r}"
                                 for k in changed)
             if not has_checkpoint(workdir):
                 if jax.process_index() == 0:
@@ -80,6 +83,18 @@ def check_or_write_config(config, workdir: pathlib.Path) -> None:
                 f"{workdir} holds a run with a different configuration ({details}). Resume it "
                 f"with the same config, or use a new --workdir.")
     _write_config(path, current)
+
+
+def _with_settings(fields: dict[str, Any]) -> dict[str, Any]:
+    """`fields` with method_args as the method's settings of the run, every default written
+    out: "" and the defaults' values given explicitly (an upgraded old config) compare equal."""
+    view = ml_collections.ConfigDict({k: fields.get(k) for k in
+                                      ("method", "method_args", "dataset", "num_classes")})
+    try:
+        settings = methods.method_class(view).resolved_settings(view, int(view.num_classes))
+    except (ValueError, TypeError):
+        return fields
+    return {**fields, "method_args": settings}
 
 
 def _write_config(path: pathlib.Path, current: dict[str, Any]) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from gedl_jax import configuration, data, files
+from gedl_jax import configuration, data, files, methods
 from gedl_jax.evaluation.core import evaluate_predictions
 from gedl_jax.run import (
     checkpointing,
@@ -78,6 +78,7 @@ def train_and_evaluate(config, workdir: str | pathlib.Path, *,
     numerics.configure_process(bool(config.get("deterministic", True)), workdir)
     experiment.resolve_own_data(config)
     configuration.validate_config(config, jax.device_count())
+    methods.check_config(config)
     run_ = SeedRun(experiment.Experiment.from_config(config), pathlib.Path(workdir))
     return _train_seeds([run_], stop_after_steps=stop_after_steps)[0]
 
@@ -96,6 +97,7 @@ def train_and_evaluate_vmapped(config, workdir: str | pathlib.Path, seeds: list[
     numerics.configure_process(bool(config.get("deterministic", True)), workdir)
     experiment.resolve_own_data(config)
     configuration.validate_config(config, jax.device_count())
+    methods.check_config(config)
     official = experiment.OfficialData.load(config)
     runs = []
     for seed in seeds:

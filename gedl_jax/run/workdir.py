@@ -17,9 +17,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from gedl_jax import configuration, data, files
+from gedl_jax import configuration, data, files, methods
 from gedl_jax.evaluation import core, report, saved
-from gedl_jax.methods.evidential import Evidential
 from gedl_jax.run import (
     checkpointing,
     experiment,
@@ -134,16 +133,15 @@ class _EvalProgress:
 def evaluation_options(exp: experiment.Experiment,
                        ood_names=()) -> core.EvaluationOptions:
     """The run's `EvaluationOptions`: config.conformal_alpha / calibrate / aupr_trapezoidal,
-    near/far groups of its OOD sets (`data.ood_group`), and the calibrator of its method (the
-    evidence scale for the EDL family, whose alpha = e + W a; temperature scaling otherwise)."""
+    near/far groups of its OOD sets (`data.ood_group`), and the calibrator of its method
+    (`Method.calibrator`: the evidence scale for the EDL family, whose alpha = e + W a;
+    temperature scaling otherwise)."""
     config = exp.config
     groups = {name: data.ood_group(config.dataset, name) for name in ood_names}
-    evidential = isinstance(exp.method, Evidential)
-    base_rate = exp.method.spec.base_rate if evidential else None
     return core.EvaluationOptions(
         conformal_alpha=float(config.get("conformal_alpha", 0.1)), conformal_seed=0,
         calibrate=bool(config.get("calibrate", False)),
-        calibrator="evidence_scale" if evidential else "temperature", base_rate=base_rate,
+        calibrator=exp.method.calibrator, base_rate=exp.method.base_rate,
         ood_groups={k: v for k, v in groups.items() if v is not None},
         aupr_trapezoidal=bool(config.get("aupr_trapezoidal", False)))
 
@@ -176,6 +174,7 @@ def evaluate_run(run: RestoredRun, workdir, extra_ood: tuple[str, ...] = (),
     results = core.evaluate_predictions(id_pred, ood_preds, validation=val_pred,
                                         options=evaluation_options(exp, ood_preds))
     results.update({"variant": exp.config.variant, "method": exp.method.describe(),
+                    "score_captions": dict(exp.method.score_captions),
                     "dataset": exp.config.dataset, "seed": exp.seed, "workdir": str(workdir),
                     "numerics": numerics.record(exp.config)})
     return write_results(results, pathlib.Path(workdir), id_pred, ood_preds, exp.config.plots,
@@ -243,11 +242,12 @@ def saved_config(workdir, overrides: dict[str, Any] | None = None):
 
 def config_from_saved(saved: dict[str, Any], overrides: dict[str, Any] | None = None):
     """A config from a saved config.json's fields (as `saved_config`; also the config a
-    pretrained model file carries)."""
+    pretrained model file carries), old flat method settings moved into method_args
+    (`configuration.upgrade_saved`)."""
     config = configuration.default_config(saved.get("dataset", "mnist"))
     saved = {k: configuration.as_tuple(k, v) if k in configuration.LIST_FIELDS else v
              for k, v in saved.items()}   # runs saved before the list fields were tuples
-    config.update({**configuration.LEGACY_DEFAULTS, **saved})
+    config.update({**configuration.LEGACY_DEFAULTS, **configuration.upgrade_saved(saved)})
     for key, value in (overrides or {}).items():
         config[key] = value
     return config
@@ -262,6 +262,7 @@ def restore_run(workdir, overrides: dict[str, Any] | None = None, *,
     mesh = sharding.make_mesh()
     experiment.resolve_own_data(config)
     configuration.validate_config(config, mesh.size)
+    methods.check_config(config)
     official = official or experiment.OfficialData.load(config)
     exp = experiment.Experiment.from_config(config, official.for_seed(config, int(config.seed)))
     tx = optimizer.make_optimizer(config, total_steps=1)
