@@ -127,8 +127,8 @@ def environment() -> dict:
                                 text=True, cwd=os.path.dirname(__file__)).stdout.strip()
     except OSError:
         commit = "?"
-    import flax  # noqa: PLC0415
-    from gedl_jax.run import numerics  # noqa: PLC0415
+    import flax
+    from gedl_jax.run import numerics
     return {"device": device_name(), "platform": jax.devices()[0].platform,
             "device_count": jax.device_count(), "cpu": platform.processor() or platform.machine(),
             "cpu_count": os.cpu_count(), "jax": jax.__version__, "flax": flax.__version__,
@@ -173,10 +173,10 @@ def loop_benchmark(epochs: int, step_row: dict | None, train_examples: int = 0) 
     from the metrics records' times (the first record's window, which compiles, left out),
     beside the bare step's (`step_row`). `train_examples` > 0: on that many images only (a
     smoke run)."""
-    import json as json_  # noqa: PLC0415
-    import tempfile  # noqa: PLC0415
+    import json as json_
+    import tempfile
 
-    from gedl_jax import train  # noqa: PLC0415
+    from gedl_jax import train
 
     config = configuration.build_config("mnist", "gedl")
     config.num_epochs, config.evaluate_at_end, config.plots = epochs, False, False
@@ -232,7 +232,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None, help="JSON output (a .md table is written beside it)")
     args = p.parse_args(argv)
     if args.deterministic != "false":   # before anything starts the backend
-        from gedl_jax.run import numerics  # noqa: PLC0415
+        from gedl_jax.run import numerics
         flags = ([numerics.DETERMINISTIC_OPS] if args.deterministic == "ops"
                  else numerics.determinism_flags(None))
         os.environ["XLA_FLAGS"] = numerics.with_flags(os.environ.get("XLA_FLAGS", ""), flags)

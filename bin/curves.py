@@ -89,9 +89,9 @@ def panels(curves: dict[str, dict]) -> list[str]:
 
 
 def plot(curves: dict[str, dict], path: pathlib.Path) -> pathlib.Path:
-    import matplotlib  # noqa: PLC0415
+    import matplotlib
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    import matplotlib.pyplot as plt
 
     names = panels(curves)
     cols = 4

@@ -101,7 +101,7 @@ def wall_time_text(minutes: float | None, resumes: int) -> str:
 def environment_fields(run: pathlib.Path) -> dict[str, str]:
     """commit, versions and hardware from the run's environment.json, which
     `bin/reproduce.py` writes; "not recorded" for a run without one (e.g. `gedl_jax.train`'s)."""
-    from gedl_jax.run import rundir  # noqa: PLC0415
+    from gedl_jax.run import rundir
     if not (run / "environment.json").is_file():
         return dict.fromkeys(("commit", "versions", "hardware"), "not recorded")
     env = json.loads((run / "environment.json").read_text())
@@ -134,7 +134,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     sys.path.insert(0, str(REPO))
-    from gedl_jax.pretrained import export, registry  # noqa: PLC0415
+    from gedl_jax.pretrained import export, registry
 
     results_root = pathlib.Path(args.results_dir)
     package_dir = pathlib.Path(args.package_dir)
@@ -198,9 +198,9 @@ def repository_relative(path: pathlib.Path) -> str:
 
 
 def export_machine() -> str:
-    import platform  # noqa: PLC0415
+    import platform
 
-    import jax  # noqa: PLC0415
+    import jax
 
     dev = jax.devices()[0]
     return (f"{getattr(dev, 'device_kind', dev.platform)} x{jax.device_count()}, "

@@ -144,7 +144,7 @@ def environment() -> dict:
                                   cwd=repo).stdout.strip()
         except OSError:
             return "?"
-    import flax  # noqa: E401, PLC0415
+    import flax  # noqa: E401
     import optax
     dev = jax.devices()[0]
     return {"commit": git("rev-parse", "--short", "HEAD"),
@@ -248,10 +248,10 @@ def paper_table(dataset: str, names: list[str]) -> str:
 def sensitivity_plot(grouped: dict[str, list[dict]], path: pathlib.Path) -> pathlib.Path | None:
     """Accuracy, Conf.MP and OOD AUPR (MP and UM) against C_w and C_tau (mean ± std over seeds),
     the paper's Fig. param_analysis, from runs named gedl_cw<value> / gedl_ctau<value>."""
-    import matplotlib  # noqa: PLC0415
+    import matplotlib
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-    import numpy as np  # noqa: PLC0415
+    import matplotlib.pyplot as plt
+    import numpy as np
 
     def series(prefix):
         points = []

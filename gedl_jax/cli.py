@@ -94,7 +94,7 @@ def print_error(message: str) -> None:
 
 
 def show_help(doc: str, extra: str = "") -> None:
-    from absl import flags  # noqa: PLC0415
+    from absl import flags
 
     print(doc.strip() + "\n")
     if extra:
@@ -114,8 +114,8 @@ def run(body: Callable[[], int], argv: Sequence[str] | None, *, doc: str, help_e
     `renamed`: a config field's name -> the error naming its new spelling (None: not renamed),
     checked on every `--config.<field>` before parsing.
     """
-    from absl import flags  # noqa: PLC0415
-    from absl import logging as absl_logging  # noqa: PLC0415
+    from absl import flags
+    from absl import logging as absl_logging
 
     argv = list(sys.argv if argv is None else argv)
     debug = debug_requested(argv)
@@ -317,7 +317,7 @@ def quiet_write_failures():
 
 
 def is_write_failure(error: BaseException) -> bool:
-    from gedl_jax import files  # noqa: PLC0415
+    from gedl_jax import files
 
     return files.is_disk_full(error)
 

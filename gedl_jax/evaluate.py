@@ -68,9 +68,9 @@ def _evaluate_pretrained(name: str, out: str | None, extra_ood: tuple[str, ...],
                          overrides: dict[str, Any], latex: bool) -> int:
     """--pretrained=NAME: the registered model's results (into --out, else a temporary folder
     removed afterwards: the table is printed either way); --pretrained=list: the names."""
-    import tempfile  # noqa: PLC0415
+    import tempfile
 
-    from gedl_jax import pretrained  # noqa: PLC0415
+    from gedl_jax import pretrained
 
     if name == "list":
         print(pretrained.list_table())
@@ -92,7 +92,7 @@ def _evaluate_pretrained(name: str, out: str | None, extra_ood: tuple[str, ...],
 def main(argv=None) -> int:
     """The command line `python -m gedl_jax.evaluate` (module docstring); returns the exit
     status."""
-    from absl import flags  # noqa: PLC0415
+    from absl import flags
 
     flags.DEFINE_multi_string("workdir", None, "Workdir(s) of gedl_jax.train runs (seeds).")
     flags.DEFINE_string("pretrained", None, "Evaluate a registered pretrained model instead of "

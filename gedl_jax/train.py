@@ -50,7 +50,7 @@ def run(config, workdir) -> list[dict]:
     config checked first (every list field without repeats, every field in range: nothing is
     trained or written before that) and `workdir` held by this process from its first write
     (`lock.holding`)."""
-    import jax  # noqa: PLC0415
+    import jax
 
     # the GPU flags before the device count below starts the backend (run/numerics.py)
     numerics.configure_process(bool(config.get("deterministic", True)), workdir)
@@ -97,7 +97,7 @@ def presets_help() -> str:
 def main(argv=None) -> int:
     """The command line `python -m gedl_jax.train` (module docstring); returns the exit
     status."""
-    from absl import flags  # noqa: PLC0415
+    from absl import flags
 
     flags_ = flags.FLAGS
     configs.define_config_flag("config", "Experiment config: a name (mnist, cifar10, ...; "

@@ -47,7 +47,7 @@ def main() -> int:
     generated = write_generated_data(root)
     with generated.registered():
         if "--sweep" in sys.argv[1:]:
-            import jax  # noqa: PLC0415
+            import jax
 
             jax.config.update("jax_disable_most_optimizations", True)   # as the tests compile
             sweep(root)

@@ -124,11 +124,11 @@ def gemm_gflops(matmul, make, n: int = 2048, repeats: int = 5) -> float:
 
 
 def profile_jax(args) -> None:
-    import jax  # noqa: PLC0415
-    import jax.numpy as jnp  # noqa: PLC0415
+    import jax
+    import jax.numpy as jnp
 
-    from gedl_jax import networks as models  # noqa: PLC0415
-    from gedl_jax.run.step_benchmark import compiled_train_step  # noqa: PLC0415
+    from gedl_jax import networks as models
+    from gedl_jax.run.step_benchmark import compiled_train_step
 
     run, _ = compiled_train_step(args.model, args.batch, "float32", 1, args.steps)
     run(args.steps)   # warm-up
@@ -156,10 +156,10 @@ def profile_jax(args) -> None:
 
 
 def profile_torch(args) -> None:
-    import torch  # noqa: PLC0415
-    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
+    import torch
+    from torch.profiler import ProfilerActivity, profile
 
-    from studies import profile_models  # noqa: PLC0415
+    from studies import profile_models
 
     if args.model != "convnet":
         raise SystemExit("--framework=torch profiles the ConvNet only (its FLOPs are written "

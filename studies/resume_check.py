@@ -93,8 +93,8 @@ def run_and_stop(command: list[str], workdir: pathlib.Path, stop_at: int, log: p
 
 def final_state(workdir: pathlib.Path) -> tuple[int, dict[str, np.ndarray]]:
     """The newest `last` checkpoint's step and its leaves as NumPy arrays, by path."""
-    import jax  # noqa: PLC0415
-    import orbax.checkpoint as ocp  # noqa: PLC0415
+    import jax
+    import orbax.checkpoint as ocp
 
     manager = ocp.CheckpointManager(workdir / "checkpoints" / "last")
     try:

@@ -62,17 +62,17 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # --------------------------------------------------------------------------------------------
 def _worker(kind: str, model: str, batch: int, steps: int, dtype: str, threads: int) -> None:
     if kind == "jax":
-        import jax  # noqa: PLC0415
+        import jax
 
-        from gedl_jax.run.step_benchmark import compiled_train_step  # noqa: PLC0415
+        from gedl_jax.run.step_benchmark import compiled_train_step
 
         run, compile_s = compiled_train_step(model, batch, dtype, 1, steps)
         info = {"jax": jax.__version__, "backend": jax.default_backend(),
                 "xla_flags": os.environ.get("XLA_FLAGS", "")}
     else:
-        import torch  # noqa: PLC0415
+        import torch
 
-        from studies import profile_models  # noqa: PLC0415
+        from studies import profile_models
 
         step, compile_s = profile_models.torch_runner(model, "train", batch, threads)
 

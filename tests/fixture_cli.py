@@ -21,9 +21,9 @@ from contextlib import ExitStack
 
 
 def _hold_after_checkpoint(step: int) -> None:
-    import threading  # noqa: PLC0415
+    import threading
 
-    from gedl_jax.run import checkpointing  # noqa: PLC0415
+    from gedl_jax.run import checkpointing
 
     save_last = checkpointing.RunCheckpoints.save_last
 

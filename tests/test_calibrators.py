@@ -158,7 +158,7 @@ def test_compare_calibrators_fits_on_validation_and_recovers_a_known_miscalibrat
     """Fitted on one half, scored on the other: each parametric calibrator brings the test NLL
     to that of the true probabilities (the model is overconfident by T = 3), and the summary is
     the module's own `calibration_summary` plus the SmoothECE of `smooth_ece`."""
-    from gedl_jax.evaluation import smooth_ece  # noqa: PLC0415
+    from gedl_jax.evaluation import smooth_ece
 
     z, labels, logits = overconfident
     probs = special.softmax(logits, axis=1)

@@ -94,10 +94,10 @@ def test_evaluate_help_shows_the_npz_form_of_ood(tmp_path):
 def test_a_long_evaluation_set_says_where_it_is_every_few_seconds(monkeypatch, capsys):
     """Inside one evaluated set, a line at most every QUIET_SECONDS (here: every batch), none
     after its last batch (the set's own line follows)."""
-    import numpy as np  # noqa: PLC0415
+    import numpy as np
 
-    from gedl_jax import data  # noqa: PLC0415
-    from gedl_jax.run import workdir  # noqa: PLC0415
+    from gedl_jax import data
+    from gedl_jax.run import workdir
 
     monkeypatch.setattr(workdir._EvalProgress, "QUIET_SECONDS", 0.0)
     split = data.Split(np.zeros((10, 2, 2, 1), np.uint8), np.zeros(10, np.int32), "x")

@@ -107,8 +107,8 @@ def test_every_committed_config_reads_through_the_legacy_table(path):
     """The committed runs' config.json files hold the flat method settings of before
     config.method_args: read (as a workdir is restored), the run's method gets the values it
     was trained with, in method_args, and no old name is left."""
-    from gedl_jax import methods  # noqa: PLC0415
-    from gedl_jax.run.workdir import config_from_saved  # noqa: PLC0415
+    from gedl_jax import methods
+    from gedl_jax.run.workdir import config_from_saved
 
     saved = json.loads((REPO / path).read_text())
     config = config_from_saved(saved)

@@ -499,7 +499,7 @@ def test_plots_write_pngs(tmp_path, synthetic_outputs):
 
 # ------------------------------------------------------------------ methods without a Dirichlet
 def test_categorical_and_sampled_scores_against_scipy():
-    from scipy import stats as scipy_stats  # noqa: PLC0415
+    from scipy import stats as scipy_stats
 
     rng = np.random.default_rng(0)
     probs_MxNxK = rng.dirichlet(np.ones(4), size=(6, 50))

@@ -83,7 +83,7 @@ def test_sections_equal_direct_calls(arrays):
     test = a["test"]
     p = test.probs
     correct = np.argmax(p, 1) == test.labels
-    from gedl_jax.evaluation import scores as scores_lib  # noqa: PLC0415
+    from gedl_jax.evaluation import scores as scores_lib
     s = scores_lib.confidence_scores(test.alpha, test.prior_strength)
     for name in res["scores"]:
         assert res["id"]["selective"][name] == selective.selective_metrics(correct, s[name])
@@ -190,7 +190,7 @@ def test_options_are_checked():
     ([0, -1, 2], r"labels must lie in \[0, 4\)"),
 ])
 def test_evaluate_model_refuses_labels_outside_the_classes(labels, message):
-    from gedl_jax.evaluation import evaluate_model  # noqa: PLC0415
+    from gedl_jax.evaluation import evaluate_model
 
     x = np.zeros((3, 2), np.float32)
     with pytest.raises(ValueError, match=message):
@@ -199,7 +199,7 @@ def test_evaluate_model_refuses_labels_outside_the_classes(labels, message):
 
 
 def test_evaluate_model_batches_every_kind_like_direct_predictions():
-    from gedl_jax.evaluation import evaluate_model  # noqa: PLC0415
+    from gedl_jax.evaluation import evaluate_model
 
     rng = np.random.default_rng(3)
     w = rng.normal(size=(6, 4)).astype(np.float32)
@@ -252,7 +252,7 @@ def test_evaluate_model_batches_every_kind_like_direct_predictions():
 
 
 def test_preflight_obtains_the_source_of_a_derived_ood_set(monkeypatch):
-    from gedl_jax.run import experiment  # noqa: PLC0415
+    from gedl_jax.run import experiment
 
     wanted = []
     monkeypatch.setattr(data, "ensure_available", lambda w, **kw: wanted.extend(w))
@@ -268,7 +268,7 @@ def test_preflight_obtains_the_source_of_a_derived_ood_set(monkeypatch):
 def run(tmp_path_factory):
     """A tiny GEDL run on generated MNIST with near (KMNIST, Fashion-MNIST) and far
     (cifar10_gray28, from a generated CIFAR-10) OOD sets, calibrate=True, trapezoidal AUPR."""
-    from gedl_jax.run import training  # noqa: PLC0415
+    from gedl_jax.run import training
 
     root = tmp_path_factory.mktemp("data")
     generated = write_generated_data(root)
@@ -340,8 +340,8 @@ def test_every_number_is_recomputed_from_predictions_npz(run):
 
 
 def test_evaluate_model_reproduces_the_cli_results(run):
-    from gedl_jax.evaluation import evaluate_model  # noqa: PLC0415
-    from gedl_jax.run import experiment, workdir  # noqa: PLC0415
+    from gedl_jax.evaluation import evaluate_model
+    from gedl_jax.run import experiment, workdir
 
     path, _ = run
     res = json.loads((path / "eval_results.json").read_text())
@@ -363,7 +363,7 @@ def test_evaluate_model_reproduces_the_cli_results(run):
 
 
 def test_tables_of_older_results_are_unchanged_and_new_sections_follow(arrays):
-    from gedl_jax.evaluation import results_table  # noqa: PLC0415
+    from gedl_jax.evaluation import results_table
 
     groups = {"near": "near", "far1": "far", "far2": "far"}
     res = dict(_evaluate(arrays, EvaluationOptions(ood_groups=groups)), variant="m")

@@ -255,7 +255,7 @@ def test_docstring_example_and_lazy_export():
     result = doctest.testmod(training_objective, extraglobs={"jnp": jnp, "np": np, "ev": ev},
                              verbose=False, report=True)
     assert result.attempted > 0 and result.failed == 0
-    import gedl_jax  # noqa: PLC0415
+    import gedl_jax
 
     assert gedl_jax.EvidentialObjective is EvidentialObjective
     assert gedl_jax.ObjectiveState is ObjectiveState

@@ -109,10 +109,10 @@ def test_a_real_full_disk_is_one_line_and_the_rerun_ends_identical(tmp_path):
 
 
 def test_only_write_failure_tracebacks_are_held_back():
-    import io  # noqa: PLC0415
-    import logging  # noqa: PLC0415
+    import io
+    import logging
 
-    from gedl_jax import cli  # noqa: PLC0415
+    from gedl_jax import cli
 
     other = "Traceback (most recent call last):\n  File \"x.py\", line 1\nKeyError: 'a'\n"
     closed = ("Traceback (most recent call last):\n  File \"base_events.py\", line 874\n"

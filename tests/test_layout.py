@@ -207,9 +207,9 @@ BIN = PACKAGE.parent / "bin"
 
 
 def _method_names_and_types() -> tuple[set[str], set[str]]:
-    import inspect  # noqa: PLC0415
+    import inspect
 
-    from gedl_jax import methods  # noqa: PLC0415
+    from gedl_jax import methods
 
     types = {name for module in (methods.base, methods.evidential, methods.softmax,
                                  methods.duq, methods.prior_networks, methods.postnet,

@@ -45,7 +45,7 @@ class _TinyNet(__import__("flax").linen.Module):
 
     @__import__("flax").linen.compact
     def __call__(self, x, train=False, dropout=None):
-        import flax.linen as nn  # noqa: PLC0415
+        import flax.linen as nn
         return nn.Dense(self.num_classes)(x.reshape(x.shape[0], -1))
 
 
@@ -168,7 +168,7 @@ def test_mc_dropout_passes_differ_and_p0_is_the_deterministic_net():
 
 
 def test_ensemble_combines_member_probabilities_and_scores_their_disagreement():
-    from gedl_jax.run import ensemble  # noqa: PLC0415
+    from gedl_jax.run import ensemble
 
     p1 = np.array([[0.9, 0.1], [0.5, 0.5]])
     p2 = np.array([[0.1, 0.9], [0.5, 0.5]])
@@ -200,8 +200,8 @@ def test_each_method_default_is_written_once_in_its_dataclass(preset):
 def test_the_edl_familys_loss_spec_defaults_are_the_configs():
     """The EDL family's settings are the config's top-level fields (the paper's choices every
     preset names); `LossSpec`'s defaults, kept for the library's direct use, are the same."""
-    from gedl_jax.evidential.loss import LossSpec  # noqa: PLC0415
-    from gedl_jax.methods.evidential import spec_from_config  # noqa: PLC0415
+    from gedl_jax.evidential.loss import LossSpec
+    from gedl_jax.methods.evidential import spec_from_config
 
     assert spec_from_config(configuration.default_config("mnist")) == LossSpec(num_classes=10)
 

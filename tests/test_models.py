@@ -217,7 +217,7 @@ def _params_fingerprint(params) -> str:
 
 
 def _training_init(dataset, seed, shape, init="torch"):
-    from gedl_jax import configuration, methods  # noqa: PLC0415
+    from gedl_jax import configuration, methods
     from gedl_jax.run import experiment
 
     config = configuration.build_config(dataset, "gedl")
@@ -417,7 +417,7 @@ def test_hybrid_pool_gradient_under_vmap_equals_the_reshape_pools():
 def test_auto_pool_choice(monkeypatch):
     """Training pools by reshape on a CPU and by the hybrid elsewhere; evaluation by
     reduce_window everywhere; and the choice is what runs."""
-    from gedl_jax.networks import layers  # noqa: PLC0415
+    from gedl_jax.networks import layers
 
     for on_cpu, train, want in [(True, True, "reshape"), (True, False, "reduce_window"),
                                 (False, True, "hybrid"), (False, False, "reduce_window")]:

@@ -287,7 +287,7 @@ def test_batchnorm_and_dropout_follow_train_and_eval(name):
 def test_nnx_adapter_computes_what_the_nnx_module_computes():
     """Variables taken from an NNX module built directly give the adapter that module's outputs
     and its batch-statistics update (dropout off, so the two draw nothing)."""
-    from gedl_userpkg.nets import NNXCNN  # noqa: PLC0415
+    from gedl_userpkg.nets import NNXCNN
 
     module = NNXCNN(K, nnx.Rngs(3), dropout_rate=0.0)
     variables = {"params": nnx.to_pure_dict(nnx.state(module, nnx.Param)),
@@ -480,9 +480,9 @@ def test_runs_in_the_builtin_method_and_train_step():
     EDL method and the trainer's shard_map step unchanged (train_model with the data axis,
     eval_model without), and predicts."""
     name = "NNXSyncCNN"
-    from gedl_jax import configuration  # noqa: PLC0415
-    from gedl_jax.methods.evidential import Evidential, spec_from_config  # noqa: PLC0415
-    from gedl_jax.run import sharding, steps  # noqa: PLC0415
+    from gedl_jax import configuration
+    from gedl_jax.methods.evidential import Evidential, spec_from_config
+    from gedl_jax.run import sharding, steps
 
     spec = spec_from_config(configuration.build_config("mnist", "gedl"))
     train_net = user.load_network(f"{PKG}.nets:{name}", K, SHAPE, axis_name=sharding.AXIS)
@@ -584,7 +584,7 @@ def test_the_feature_methods_backbone_runs_a_one_pass_network_once(one_pass, kin
     `features_and_logits` one forward pass per training step, so BatchNorm's running statistics
     take one momentum step and the logits are the head of the very features returned (one
     dropout mask); without it two passes, two momentum steps and two masks."""
-    from gedl_jax.methods.common import UserBackbone  # noqa: PLC0415
+    from gedl_jax.methods.common import UserBackbone
 
     name = f"{kind}CNNOnePass" if one_pass else f"{kind}CNN"
     net = user.load_network(f"{PKG}.nets:{name}", K, SHAPE, need_features=True)

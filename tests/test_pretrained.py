@@ -129,7 +129,7 @@ def _damaged_and_registered_again(exported, folder: pathlib.Path, *, keep_record
     """The tiny model with one weight changed, its metadata (and the results it carries) kept
     (or without the weights checksum, as in files exported before it existed), and its new
     sha256 and size registered: what a damaged copy put back into a registry looks like."""
-    from flax import serialization  # noqa: PLC0415
+    from flax import serialization
 
     shutil.copytree(exported.models, folder)
     path = folder / "tiny_gedl.msgpack"
@@ -165,7 +165,7 @@ def test_weights_changed_after_export_are_refused_even_when_registered_again(exp
 
 def test_every_shipped_model_matches_its_registered_weights_checksum():
     """The shipped files predate the checksum inside the file: the registry holds it."""
-    from gedl_jax.pretrained import fileformat  # noqa: PLC0415
+    from gedl_jax.pretrained import fileformat
 
     models = registry.read_registry()
     assert len(models) >= 11
@@ -179,9 +179,9 @@ def test_every_shipped_models_config_loads_through_the_legacy_table():
     """The shipped files carry configs with the flat method settings of before
     `config.method_args` (`configuration.LEGACY_METHOD_FIELDS`): each is read with its method's
     settings at the values it was trained with, and none of the old names is left."""
-    from gedl_jax import methods  # noqa: PLC0415
-    from gedl_jax.pretrained import fileformat  # noqa: PLC0415
-    from gedl_jax.run import workdir  # noqa: PLC0415
+    from gedl_jax import methods
+    from gedl_jax.pretrained import fileformat
+    from gedl_jax.run import workdir
 
     seen_flat = set()
     for name, entry in registry.read_registry().items():

@@ -152,9 +152,9 @@ def finished(tmp_path_factory):
 
 def test_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_to_the_same_result(
         finished, tmp_path, fast_compile, capsys):
-    import shutil  # noqa: PLC0415
+    import shutil
 
-    from training_fixtures import assert_same_tree  # noqa: PLC0415
+    from training_fixtures import assert_same_tree
 
     c, full, reference = finished
     workdir = tmp_path / "w"
@@ -167,15 +167,15 @@ def test_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_to_the_same_
     assert "set aside as 16.damaged" in out and "resumed from" in out and "at step 8" in out
     assert (workdir / "checkpoints" / "last" / "16.damaged").is_dir()   # kept, renamed
     assert again["steps"] == 16
-    import jax  # noqa: PLC0415
+    import jax
     assert_same_tree(jax.device_get(full["state"]), jax.device_get(again["state"]))
     assert checkpoint_steps(workdir) == [8, 16]
 
 
 def test_evaluate_falls_back_when_the_best_checkpoint_is_damaged(finished, tmp_path, capsys):
-    import shutil  # noqa: PLC0415
+    import shutil
 
-    from gedl_jax import evaluate  # noqa: PLC0415
+    from gedl_jax import evaluate
 
     _, _, reference = finished
     workdir = tmp_path / "w"
@@ -192,7 +192,7 @@ def test_evaluate_falls_back_when_the_best_checkpoint_is_damaged(finished, tmp_p
 
 def test_no_checkpoint_restores_is_one_error_and_nothing_is_renamed(finished, tmp_path,
                                                                      fast_compile):
-    import shutil  # noqa: PLC0415
+    import shutil
 
     c, _, reference = finished
     workdir = tmp_path / "w"
@@ -234,8 +234,8 @@ def test_divergence_before_any_checkpoint_does_not_claim_one(data_dir, tmp_path,
 
 # --------------------------------------------------------------- 4. evaluation
 def test_evaluate_out_dir_progress_and_interruption(finished, tmp_path, capsys):
-    from gedl_jax import evaluate  # noqa: PLC0415
-    from gedl_jax.run import preemption  # noqa: PLC0415
+    from gedl_jax import evaluate
+    from gedl_jax.run import preemption
 
     _, _, reference = finished
     before = sorted(p.name for p in reference.iterdir())
@@ -258,8 +258,8 @@ def test_evaluate_out_dir_progress_and_interruption(finished, tmp_path, capsys):
 
 def test_results_folder_that_cannot_be_written_is_reported_before_the_work(finished, tmp_path,
                                                                          monkeypatch):
-    from gedl_jax import evaluate, files  # noqa: PLC0415
-    from gedl_jax.run import workdir  # noqa: PLC0415
+    from gedl_jax import evaluate, files
+    from gedl_jax.run import workdir
 
     _, _, reference = finished
     restored = []
@@ -275,7 +275,7 @@ def test_results_folder_that_cannot_be_written_is_reported_before_the_work(finis
 
 # --------------------------------------------------------------- a full disk loses nothing
 def _no_space(*args, **kwargs):
-    import errno  # noqa: PLC0415
+    import errno
 
     raise OSError(errno.ENOSPC, "No space left on device")
 
@@ -287,12 +287,12 @@ def test_full_disk_at_each_write_site_loses_nothing(finished, tmp_path, fast_com
     or the final results are written: one clear error (exit 74 from the CLI); the previous
     checkpoint restores, and the same command, once space is back, ends bit-identical to the
     uninterrupted run."""
-    import jax  # noqa: PLC0415
-    from training_fixtures import assert_same_tree  # noqa: PLC0415
+    import jax
+    from training_fixtures import assert_same_tree
 
-    from gedl_jax import cli  # noqa: PLC0415
-    from gedl_jax.run import checkpointing, rundir, training  # noqa: PLC0415
-    from gedl_jax.run import workdir as workdir_eval  # noqa: PLC0415
+    from gedl_jax import cli
+    from gedl_jax.run import checkpointing, rundir, training
+    from gedl_jax.run import workdir as workdir_eval
 
     c, full, _ = finished
     c = c.copy_and_resolve_references()
@@ -330,7 +330,7 @@ def test_full_disk_at_each_write_site_loses_nothing(finished, tmp_path, fast_com
 
 # --------------------------------------------------------------- 6. and the table itself
 def test_report_names_a_corrupted_results_file(tmp_path, capsys):
-    from gedl_jax.evaluation import report  # noqa: PLC0415
+    from gedl_jax.evaluation import report
 
     bad = tmp_path / "runs" / "gedl_seed0" / "eval_results.json"
     bad.parent.mkdir(parents=True)
@@ -343,12 +343,12 @@ def test_report_names_a_corrupted_results_file(tmp_path, capsys):
 def test_a_file_edited_in_place_with_its_mtime_restored_is_hashed_again(tmp_path, monkeypatch):
     """The verified-file record holds the change time: an edit of the same size whose mtime is
     put back (os.utime, `touch -d`, `cp -p`) is still hashed again, and fails the checksum."""
-    import hashlib  # noqa: PLC0415
-    import os  # noqa: PLC0415
-    import time  # noqa: PLC0415
+    import hashlib
+    import os
+    import time
 
-    from gedl_jax.data import ChecksumError, FileSpec  # noqa: PLC0415
-    from gedl_jax.data import cache as cache_lib  # noqa: PLC0415
+    from gedl_jax.data import ChecksumError, FileSpec
+    from gedl_jax.data import cache as cache_lib
 
     f = tmp_path / "t10k-labels-idx1-ubyte.gz"
     f.write_bytes(bytes(range(256)) * 8)
@@ -380,7 +380,7 @@ def test_tfds_is_not_asked_about_a_dataset_it_has_no_folder_for(tmp_path, caplog
     """A missing dataset with source='auto' used to construct TFDS builders for a folder that
     does not exist: two absl warnings ("Variant folder ... has no dataset_info.json") per
     split, on every CLI start that reached the TFDS fallback."""
-    from gedl_jax import data  # noqa: PLC0415
+    from gedl_jax import data
 
     pytest.importorskip("tensorflow_datasets")
     (tmp_path / "data").mkdir()
@@ -405,8 +405,8 @@ def test_sigterm_while_compiling_stops_within_seconds(tmp_path):
     """Python runs a signal handler only between bytecodes, so not while XLA compiles (13 s on
     a 2-core CPU here): before the first step the signal is acted on from a thread, at once;
     nothing of this command is lost (no checkpoint of it exists yet)."""
-    import signal  # noqa: PLC0415
-    import time  # noqa: PLC0415
+    import signal
+    import time
 
     data = write_tiny_mnist(tmp_path / "data")
     env = subprocess_env(tmp_path / "cli_cache")
@@ -452,8 +452,8 @@ def _one_error_line(capsys, *needles: str) -> None:
 def test_fetch_report_and_reproduce_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     """The argparse CLIs share gedl_jax/cli.py: `error: ...`, exit 2, nothing written; --help
     exits 0 and lists what can be named."""
-    from gedl_jax.data import fetch  # noqa: PLC0415
-    from gedl_jax.evaluation import report  # noqa: PLC0415
+    from gedl_jax.data import fetch
+    from gedl_jax.evaluation import report
 
     assert fetch.main(["nope", "--data_dir", str(tmp_path / "d")]) == 2
     _one_error_line(capsys, "unknown dataset 'nope'", "known datasets")

@@ -74,9 +74,9 @@ def test_the_evaluation_reports_scod_for_every_score_and_ood_set():
     """`evaluate_predictions` puts each OOD set's SCOD metrics beside its detection, for every
     score, computed from the same predictions as `scod_metrics` over that pool; the results
     table shows them."""
-    from gedl_jax.evaluation import evaluate_predictions, results_table  # noqa: PLC0415
-    from gedl_jax.evaluation.core import Predictions  # noqa: PLC0415
-    from gedl_jax.evaluation.sections import SCOD_COVERAGES  # noqa: PLC0415
+    from gedl_jax.evaluation import evaluate_predictions, results_table
+    from gedl_jax.evaluation.core import Predictions
+    from gedl_jax.evaluation.sections import SCOD_COVERAGES
 
     rng = np.random.default_rng(4)
 

@@ -178,7 +178,7 @@ def test_predictions_behind_the_evaluation_and_old_workdirs_restore(data_dir, tm
     c = tiny_config(data_dir, num_epochs=1, evaluate_at_end=True, ood_datasets="kmnist",
                     eval_examples=50)
     results = train.train_and_evaluate(c, tmp_path)["evaluation"]
-    from gedl_jax import evaluate, evaluation  # noqa: PLC0415
+    from gedl_jax import evaluate, evaluation
 
     # The predictions behind the written evaluation, for analyses in notebooks.
     outputs = evaluate.predict_outputs(tmp_path)
@@ -205,8 +205,8 @@ def test_deep_ensemble_trains_members_and_is_scored_as_one_model(data_dir, tmp_p
     results = summary["evaluation"]
     assert results["scores"] == ["mp", "neg_mi", "neg_entropy"]   # no UM: no Dirichlet
     assert results["variant"] == "ensemble" and len(results["ensemble_members"]) == 2
-    from gedl_jax import evaluate  # noqa: PLC0415
-    from gedl_jax.evaluation import workdir  # noqa: PLC0415
+    from gedl_jax import evaluate
+    from gedl_jax.evaluation import workdir
     from gedl_jax.run import ensemble
 
     # The members' mean probabilities, recomputed from each member's own predictions.
@@ -457,7 +457,7 @@ def test_workdir_from_before_the_init_field_reads_as_torch_init(tmp_path):
         rundir.check_or_write_config(config, tmp_path)
     # Restored, it reads as torch-init (configuration.LEGACY_DEFAULTS, the one place of that
     # default) and builds its models with that init.
-    from gedl_jax.run.workdir import saved_config  # noqa: PLC0415
+    from gedl_jax.run.workdir import saved_config
 
     restored = saved_config(tmp_path)
     assert restored.init == "torch"

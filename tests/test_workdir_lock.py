@@ -134,7 +134,7 @@ def test_two_training_runs_on_one_workdir(tmp_path):
 
 
 def test_an_evaluation_into_a_held_folder_is_refused(held):
-    from gedl_jax import evaluate  # noqa: PLC0415
+    from gedl_jax import evaluate
 
     folder, child = held
     (folder / "config.json").write_text("{}")

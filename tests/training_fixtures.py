@@ -72,7 +72,7 @@ def subprocess_env(cache_dir: pathlib.Path, devices: int = 1, **extra: str) -> d
     test process's own platform with one device, so its results compare with an in-process
     run bit for bit (on a GPU: the caller's XLA_FLAGS, deterministic kernels included, and no
     preallocation beside the test process); `devices` > 1: that many fake CPU devices."""
-    import jax  # noqa: PLC0415
+    import jax
 
     env = dict(os.environ)
     kept = [f for f in os.environ.get("XLA_FLAGS", "").split()
@@ -121,8 +121,8 @@ def checkpoint_steps(workdir: pathlib.Path, kind: str = "last") -> list[int]:
 def saved_state(workdir: pathlib.Path, kind: str = "last", step: int | None = None
                 ) -> tuple[dict, dict]:
     """(state as nested dict of numpy arrays, meta) of a checkpoint, read without the model."""
-    import jax  # noqa: PLC0415
-    import orbax.checkpoint as ocp  # noqa: PLC0415
+    import jax
+    import orbax.checkpoint as ocp
 
     folder = (workdir / "checkpoints" / kind).absolute()
     manager = ocp.CheckpointManager(folder)
@@ -141,7 +141,7 @@ def saved_state(workdir: pathlib.Path, kind: str = "last", step: int | None = No
 
 
 def assert_same_tree(a, b) -> None:
-    import jax  # noqa: PLC0415
+    import jax
 
     la, lb = jax.tree.leaves_with_path(a), jax.tree.leaves_with_path(b)
     assert [p for p, _ in la] == [p for p, _ in lb]

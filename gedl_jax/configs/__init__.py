@@ -29,7 +29,7 @@ _HERE = pathlib.Path(__file__).resolve().parent
 
 
 def _dataset_names() -> tuple[str, ...]:
-    from gedl_jax import configuration  # noqa: PLC0415
+    from gedl_jax import configuration
 
     return tuple(configuration.DATASET_DEFAULTS)
 
@@ -74,10 +74,10 @@ def load(spec_and_arg: str) -> Any:
     spec, _, arg = spec_and_arg.partition(":")
     kind, target = resolve(spec)
     if kind == "dataset":
-        from gedl_jax.configuration import build_config  # noqa: PLC0415
+        from gedl_jax.configuration import build_config
 
         return build_config(target, arg or None)
-    from ml_collections.config_flags import config_flags  # noqa: PLC0415
+    from ml_collections.config_flags import config_flags
 
     parser = config_flags.ConfigFileFlagParser(name="config", lock_config=False)
     return parser.parse(target + (f":{arg}" if arg else ""))
@@ -86,8 +86,8 @@ def load(spec_and_arg: str) -> Any:
 def define_config_flag(name: str = "config", help_string: str = "") -> Any:
     """`ml_collections.config_flags.DEFINE_config_file(name, ...)` (locked config, `--name.field=`
     overrides) whose value may also be a config name (`resolve`); returns the flag holder."""
-    from absl import flags  # noqa: PLC0415
-    from ml_collections.config_flags import config_flags, tuple_parser  # noqa: PLC0415
+    from absl import flags
+    from ml_collections.config_flags import config_flags, tuple_parser
 
     class _ListFieldParser(tuple_parser.TupleParser):
         """The list fields on the command line (`--config.seeds=0,1,2`,

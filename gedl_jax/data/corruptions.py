@@ -437,7 +437,7 @@ def pixelate_size(severity: int, size: int = IMAGE_SIZE) -> int:
 
 
 def pixelate(images: Array, severity: int, rng: np.random.Generator) -> Array:
-    from PIL import Image  # noqa: PLC0415
+    from PIL import Image
 
     del rng
     n = pixelate_size(severity, images.shape[1])
@@ -449,7 +449,7 @@ def pixelate(images: Array, severity: int, rng: np.random.Generator) -> Array:
 
 
 def jpeg_compression(images: Array, severity: int, rng: np.random.Generator) -> Array:
-    from PIL import Image  # noqa: PLC0415
+    from PIL import Image
 
     del rng
     quality = _param("jpeg_compression", severity)

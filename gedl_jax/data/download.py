@@ -111,7 +111,7 @@ def file_locations(spec: FileSpec, dataset: str, mirror: str | None) -> list[str
 def _file_lock(final: Path, cache_root: Path) -> Iterator[None]:
     """An exclusive lock for one target file, kept under the cache (never in the data folder)."""
     try:
-        import fcntl  # noqa: PLC0415 (POSIX only)
+        import fcntl  # POSIX only
     except ImportError:  # pragma: no cover  (Windows: no cross-process lock)
         yield
         return
@@ -127,7 +127,7 @@ def _file_lock(final: Path, cache_root: Path) -> Iterator[None]:
 
 
 def _progress(spec: FileSpec, label: str, enabled: bool):
-    from tqdm import tqdm  # noqa: PLC0415
+    from tqdm import tqdm
 
     return tqdm(total=spec.size, unit="B", unit_scale=True, unit_divisor=1024, desc=label,
                 disable=not enabled or spec.size < PROGRESS_MIN_BYTES, file=sys.stderr,
@@ -180,8 +180,8 @@ def _copy_local(path: Path, final: Path, spec: FileSpec, label: str, progress: b
 
 def _http_get(url: str, final: Path, spec: FileSpec, label: str, progress: bool,
               timeouts: Timeouts) -> None:
-    import requests  # noqa: PLC0415 (only when downloading)
-    import urllib3  # noqa: PLC0415
+    import requests  # only when downloading
+    import urllib3
 
     attempts = MAX_RETRIES + 1
     for attempt in range(attempts):

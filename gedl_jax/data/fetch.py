@@ -64,7 +64,7 @@ def parse_targets(tokens: Sequence[str], for_dataset: str | None) -> list[tuple[
 
 
 def _parser() -> argparse.ArgumentParser:
-    from gedl_jax import cli  # noqa: PLC0415
+    from gedl_jax import cli
 
     parser = cli.ArgumentParser(
         prog="python -m gedl_jax.data.fetch",
@@ -90,7 +90,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None, *, printer: Callable[[str], None] = print) -> int:
     """The command line: one `error:` line and exit 2 on bad input (gedl_jax.cli)."""
-    from gedl_jax import cli  # noqa: PLC0415
+    from gedl_jax import cli
 
     parser = _parser()
 

@@ -174,7 +174,7 @@ def read_cifar_binary_tar(path: str | Path, split: str, variant: str = "cifar10"
 
 def read_svhn_mat(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     """SVHN `*_32x32.mat` -> (N x 32 x 32 x 3 uint8, N int32 with 10 mapped to 0, as TFDS)."""
-    import scipy.io  # noqa: PLC0415 (only SVHN needs scipy)
+    import scipy.io  # only SVHN needs scipy
 
     path = Path(path)
     try:

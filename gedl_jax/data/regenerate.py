@@ -65,8 +65,8 @@ def _atomic_write(path: Path, write: Callable[[Any], None], mode: str = "wb") ->
 
 
 def library_versions() -> dict[str, str]:
-    import PIL  # noqa: PLC0415
-    import scipy  # noqa: PLC0415
+    import PIL
+    import scipy
 
     return {"numpy": np.__version__, "scipy": scipy.__version__, "Pillow": PIL.__version__,
             "python": sys.version.split()[0]}
@@ -80,7 +80,7 @@ class _TestSplit:
 
 
 def _load_test(data_dir, cache_dir, num_examples: int) -> _TestSplit:
-    from gedl_jax.data import loading  # noqa: PLC0415 (loading imports this module)
+    from gedl_jax.data import loading  # loading imports this module
 
     test = loading.load_split("cifar10", "test", data_dir, cache_dir)
     index = subset_indices(len(test), num_examples)
@@ -103,8 +103,8 @@ def regenerate_cifar10c(data_dir=None, *, corruptions: Sequence[str] | None = No
     atomically (temporary name, then rename). Returns the folder. `data.load_corrupted` reads it
     where the official archive is absent."""
     from gedl_jax.data import (
-        loading,  # noqa: PLC0415
-        locations,  # noqa: PLC0415
+        loading,
+        locations,
     )
 
     # The default data folder (under the user's cache) is created, as a download would create

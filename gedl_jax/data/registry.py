@@ -245,7 +245,7 @@ def tfds_registered_files(name: str) -> dict[str, FileSpec] | None:
     """The files TFDS registers for `name` (`tfds.builder_cls(name).url_infos`), or None where
     tensorflow_datasets is not importable or does not register url checksums for `name`."""
     try:
-        import tensorflow_datasets as tfds  # noqa: PLC0415 (optional, slow import)
+        import tensorflow_datasets as tfds  # optional, slow import
     except Exception:  # noqa: BLE001  (not installed, or broken: fall back to the copy)
         return None
     try:

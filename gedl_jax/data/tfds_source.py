@@ -30,7 +30,7 @@ _CHUNK = 2048
 
 def _tfds():
     try:
-        import tensorflow_datasets as tfds  # noqa: PLC0415
+        import tensorflow_datasets as tfds
     except Exception as e:  # noqa: BLE001
         raise DataError("tensorflow-datasets is not importable here "
                         f"({type(e).__name__}: {e}); the TFDS source needs it. Use the raw files "
@@ -54,7 +54,7 @@ def _no_local_folder(tfds_name: str, tfds_data_dir: str | os.PathLike | None) ->
     dataset_info.json" twice per call (absl WARNING), on every run that reads the raw files
     through source='auto': the answer (not prepared) is known without asking."""
     try:
-        from tensorflow_datasets.core.utils import file_utils  # noqa: PLC0415
+        from tensorflow_datasets.core.utils import file_utils
 
         dirs = [str(d) for d in file_utils.list_data_dirs(given_data_dir=tfds_data_dir)]
     except Exception:  # noqa: BLE001  (another TFDS version: ask TFDS itself)
@@ -164,7 +164,7 @@ def prepare_tfds(name: str, data_dir: str | os.PathLike | None = None,
     for s in specs.values():
         cache_lib.verify_file(manual_dir / s.filename, s, cache_root)
     try:
-        import tensorflow  # noqa: F401, PLC0415
+        import tensorflow  # noqa: F401
     except Exception as e:  # noqa: BLE001
         raise DataError(
             f"preparing the official TFDS builder {name!r} needs TensorFlow ({type(e).__name__}: "

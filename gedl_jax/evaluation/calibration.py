@@ -654,7 +654,7 @@ def _fit_and_apply(name: str, val_probs: np.ndarray, val_labels: np.ndarray,
 
 
 def _with_smooth_ece(probs: np.ndarray, labels: np.ndarray, num_bins: int) -> dict[str, float]:
-    from gedl_jax.evaluation import smooth_ece  # noqa: PLC0415  (it imports nothing from here)
+    from gedl_jax.evaluation import smooth_ece  # it imports nothing from here
 
     summary = calibration_summary(probs, labels, num_bins)
     summary["smooth_ece"] = smooth_ece.smooth_ece(

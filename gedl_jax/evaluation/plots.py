@@ -190,7 +190,7 @@ def uncertainty_against_strength(alpha_NxK: Any, prior_strength_N: Any, path: st
     its asymptote as S grows. The legend gives the median ratio MI / ((K - 1)/(2S)) over the
     examples with the largest 10% of S. At most ``max_points`` random examples are drawn.
     """
-    from gedl_jax import evidential  # noqa: PLC0415
+    from gedl_jax import evidential
 
     alpha_NxK, prior_strength_N = scores_lib.check_dirichlet(alpha_NxK, prior_strength_N)
     names = ("u", "mutual_information", "variance_sum")

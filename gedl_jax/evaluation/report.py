@@ -629,7 +629,7 @@ def load_runs(runs_dir: str | Path) -> dict[str | None, dict[str, list[dict[str,
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line (bin/report.py): bad input is one `error:` line and exit 2
     (gedl_jax.cli)."""
-    from gedl_jax import cli  # noqa: PLC0415
+    from gedl_jax import cli
 
     parser = cli.ArgumentParser(
         description="Paper-style table (mean ± std over seeds) of every eval_results.json under "

@@ -72,7 +72,7 @@ def risk_coverage_plot(correct_N: Any, scores: Mapping[str, Any], path: str | Pa
         ax.set_title(title)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    from gedl_jax import files  # noqa: PLC0415
+    from gedl_jax import files
 
     files.write_with(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
     return path

@@ -48,8 +48,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from gedl_jax import pretrained  # noqa: PLC0415 (jax only after the flags parse)
-    from gedl_jax.pretrained import export, registry  # noqa: PLC0415
+    from gedl_jax import pretrained  # jax only after the flags parse
+    from gedl_jax.pretrained import export, registry
 
     try:
         if args.command == "list":
@@ -67,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"registered {args.name} in {where}")
         return 0
     except (ValueError, FileNotFoundError) as e:
-        from gedl_jax import cli  # noqa: PLC0415
+        from gedl_jax import cli
 
         cli.print_error(cli.one_line(e))
         return 2

@@ -91,7 +91,7 @@ def from_bytes(blob: bytes, origin: str) -> tuple[dict[str, Any], dict, dict]:
 def write(path: str | os.PathLike, metadata: dict[str, Any], variables: Any,
           method_state: Any) -> bytes:
     """Write the file (atomically) and return its bytes."""
-    from gedl_jax import files  # noqa: PLC0415
+    from gedl_jax import files
 
     blob = to_bytes(metadata, variables, method_state)
     files.write_with(path, lambda tmp: tmp.write_bytes(blob))

@@ -161,7 +161,7 @@ def load(name: str, *, registry: PathLike | None = None, overrides: dict[str, An
     """The registered pretrained model `name` (e.g. "mnist/gedl"), its file verified (sha256)
     before use. `registry`: another registry JSON (else $GEDL_PRETRAINED_REGISTRY, else the
     package's); `overrides`: config fields to change (e.g. data_dir)."""
-    from gedl_jax.pretrained.registry import get_entry  # noqa: PLC0415
+    from gedl_jax.pretrained.registry import get_entry
 
     return from_file(model_file(name, registry, download=download, mirror=mirror), name,
                      overrides, get_entry(name, registry).get("weights_sha256"))

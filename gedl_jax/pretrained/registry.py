@@ -78,7 +78,7 @@ def get_entry(name: str, registry: PathLike | None = None) -> dict[str, Any]:
 def write_entry(registry: PathLike, name: str, entry: dict[str, Any]) -> pathlib.Path:
     """Add or replace `name` in the registry JSON at `registry` (created if missing); sorted,
     so the file changes only where an entry does."""
-    from gedl_jax import files  # noqa: PLC0415
+    from gedl_jax import files
 
     path = pathlib.Path(registry)
     models = read_registry(path) if path.is_file() else {}
@@ -88,7 +88,7 @@ def write_entry(registry: PathLike, name: str, entry: dict[str, Any]) -> pathlib
 
 
 def _verify(path: pathlib.Path, name: str, entry: dict[str, Any]) -> None:
-    from gedl_jax.data.cache import sha256_file  # noqa: PLC0415
+    from gedl_jax.data.cache import sha256_file
 
     digest = sha256_file(path)
     if digest != entry["sha256"]:
@@ -119,9 +119,9 @@ def model_file(name: str, registry: PathLike | None = None, *, download: str | N
 
 def _downloaded(name: str, entry: dict[str, Any], *, download: str | None, mirror: str | None,
                 cache_dir: PathLike | None) -> pathlib.Path:
-    from gedl_jax.data import cache as cache_lib  # noqa: PLC0415
-    from gedl_jax.data import download as dl  # noqa: PLC0415
-    from gedl_jax.data.registry import FileSpec  # noqa: PLC0415
+    from gedl_jax.data import cache as cache_lib
+    from gedl_jax.data import download as dl
+    from gedl_jax.data.registry import FileSpec
 
     cache_root = cache_lib.resolve_cache_dir(cache_dir)
     target = cache_root / "pretrained" / entry["file"]

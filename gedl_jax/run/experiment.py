@@ -73,7 +73,7 @@ def obtain_inputs(config) -> None:
     if jax.process_count() == 1:
         data.ensure_available(wanted, **sources, **fetching)
         return
-    from jax.experimental import multihost_utils  # noqa: PLC0415
+    from jax.experimental import multihost_utils
 
     failure = None
     if jax.process_index() == 0:

@@ -21,7 +21,7 @@ _BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"   # jax._src.dis
 def log(message: str) -> None:
     """Print a line of a run's output, from process 0 of a multi-host run only (every module
     that talks to the user prints through this)."""
-    import jax  # noqa: PLC0415
+    import jax
 
     if jax.process_index() == 0:
         print(message, flush=True)
@@ -64,7 +64,7 @@ def compilations_announced(after: float = SLOW_AFTER_S) -> Iterator[None]:
     """While the block runs, an XLA compilation that takes longer than `after` seconds is
     announced (`compiling <function> (XLA) ...`, then how long it took), through JAX's
     monitoring events at the start and the end of each backend compilation."""
-    import jax  # noqa: PLC0415
+    import jax
 
     waits: dict[str, _Wait] = {}
 

@@ -141,15 +141,15 @@ def _process() -> tuple[int, int]:
     """(process index, process count) under jax.distributed; (0, 1) where JAX is not in use."""
     if "jax" not in sys.modules:
         return 0, 1
-    import jax  # noqa: PLC0415
+    import jax
 
     return jax.process_index(), jax.process_count()
 
 
 def _agree(failure: BaseException | None) -> None:
     """Every process learns whether process 0 took the lock; the others raise too if not."""
-    import numpy as np  # noqa: PLC0415
-    from jax.experimental import multihost_utils  # noqa: PLC0415
+    import numpy as np
+    from jax.experimental import multihost_utils
 
     ok = np.asarray(multihost_utils.process_allgather(np.int32(failure is None))).reshape(-1)
     if failure is None and not ok[0]:

@@ -48,7 +48,7 @@ _AUTOTUNE_CACHE = "--xla_gpu_per_fusion_autotune_cache_dir="
 
 def backend_started() -> bool:
     """Whether jax has started its backends (after which XLA_FLAGS are no longer read)."""
-    from jax._src import xla_bridge  # noqa: PLC0415
+    from jax._src import xla_bridge
 
     started = getattr(xla_bridge, "backends_are_initialized", None)   # jax >= 0.4.3x
     return bool(started()) if started else bool(getattr(xla_bridge, "_backends", {}))
@@ -116,7 +116,7 @@ def flags_in_force() -> bool:
 
 def on_gpu() -> bool:
     """Whether jax's default backend is a GPU (starts the backend)."""
-    import jax  # noqa: PLC0415
+    import jax
 
     return jax.default_backend() == "gpu"
 
@@ -124,7 +124,7 @@ def on_gpu() -> bool:
 @contextlib.contextmanager
 def precision(config) -> Iterator[None]:
     """`config.matmul_precision` for everything traced inside (see the module docstring)."""
-    import jax  # noqa: PLC0415
+    import jax
 
     value = str(config.get("matmul_precision", "default"))
     if value not in PRECISIONS:
@@ -152,7 +152,7 @@ def describe(config) -> str:
 
 def record(config) -> dict[str, object]:
     """What a run's results record of its numerics (eval_results.json, provenance)."""
-    import jax  # noqa: PLC0415
+    import jax
 
     return {"matmul_precision": str(config.get("matmul_precision", "default")),
             "deterministic": bool(config.get("deterministic", True)),

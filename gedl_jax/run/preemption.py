@@ -166,8 +166,8 @@ def should_stop(call: int) -> bool:
     all of them after the same call; call it after every call on every process."""
     _polled.set()
     if _multi_process():
-        from jax._src import distributed  # noqa: PLC0415
-        from jax.experimental import multihost_utils  # noqa: PLC0415
+        from jax._src import distributed
+        from jax.experimental import multihost_utils
 
         if distributed.global_state.preemption_sync_manager is None:  # service switched off
             return False

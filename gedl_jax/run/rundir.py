@@ -121,7 +121,7 @@ def check_shared_workdir(workdir: pathlib.Path) -> None:
     process reads it back, and all of them fail together if any could not."""
     if jax.process_count() == 1:
         return
-    from jax.experimental import multihost_utils  # noqa: PLC0415
+    from jax.experimental import multihost_utils
 
     token = workdir / ".shared_filesystem_check"
     if jax.process_index() == 0:

@@ -545,7 +545,7 @@ def run(config, workdir: str | pathlib.Path) -> list[dict[str, Any]]:
         results = _train_seed_list(config, workdir, seeds)
     evaluations = [r["evaluation"] for r in results if "evaluation" in r]
     if len(evaluations) > 1 and jax.process_index() == 0:
-        from gedl_jax import evaluation  # noqa: PLC0415
+        from gedl_jax import evaluation
 
         table = evaluation.results_table(evaluations, fmt="markdown")
         files.write_text(workdir / "eval_table.md", table + "\n")

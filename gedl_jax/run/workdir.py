@@ -201,11 +201,11 @@ def write_results(results: dict[str, Any], workdir: pathlib.Path, id_pred: core.
 
 def _write_plots(results_dir: pathlib.Path, id_pred: core.Predictions,
                  ood_preds: dict[str, core.Predictions]) -> list[str]:
-    from gedl_jax.evaluation import metrics  # noqa: PLC0415
-    from gedl_jax.evaluation import plots  # noqa: PLC0415 (matplotlib only when plotting)
-    from gedl_jax.evaluation import selective_plot  # noqa: PLC0415
+    from gedl_jax.evaluation import metrics
+    from gedl_jax.evaluation import plots  # matplotlib only when plotting
+    from gedl_jax.evaluation import selective_plot
 
-    from gedl_jax.evaluation import smooth_ece  # noqa: PLC0415
+    from gedl_jax.evaluation import smooth_ece
 
     written = [plots.reliability_diagram(
         metrics.expected_calibration_error(id_pred.probs, id_pred.labels),

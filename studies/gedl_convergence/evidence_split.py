@@ -88,7 +88,7 @@ def table(rows: list[SetSummary]) -> list[str]:
 
 
 def workdir_predictions(path: pathlib.Path) -> dict:
-    from gedl_jax.run import workdir  # noqa: PLC0415 (the heavy import only when run)
+    from gedl_jax.run import workdir  # the heavy import only when run
 
     return workdir.predict_outputs(path)
 
@@ -96,9 +96,9 @@ def workdir_predictions(path: pathlib.Path) -> dict:
 def pretrained_predictions(name: str) -> dict:
     """A pretrained model's predictions on its test set and OOD sets (the sets
     `python -m gedl_jax.evaluate --pretrained=NAME` scores)."""
-    from gedl_jax import pretrained  # noqa: PLC0415
-    from gedl_jax.pretrained import model as model_lib  # noqa: PLC0415
-    from gedl_jax.run import workdir  # noqa: PLC0415
+    from gedl_jax import pretrained
+    from gedl_jax.pretrained import model as model_lib
+    from gedl_jax.run import workdir
 
     model = pretrained.load(name)
     run_data = model_lib.evaluation_data(model)
