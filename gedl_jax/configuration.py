@@ -209,6 +209,7 @@ RESUME_SAFE_FIELDS = frozenset({
     "checkpoint_every_steps", "distributed", "download", "data_mirror", "run_name",
     "eval_examples", "coordinator_address", "num_processes", "process_id", "mc_samples",
     "epoch_eval", "allow_chance", "conformal_alpha", "calibrate", "aupr_trapezoidal",
+    "posthoc_scores",
     # equal parameters on a CPU; on a GPU equal to rounding (deterministic) and bit for bit
     # (steps_per_dispatch: tests/test_multi_step.py)
     "deterministic", "steps_per_dispatch"})
@@ -374,6 +375,11 @@ def _evaluation_fields(c: ml_collections.ConfigDict) -> None:
                                        # temperature scaling (categorical), evidence scale (EDL
                                        # family); calibrated rows in every table
     c.aupr_trapezoidal = False         # also OpenOOD's trapezoidal AUPR (its own table)
+    c.posthoc_scores = "auto"          # post-hoc OOD scores of a softmax / EDL-family network
+                                       # (evaluation.posthoc): "auto" = every one its network
+                                       # gives the inputs for, "none", or a comma list of msp,
+                                       # max_logit, energy, neg_entropy, neg_mahalanobis,
+                                       # neg_knn_distance, vim; results' "posthoc" section
 
 
 def _data_fields(c: ml_collections.ConfigDict, d: dict[str, Any], dataset: str) -> None:

@@ -38,7 +38,10 @@ from gedl_jax.evaluation import (
 
 # Keys a run adds to the results (its provenance); evaluate_model / a recomputation lacks them.
 PROVENANCE = ("variant", "method", "score_captions", "dataset", "seed", "workdir", "plots",
-              "numerics")
+              "numerics",
+              # computed from the network's logits and features, not from predictions.npz
+              # (tests/test_posthoc_run.py recomputes it from posthoc_scores.npz)
+              "posthoc")
 
 
 def _labels(rng, p_NxK, right=0.7):

@@ -27,6 +27,7 @@ import jax
 import numpy as np
 import pytest
 
+from gedl_jax.evaluation import posthoc
 from gedl_jax import configuration, data, pretrained, train
 from gedl_jax.evaluate import evaluate_workdir
 from gedl_jax.pretrained import export, registry
@@ -89,9 +90,17 @@ def test_without_the_training_files_the_validation_sections_are_left_out(exporte
     committed = json.loads((exported.run / "eval_results.json").read_text())
     needs_validation = {"validation", "conformal", "posthoc_calibration", "calibrated"}
     assert needs_validation & set(committed) and not needs_validation & set(results)
-    assert ({k: v for k, v in _comparable(results).items() if k != "evaluation_options"}
+    assert ({k: v for k, v in _comparable(results).items()
+             if k not in ("evaluation_options", "posthoc")}
             == {k: v for k, v in _comparable(committed).items()
-                if k not in needs_validation | {"evaluation_options"}})
+                if k not in needs_validation | {"evaluation_options", "posthoc"}})
+    # The post-hoc feature scores are fitted on the training split: without it, the logit
+    # scores alone, with the run's numbers.
+    logit_scores = list(posthoc.LOGIT_SCORE_NAMES)
+    assert results["posthoc"]["scores"] == logit_scores
+    for ood, entry in results["posthoc"]["ood"].items():
+        assert entry["detection"] == {s: committed["posthoc"]["ood"][ood]["detection"][s]
+                                      for s in logit_scores}
 
 
 def test_an_extra_ood_set_scores_as_in_the_workdir_evaluation(exported, tmp_path):

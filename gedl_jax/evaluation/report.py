@@ -215,7 +215,7 @@ def results_table(results: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[M
     parts = t.main() + t.methods()
     if extra:
         parts += t.calibration() + t.details()
-        parts += (t.selective() + t.scod() + t.conformal() + t.ood_groups() + t.trapezoidal()
+        parts += (t.posthoc_scores() + t.selective() + t.scod() + t.conformal() + t.ood_groups() + t.trapezoidal()
                   + t.posthoc() + t.calibrators())
     return "\n\n".join(parts) + "\n"
 
@@ -409,6 +409,33 @@ class _Tables:
                 "coverage >= c; Cov@r: largest coverage with risk <= r.",
                 _render([self.esc(h) for h in ["Method", "Score"] + [h for _, h in keys]], rows,
                         self.latex)]
+
+    def posthoc_scores(self) -> list[str]:
+        """The post-hoc OOD scores (results' "posthoc"): AUPR (in-distribution positive) and
+        AUROC per OOD set, beside the method's own MP and UM rows of the main table."""
+        names = [n for n in self.aggregates if _node(self.aggregates[n], ("posthoc",))]
+        if not names:
+            return []
+        header = ["Method", "Score"] + [f"{self.esc(o)} {what}" for o in self.ood_names
+                                        for what in ("AUPR", "AUROC")]
+        rows = []
+        for name in names:
+            agg, runs = self.aggregates[name], self.groups[name]
+            pct = self.pct(name)
+            own = [(s, label, ("ood",)) for s, label in _PAPER_SCORES]
+            scores = next((r["posthoc"]["scores"] for r in runs if "posthoc" in r), [])
+            extra = [(s, s, ("posthoc", "ood")) for s in scores]
+            for s, label, root in own + extra:
+                cells = [pct(_get(agg, (*root, o, "detection", s, k)))
+                         for o in self.ood_names for k in ("aupr_in", "auroc")]
+                if any(c not in ("–", "--") for c in cells):
+                    rows.append([self.esc(name), self.esc(label)] + cells)
+        return [self.comment + f"Post-hoc OOD scores of the network's logits and features "
+                "(evaluation.posthoc: msp, max_logit, energy at T = 1, neg_entropy; "
+                "neg_mahalanobis, neg_knn_distance (k = 50) and vim fitted on the training "
+                "split) beside the method's own MP and UM, in-distribution positive; mean ± "
+                f"sample std (ddof=1) over {self.seeds}; in %.",
+                _render(header, rows, self.latex)]
 
     def scod(self) -> list[str]:
         """Selective prediction with each OOD set in the pool (SCOD), MP and UM."""

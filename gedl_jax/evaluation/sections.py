@@ -49,6 +49,26 @@ def scod_section(correct_N: np.ndarray, id_scores: Mapping[str, np.ndarray],
 SCOD_COVERAGES = (0.25, 0.5, 0.8)
 
 
+def posthoc_section(correct_N: np.ndarray, id_scores: Mapping[str, np.ndarray],
+                    ood_scores: Mapping[str, Mapping[str, np.ndarray]],
+                    settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The post-hoc OOD scores' results ("posthoc"): for each score (`id_scores`' names, in
+    their order), misclassification detection and selective prediction on the test set, and
+    for each OOD set its detection and SCOD metrics, as the method's own scores get them;
+    `settings`: what the scores were computed with (temperature, k, D, the fit's split)."""
+    names = list(id_scores)
+    return {
+        "scores": names, "settings": dict(settings),
+        "misclassification": {s: metrics.misclassification_detection(correct_N, id_scores[s])
+                              for s in names},
+        "selective": selective_section(correct_N, id_scores, names),
+        "ood": {o: {"detection": {s: metrics.ood_detection(id_scores[s], scores[s])
+                                  for s in names},
+                    "scod": scod_section(correct_N, id_scores, scores, names)}
+                for o, scores in ood_scores.items()},
+    }
+
+
 def conformal_section(val_probs_NxK: np.ndarray, val_labels_N: np.ndarray,
                       test_probs_MxK: np.ndarray, test_labels_M: np.ndarray, alpha: float,
                       seed: int) -> dict[str, Any]:

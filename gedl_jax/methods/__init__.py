@@ -20,6 +20,7 @@ trained as seeds and scored as one model (`ensemble`).
 from __future__ import annotations
 
 from gedl_jax import configuration
+from gedl_jax.evaluation.posthoc import PosthocOptions
 from gedl_jax.methods import daedl, duq, evidential, fedl, postnet, prior_networks, softmax
 from gedl_jax.methods.base import LossOutput, Method, MethodSetup, StepContext
 from gedl_jax.methods.common import AXIS, build_models, check_user_network
@@ -61,6 +62,12 @@ def check_config(config) -> None:
     """The method's own checks of the config (its `method_args`, the fields it needs), before
     any work: ValueError naming the setting, its value and what is allowed."""
     method_class(config).check_config(config)
+    text = str(config.get("posthoc_scores", "auto") or "none").strip()
+    if text not in ("auto", "none"):   # unknown names: one line listing the known ones
+        try:
+            PosthocOptions(tuple(n.strip() for n in text.split(",") if n.strip()))
+        except ValueError as e:
+            raise ValueError(f"config.posthoc_scores={text!r}: {e} Or 'auto' / 'none'.") from None
 
 
 def from_config(config, setup: MethodSetup) -> Method:

@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gedl_jax import configuration
+from gedl_jax import configuration, networks
 from gedl_jax.evaluation.core import Predictions
 
 PyTree = Any
@@ -132,6 +132,10 @@ class Method:
     # The post-hoc calibrator of `config.calibrate` (evaluation.calibration): "temperature"
     # (scaled logits) or "evidence_scale" (alpha = c e + W a, the EDL family).
     calibrator: ClassVar[str] = "temperature"
+    # Whether its prediction is a function of its network's K logits (a softmax, the EDL
+    # family's evidence), so the post-hoc OOD scores of those logits, and of the features
+    # before the last layer, apply to it (`posthoc_outputs`, config.posthoc_scores).
+    posthoc_from_logits: ClassVar[bool] = False
 
     # --- settings --------------------------------------------------------------------------
     @classmethod
@@ -242,6 +246,29 @@ class Method:
     def predicted_class(self, raw: Mapping[str, np.ndarray]) -> np.ndarray:
         """argmax of the predictive probabilities (validation accuracy); cheap, no scores."""
         return np.argmax(self.predictions(raw).probs, axis=-1)
+
+    def posthoc_outputs(self, variables: Variables, images_BxHxWxC: jax.Array
+                        ) -> dict[str, jax.Array]:
+        """What the post-hoc OOD scores read (`posthoc_from_logits` methods): "logits_BxK" of
+        `eval_model` in evaluation mode and, for a protocol network, "features_BxF", the
+        output of its last hidden layer (the input of the final Dense layer)."""
+        model = self.eval_model
+        if isinstance(model, networks.Backbone):
+            out = model.clone(output="features").apply(variables, images_BxHxWxC, train=False)
+            return {"features_BxF": out["hidden"], "logits_BxK": out["logits"]}
+        return {"logits_BxK": model.apply(variables, images_BxHxWxC, train=False)}
+
+    def last_layer(self, variables: Variables) -> tuple[np.ndarray, np.ndarray] | None:
+        """(kernel (F, K), bias (K,)) of a protocol network's final Dense layer (ViM's), or
+        None (a user network, or a layer wrapped so that it has no plain kernel)."""
+        model = self.eval_model
+        if not isinstance(model, networks.Backbone):
+            return None
+        layers = [k for k in variables["params"] if k.startswith("dense")]
+        last = variables["params"][max(layers, key=lambda k: int(k[len("dense"):]))]
+        if "kernel" not in last or "bias" not in last:
+            return None
+        return np.asarray(last["kernel"], np.float64), np.asarray(last["bias"], np.float64)
 
     def describe(self) -> str:
         """One line for logs and result files."""

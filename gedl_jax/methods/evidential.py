@@ -40,6 +40,7 @@ class Evidential(Method):
 
     spec: losses.LossSpec = None  # type: ignore[assignment]   (always given by from_config)
 
+    posthoc_from_logits: ClassVar[bool] = True
     name: ClassVar[str] = "evidential"
     score_names: ClassVar[tuple[str, ...]] = DIRICHLET_SCORE_NAMES
     progress_logs: ClassVar[tuple[tuple[str, str, str], ...]] = (

@@ -38,6 +38,7 @@ from gedl_jax.methods.common import build_models
 class Softmax(Method):
     """Softmax cross-entropy classifier."""
 
+    posthoc_from_logits: ClassVar[bool] = True
     name: ClassVar[str] = "softmax"
     score_names: ClassVar[tuple[str, ...]] = ("mp", "neg_entropy")
 

@@ -273,3 +273,19 @@ def make_predict_step(method: Method, mesh, normalize_mean=None,
         return method.predict(variables, method_state, x, key)
 
     return predict_step
+
+
+def make_posthoc_step(method: Method, mesh, normalize_mean=None,
+                      normalize_std=None) -> Callable:
+    """As `make_predict_step`, with `method.posthoc_outputs` (the network's penultimate
+    features and logits, which the post-hoc OOD scores read) for `method.predict`."""
+    mean, std = _as_array(normalize_mean), _as_array(normalize_std)
+    layout = batch_sharding(mesh)
+
+    @functools.partial(jax.jit, out_shardings=replicated(mesh))
+    def posthoc_step(variables, method_state, images_BxHxWxC, key):
+        del method_state, key
+        x = jax.lax.with_sharding_constraint(data.to_float(images_BxHxWxC, mean, std), layout)
+        return method.posthoc_outputs(variables, x)
+
+    return posthoc_step

@@ -17,8 +17,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from gedl_jax import configuration, data, files, methods
-from gedl_jax.evaluation import core, report, saved
+from gedl_jax import configuration, data, files, methods, networks
+from gedl_jax.evaluation import core, posthoc, report, saved, sections
 from gedl_jax.run import (
     checkpointing,
     experiment,
@@ -37,6 +37,7 @@ __all__ = ["PREDICTIONS_FILENAME", "RestoredRun", "config_from_saved", "evaluate
            "restore_run", "saved_config", "write_results"]
 
 PREDICTIONS_FILENAME = "predictions.npz"
+POSTHOC_FILENAME = "posthoc_scores.npz"   # the post-hoc OOD scores of every example
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,17 +174,87 @@ def evaluate_run(run: RestoredRun, workdir, extra_ood: tuple[str, ...] = (),
             progress.done(name)
     results = core.evaluate_predictions(id_pred, ood_preds, validation=val_pred,
                                         options=evaluation_options(exp, ood_preds))
+    posthoc_scores = None
+    names = posthoc_names(exp)
+    if names:
+        with numerics.precision(exp.config):
+            posthoc_scores, section = posthoc_results(run, names, id_pred, ood_sets)
+        results["posthoc"] = section
     results.update({"variant": exp.config.variant, "method": exp.method.describe(),
                     "score_captions": dict(exp.method.score_captions),
                     "dataset": exp.config.dataset, "seed": exp.seed, "workdir": str(workdir),
                     "numerics": numerics.record(exp.config)})
     return write_results(results, pathlib.Path(workdir), id_pred, ood_preds, exp.config.plots,
-                         validation=val_pred)
+                         validation=val_pred, posthoc_scores=posthoc_scores)
+
+
+def posthoc_names(exp: experiment.Experiment) -> tuple[str, ...]:
+    """The post-hoc OOD scores `config.posthoc_scores` gives this run ("auto": all; "none";
+    or a list, checked when the run starts, `methods.check_config`): those its method and
+    network give the inputs for. They apply to a method whose prediction is a function of
+    its network's logits (`Method.posthoc_from_logits`); the feature scores also need a
+    protocol network and the run's training split. A listed score the run cannot give is left
+    out, with a line saying so."""
+    text = str(exp.config.get("posthoc_scores", "auto") or "none").strip()
+    if text == "none" or not exp.method.posthoc_from_logits:
+        return ()
+    has_features = (isinstance(exp.method.eval_model, networks.Backbone)
+                    and len(exp.data.train) > 0)
+    possible = posthoc.LOGIT_SCORE_NAMES + (posthoc.FEATURE_SCORE_NAMES if has_features else ())
+    if text == "auto":
+        return possible
+    asked = tuple(n.strip() for n in text.split(",") if n.strip())
+    left_out = [n for n in asked if n not in possible]
+    if left_out:
+        log(f"post-hoc scores {left_out} left out: they need a protocol network's features and "
+            "the run's training split")
+    return tuple(n for n in asked if n in possible)
+
+
+def _posthoc_outputs(run: RestoredRun, split: data.Split) -> dict[str, np.ndarray]:
+    exp = run.experiment
+    key = ("posthoc", exp.method, exp.normalization, run.mesh)
+    if key not in _PREDICT_STEPS:
+        _PREDICT_STEPS[key] = steps.make_posthoc_step(exp.method, run.mesh, *exp.normalization)
+    return inference.predict_split(_PREDICT_STEPS[key], run.state.variables,
+                                   run.state.method_state, run.mesh, split,
+                                   exp.config.eval_batch_size)
+
+
+def posthoc_results(run: RestoredRun, names: tuple[str, ...], id_pred: core.Predictions,
+                    ood_sets: dict[str, data.Split]
+                    ) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, Any]]:
+    """The post-hoc scores of every example ({"test": {score: (N,)}, "ood/<set>": ...}) and
+    their results section (`sections.posthoc_section`). The feature scores are fitted on the
+    run's training split, never on the test or OOD sets."""
+    exp = run.experiment
+    options = posthoc.PosthocOptions(names)
+    fits, settings = {}, {"temperature": options.temperature}
+    if options.needs_features:
+        train = _posthoc_outputs(run, exp.data.train)
+        fits = posthoc.fit_posthoc(options, train["features_BxF"], exp.data.train.labels,
+                                   train["logits_BxK"], exp.method.last_layer(run.state.variables))
+        settings.update(fitted_on="train", num_train=len(exp.data.train), knn_k=options.knn_k)
+        if "vim" in fits:
+            settings["vim_dim"] = fits["vim"].principal_dim
+    per_example = {}
+    for name, split in {"test": exp.data.test, **{f"ood/{o}": s for o, s in ood_sets.items()}
+                        }.items():
+        out = _posthoc_outputs(run, split)
+        per_example[name] = posthoc.posthoc_scores(options, fits, out["logits_BxK"],
+                                                   out.get("features_BxF"))
+    correct = np.argmax(id_pred.probs, axis=1) == id_pred.labels
+    section = sections.posthoc_section(
+        correct, per_example["test"],
+        {o: per_example[f"ood/{o}"] for o in ood_sets}, settings)
+    return per_example, section
 
 
 def write_results(results: dict[str, Any], workdir: pathlib.Path, id_pred: core.Predictions,
                   ood_preds: dict[str, core.Predictions], plots: bool,
-                  validation: core.Predictions | None = None) -> dict[str, Any]:
+                  validation: core.Predictions | None = None,
+                  posthoc_scores: dict[str, dict[str, np.ndarray]] | None = None
+                  ) -> dict[str, Any]:
     """eval_results.json, eval_table.md, predictions.npz (`evaluation.saved`: the
     per-example outputs every number is computed from) and (with `plots`) the PNG figures, on
     process 0."""
@@ -192,11 +263,24 @@ def write_results(results: dict[str, Any], workdir: pathlib.Path, id_pred: core.
     if plots:   # first, so eval_results.json is written once, complete
         results["plots"] = _write_plots(workdir, id_pred, ood_preds)
     saved.save_predictions(workdir / PREDICTIONS_FILENAME, id_pred, ood_preds, validation)
+    if posthoc_scores:   # per example, as predictions.npz lays out scores: "<split>/score/<name>"
+        _save_posthoc(workdir / POSTHOC_FILENAME, posthoc_scores)
     files.write_text(workdir / "eval_results.json", json.dumps(results, indent=2))
     table = report.results_table([results], fmt="markdown")
     files.write_text(workdir / "eval_table.md", table + "\n")
     print(table, flush=True)
     return results
+
+
+def _save_posthoc(path: pathlib.Path, scores: dict[str, dict[str, np.ndarray]]) -> None:
+    arrays = {f"{split}/score/{score}": np.asarray(values, np.float64)
+              for split, by_score in scores.items() for score, values in by_score.items()}
+
+    def write(tmp: pathlib.Path) -> None:
+        with open(tmp, "wb") as f:   # a file object: np.savez appends no ".npz" to it
+            np.savez(f, **arrays)
+
+    files.write_with(path, write)
 
 
 def _write_plots(results_dir: pathlib.Path, id_pred: core.Predictions,

@@ -1,0 +1,67 @@
+"""The post-hoc OOD scores in a run's evaluation (config.posthoc_scores): a tiny softmax run on
+generated data writes the "posthoc" section and every example's scores (posthoc_scores.npz),
+each number recomputed here from those files; MSP is the softmax's own MP, so its detection
+equals the main table's; "none" leaves them out, an unknown name is one error before any
+work, and a method without logits gets none."""
+
+import json
+
+import numpy as np
+import pytest
+from test_train import data_dir, tiny_config  # noqa: F401
+
+from gedl_jax import methods, train
+from gedl_jax.evaluation import metrics, posthoc
+
+
+@pytest.fixture(scope="module")
+def softmax_run(data_dir, tmp_path_factory):  # noqa: F811
+    workdir = tmp_path_factory.mktemp("softmax")
+    c = tiny_config(data_dir, "softmax", evaluate_at_end=True, eval_examples=60,
+                    ood_datasets="kmnist,fashion_mnist")
+    train.train_and_evaluate(c, workdir)
+    return workdir
+
+
+def test_a_softmax_run_writes_every_posthoc_score_and_its_results(softmax_run):
+    res = json.loads((softmax_run / "eval_results.json").read_text())
+    section = res["posthoc"]
+    assert section["scores"] == list(posthoc.POSTHOC_SCORE_NAMES)
+    assert section["settings"]["fitted_on"] == "train" and section["settings"]["knn_k"] == 50
+    saved = np.load(softmax_run / "posthoc_scores.npz")
+    assert {k.split("/")[0] for k in saved.files} == {"test", "ood"}
+    predictions = np.load(softmax_run / "predictions.npz")
+    labels = predictions["test/labels"]
+    probs = predictions["test/probs"]
+    for ood in ("kmnist", "fashion_mnist"):
+        for score in section["scores"]:
+            want = metrics.ood_detection(saved[f"test/score/{score}"],
+                                         saved[f"ood/{ood}/score/{score}"])
+            assert section["ood"][ood]["detection"][score] == pytest.approx(want), (ood, score)
+        # MSP is the softmax's max probability: the main table's MP, to float64 rounding
+        np.testing.assert_allclose(saved["test/score/msp"], probs.max(1), rtol=1e-6)
+        assert section["ood"][ood]["detection"]["msp"]["auroc"] == pytest.approx(
+            res["ood"][ood]["detection"]["mp"]["auroc"], abs=1e-6)
+    correct = probs.argmax(1) == labels
+    assert section["misclassification"]["energy"] == pytest.approx(
+        metrics.misclassification_detection(correct, saved["test/score/energy"]))
+    table = (softmax_run / "eval_table.md").read_text()
+    assert "Post-hoc OOD scores" in table and "| neg_knn_distance |" in table
+
+
+def test_none_leaves_them_out_and_a_method_without_logits_gets_none(data_dir, tmp_path):  # noqa: F811
+    c = tiny_config(data_dir, "softmax", evaluate_at_end=True, eval_examples=40,
+                    ood_datasets="kmnist", num_epochs=1, posthoc_scores="none")
+    train.train_and_evaluate(c, tmp_path / "none")
+    assert "posthoc" not in json.loads((tmp_path / "none" / "eval_results.json").read_text())
+    assert not (tmp_path / "none" / "posthoc_scores.npz").exists()
+    duq = tiny_config(data_dir, "duq", evaluate_at_end=True, eval_examples=40,
+                      ood_datasets="kmnist", num_epochs=1)
+    train.train_and_evaluate(duq, tmp_path / "duq")
+    assert "posthoc" not in json.loads((tmp_path / "duq" / "eval_results.json").read_text())
+
+
+def test_an_unknown_score_is_refused_before_any_work(data_dir):  # noqa: F811
+    c = tiny_config(data_dir, "softmax", posthoc_scores="msp,odin")
+    with pytest.raises(ValueError, match="config.posthoc_scores='msp,odin'.*odin"):
+        methods.check_config(c)
