@@ -102,9 +102,18 @@ class RunCheckpoints:
             return _from_legacy(abstract_state, restored["state"]), restored["meta"]
 
     def wait(self) -> None:
-        """Block until every pending asynchronous save is on disk."""
-        self.last.wait_until_finished()
-        self.best.wait_until_finished()
+        """Block until every pending asynchronous save is on disk. Both managers are waited for
+        even when the first fails (a full disk fails both): a save whose failure nobody
+        collects is printed by asyncio when the process exits, after the run's `error:` line.
+        The first failure is raised."""
+        errors = []
+        for manager in (self.last, self.best):
+            try:
+                manager.wait_until_finished()
+            except Exception as e:  # noqa: BLE001 (Orbax wraps the OSError)
+                errors.append(e)
+        if errors:
+            raise errors[0]
 
     def close(self) -> None:
         """Wait for the pending saves, then close both managers."""

@@ -434,13 +434,25 @@ def _train_and_finish(runs: list[SeedRun], pool: data.Split | None, mesh,
     try:
         step, stopped_early = _run_loop(loop, stop_after_steps)
     finally:
-        for run_ in runs:
-            if run_.ckpt is not None:
-                run_.ckpt.wait()
-            if run_.writer is not None:
-                run_.writer.close()
+        _close_all(runs)
     return [_finish(run_, loop.program, i, step, stopped_early, mesh)
             for i, run_ in enumerate(runs)]
+
+
+def _close_all(runs: list[SeedRun]) -> None:
+    """Every seed's pending saves waited for and its metrics closed, even after one fails (each
+    failure collected, so none is printed at exit); the first failure is raised."""
+    errors = []
+    for run_ in runs:
+        for close in (run_.ckpt and run_.ckpt.wait, run_.writer and run_.writer.close):
+            if close is None:
+                continue
+            try:
+                close()
+            except Exception as e:  # noqa: BLE001 (Orbax wraps the OSError)
+                errors.append(e)
+    if errors:
+        raise errors[0]
 
 
 class DiskFullError(OSError):
