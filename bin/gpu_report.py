@@ -34,7 +34,8 @@ MACHINE_PATHS = (
 
 def scrub(folder: pathlib.Path) -> int:
     """Replace machine paths in the folder's logs and records, in place: the checkout's root by
-    nothing (paths become relative to it), then `MACHINE_PATHS`; NUL bytes are dropped. Returns
+    nothing (paths become relative to it; the root alone by "."), then `MACHINE_PATHS`; NUL
+    bytes are dropped. Returns
     the files changed."""
     changed = 0
     for path in sorted(folder.rglob("*")):
@@ -43,6 +44,8 @@ def scrub(folder: pathlib.Path) -> int:
         text = path.read_text(errors="replace")
         # and NUL bytes: a log whose writer was killed mid-write can hold a run of them
         new = text.replace(f"{REPO}/", "").replace("\0", "")
+        # the root alone (pytest's "rootdir: <root>"): "."
+        new = re.sub(re.escape(str(REPO)) + r"(?![\w./-])", ".", new)
         for pattern, name in MACHINE_PATHS:
             new = pattern.sub(name, new)
         if new != text:

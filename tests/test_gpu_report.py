@@ -66,9 +66,11 @@ def test_machine_paths_are_replaced_in_the_logs_and_nothing_else(tmp_path):
         f"$ /opt/x/.venv/bin/python3 {report.REPO}/bin/benchmark.py "
         f"--out={tempfile.gettempdir()}/gpu/jax.json\n"
         "/opt/x/.venv/lib/python3.12/site-packages/pkg/logger.py:44: a warning\n"
-        "epoch 1/200 step 100/75000 loss 1.75 | 2,175 img/s\n")
+        "epoch 1/200 step 100/75000 loss 1.75 | 2,175 img/s\n"
+        f"rootdir: {report.REPO}\n")
     report.main([str(folder)])
     assert (folder / "torch.log").read_text() == (
         "$ PYTHON bin/benchmark.py --out=TMP/jax.json\n"
         "SITE_PACKAGES/pkg/logger.py:44: a warning\n"
-        "epoch 1/200 step 100/75000 loss 1.75 | 2,175 img/s\n")
+        "epoch 1/200 step 100/75000 loss 1.75 | 2,175 img/s\n"
+        "rootdir: .\n")
