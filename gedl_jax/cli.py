@@ -247,6 +247,7 @@ class _StderrWithoutWriteFailureTracebacks:
 
     def __init__(self, stream):
         self.stream, self.block, self.partial = stream, None, ""
+        self.open_tracebacks, self.ends = 0, []
 
     def write(self, text: str) -> int:
         self.partial += text
@@ -262,15 +263,23 @@ class _StderrWithoutWriteFailureTracebacks:
     def _line(self, line: str) -> None:
         if self.block is None:
             if line.startswith(self.HEAD):
-                self.block = [line]
+                self.block, self.open_tracebacks, self.ends = [line], 1, []
             else:
                 self.stream.write(line)
             return
         self.block.append(line)
-        if line.strip() and not line[0].isspace():   # the exception line ends the block
-            block, self.block = self.block, None
-            if not (_is_write_failure_text(line) or "Event loop is closed" in line):
-                self.stream.write("".join(block))
+        if line.startswith(self.HEAD):
+            # two threads printing at once interleave their tracebacks line by line: the
+            # block ends at the last of their exception lines
+            self.open_tracebacks += 1
+        elif line.strip() and not line[0].isspace():   # an exception line ends a traceback
+            self.ends.append(line)
+            self.open_tracebacks -= 1
+            if self.open_tracebacks == 0:
+                block, self.block = self.block, None
+                if not all(_is_write_failure_text(end) or "Event loop is closed" in end
+                           for end in self.ends):
+                    self.stream.write("".join(block))
 
     def release(self) -> None:
         """Whatever is held back, written out."""
@@ -289,11 +298,12 @@ class _StderrWithoutWriteFailureTracebacks:
 def quiet_write_failures():
     """While a command runs: the checkpoint library's (Orbax's) error records and its threads'
     tracebacks about a failed write are not printed (hundreds of lines on a full disk, ahead of
-    the one `error:` line that says what happened and what to do). Every other record and
-    thread exception is printed as before; `--debug` prints everything."""
+    the one `error:` line that says what happened and what to do). When the command itself
+    ends in a failed write, the record filters and hooks stay until the process exits. Every
+    other record and thread exception is printed as before; `--debug` prints everything."""
     record_filter = _WriteFailureFilter()
     loggers = [logging.getLogger(name) for name in ("absl", "asyncio", "orbax")]
-    previous_hook = threading.excepthook
+    previous_hook, previous_unraisable_hook = threading.excepthook, sys.unraisablehook
 
     def thread_hook(args) -> None:
         if args.exc_value is not None and (is_write_failure(args.exc_value)
@@ -301,19 +311,36 @@ def quiet_write_failures():
             return
         previous_hook(args)
 
+    def unraisable_hook(args) -> None:
+        # TensorStore's callbacks into the event loop that a failed save closed raise where
+        # nothing can catch them (pybind11 reports them as unraisable), often from two threads
+        # at once: dropped here whole, before they are printed interleaved
+        if args.exc_value is not None and (is_write_failure(args.exc_value)
+                                           or _is_aftermath(args.exc_value)):
+            return
+        previous_unraisable_hook(args)
+
     for logger in loggers:
         logger.addFilter(record_filter)
-    threading.excepthook = thread_hook
+    threading.excepthook, sys.unraisablehook = thread_hook, unraisable_hook
     stderr = sys.stderr
     sys.stderr = _StderrWithoutWriteFailureTracebacks(stderr)
+    failed_write = False
     try:
         yield
+    except BaseException as e:
+        failed_write = is_write_failure(e)
+        raise
     finally:
         sys.stderr.release()
         sys.stderr = stderr
-        threading.excepthook = previous_hook
-        for logger in loggers:
-            logger.removeFilter(record_filter)
+        # after a failed write the process is about to exit, and the library's leftovers still
+        # report it as they are collected (asyncio's "Task exception was never retrieved", an
+        # event loop closed under a callback): the filters stay for the rest of the process
+        if not failed_write:
+            threading.excepthook, sys.unraisablehook = previous_hook, previous_unraisable_hook
+            for logger in loggers:
+                logger.removeFilter(record_filter)
 
 
 def is_write_failure(error: BaseException) -> bool:

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+
+import pytest
 
 from filesystems import folder_that_can_be_made_read_only, read_only, small_filesystem
 from training_fixtures import (
@@ -118,19 +121,72 @@ def test_only_write_failure_tracebacks_are_held_back():
     closed = ("Traceback (most recent call last):\n  File \"base_events.py\", line 874\n"
               "RuntimeError: Event loop is closed\n")
     full = "Traceback (most recent call last):\n  File \"y.py\"\nOSError: No space left on device\n"
+    # two threads' "Event loop is closed" tracebacks, interleaved line by line
+    a, b = closed.splitlines(keepends=True), closed.splitlines(keepends=True)
+    interleaved = "".join(x + y for x, y in zip(a, b))
+    # one of them interleaved with a traceback that must be printed
+    mixed = "".join(x + y for x, y in zip(a, other.splitlines(keepends=True)))
+
+    class RaisesWhenCollected:
+        def __init__(self, error):
+            self.error = error
+
+        def __del__(self):
+            raise self.error
+
     sink, records = io.StringIO(), io.StringIO()
     handler = logging.StreamHandler(records)
     logging.getLogger("absl").addHandler(handler)
-    real_stderr = sys.stderr
-    sys.stderr = sink
+    real_stderr, real_unraisable_hook, unraisable = sys.stderr, sys.unraisablehook, []
+    sys.stderr, sys.unraisablehook = sink, unraisable.append
     try:
         with cli.quiet_write_failures():
-            for text in ("progress 1\n", closed[:20], closed[20:], other, full, "partial"):
+            for text in ("progress 1\n", closed[:20], closed[20:], other, full, interleaved,
+                         "partial"):
                 sys.stderr.write(text)
+            RaisesWhenCollected(RuntimeError("Event loop is closed"))   # unraisable: dropped
+            RaisesWhenCollected(OSError(28, "No space left on device"))
+            RaisesWhenCollected(ValueError("kept"))   # passed on to the hook before ours
+            sys.stderr.write(mixed)
             logging.getLogger("absl").error("Save failed: [os_error_code='28'] ...")
             logging.getLogger("absl").error("something else broke")
     finally:
-        sys.stderr = real_stderr
+        sys.stderr, sys.unraisablehook = real_stderr, real_unraisable_hook
         logging.getLogger("absl").removeHandler(handler)
-    assert sink.getvalue() == "progress 1\n" + other + "partial"
+    assert sink.getvalue() == "progress 1\n" + other + "partial" + mixed
+    assert [str(args.exc_value) for args in unraisable] == ["kept"]
     assert records.getvalue() == "something else broke\n"
+
+
+def test_after_a_failed_write_the_librarys_leftovers_stay_quiet():
+    """asyncio reports a failed save's task as it is collected, after the command's error line:
+    once a command ends in a failed write, the filters stay; after any other end, they go."""
+    import io
+    import logging
+
+    from gedl_jax import cli
+
+    asyncio_logger = logging.getLogger("asyncio")
+    records = io.StringIO()
+    handler = logging.StreamHandler(records)
+    asyncio_logger.addHandler(handler)
+    loggers = [logging.getLogger(name) for name in ("absl", "asyncio", "orbax")]
+    filters = [list(logger.filters) for logger in loggers]
+    hooks = (threading.excepthook, sys.unraisablehook)
+    full = OSError(28, "No space left on device")
+    try:
+        with pytest.raises(KeyError), cli.quiet_write_failures():
+            raise KeyError("not a write")
+        assert [logger.filters for logger in loggers] == filters
+        assert (threading.excepthook, sys.unraisablehook) == hooks
+        with pytest.raises(OSError), cli.quiet_write_failures():
+            raise full
+        asyncio_logger.error("Task exception was never retrieved",
+                             exc_info=(OSError, full, None))
+        asyncio_logger.error("something else")
+    finally:
+        asyncio_logger.removeHandler(handler)
+        for logger, kept in zip(loggers, filters):
+            logger.filters[:] = kept
+        threading.excepthook, sys.unraisablehook = hooks
+    assert records.getvalue() == "something else\n"
