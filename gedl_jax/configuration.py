@@ -149,6 +149,9 @@ VARIANTS["ablation_full"] = dict(VARIANTS["gedl"])
 VARIANTS.update({
     # A softmax cross-entropy classifier (the members of a deep ensemble).
     "softmax": _variant(method="softmax"),
+    # The softmax classifier with a last-layer Laplace posterior fitted after training
+    # (probit predictive, prior precision chosen on the validation split).
+    "laplace": _variant(method="laplace"),
     # MC Dropout (Gal & Ghahramani 2016): the ConvNet gets p = 0.5 after its hidden Dense
     # layers (VGG16 keeps its classifier's 0.5), T = 10 test-time passes.
     "mc_dropout": _variant(method="mc_dropout", dropout_rate=0.5, dropout_placement="dense",

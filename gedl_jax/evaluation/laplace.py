@@ -149,9 +149,11 @@ def _nll(probs_NxK: np.ndarray, labels_N: np.ndarray) -> float:
 def fit_prior_precision(train_features_NxF: Any, weight_FxK: Any, bias_K: Any,
                         val_features_MxF: Any, val_labels_M: Any,
                         grid: tuple[float, ...] = PRIOR_PRECISION_GRID, kind: str = "probit",
+                        num_samples: int = 1000,
                         ) -> tuple[LastLayerLaplace, dict[float, float]]:
     """The fit whose prior precision, of `grid`, gives the lowest validation NLL of the
-    `kind` predictive; also {prior precision: validation NLL} for every grid point."""
+    `kind` predictive (`num_samples` draws for "mc"); also {prior precision: validation NLL}
+    for every grid point."""
     labels = np.asarray(val_labels_M).astype(np.int64).reshape(-1)
     if labels.size != np.asarray(val_features_MxF).shape[0]:
         raise ValueError("val_labels_M must have one label per row of val_features_MxF.")
@@ -165,7 +167,7 @@ def fit_prior_precision(train_features_NxF: Any, weight_FxK: Any, bias_K: Any,
         covariance = linalg.cho_solve(linalg.cho_factor(precision, lower=True),
                                       np.eye(precision.shape[0]))
         fit = LastLayerLaplace(theta, 0.5 * (covariance + covariance.T), float(lam), n)
-        nlls[float(lam)] = _nll(predictive(fit, val_features_MxF, kind), labels)
+        nlls[float(lam)] = _nll(predictive(fit, val_features_MxF, kind, num_samples), labels)
         if best is None or nlls[float(lam)] < nlls[best.prior_precision]:
             best = fit
     return best, nlls

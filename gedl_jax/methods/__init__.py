@@ -11,7 +11,8 @@ objective fields). Registered here:
 - "mc_dropout": MC Dropout, `softmax`;
 - "duq": DUQ, `duq`; "kl_pn", "rkl_pn": Prior Networks, `prior_networks`; "postnet": Posterior
   Networks, `postnet`; "daedl": DAEDL, `daedl`; "fedl": F-EDL, `fedl` (`networks`: their
-  backbones). Each names its reading (`config.recipe`: "protocol" or "source") in `describe()`.
+  backbones); "laplace": a softmax classifier with a last-layer Laplace posterior, `laplace`.
+  Each names its reading (`config.recipe`: "protocol" or "source") in `describe()`.
 
 Deep ensembles are not a method but a way to run any of them (`config.ensemble_size`): members
 trained as seeds and scored as one model (`ensemble`).
@@ -21,14 +22,14 @@ from __future__ import annotations
 
 from gedl_jax import configuration
 from gedl_jax.evaluation.posthoc import PosthocOptions
-from gedl_jax.methods import daedl, duq, evidential, fedl, postnet, prior_networks, softmax
+from gedl_jax.methods import daedl, duq, evidential, fedl, laplace, postnet, prior_networks, softmax
 from gedl_jax.methods.base import LossOutput, Method, MethodSetup, StepContext
 from gedl_jax.methods.common import AXIS, build_models, check_user_network
 from gedl_jax.methods.objective import EvidentialObjective, ObjectiveState
 
 __all__ = ["AXIS", "METHODS", "EvidentialObjective", "LossOutput", "Method", "MethodSetup",
            "ObjectiveState", "StepContext", "build_models", "check_config", "from_config",
-           "method_class", "register"]
+           "evaluated_as", "method_class", "register"]
 
 # config.method -> its class (`Method.build(config, setup)` builds it): adding a method is its
 # file, one line here and its preset (configuration.VARIANTS).
@@ -42,6 +43,7 @@ METHODS: dict[str, type[Method]] = {
     "postnet": postnet.PostNet,
     "daedl": daedl.DAEDL,
     "fedl": fedl.FEDL,
+    "laplace": laplace.LastLayerLaplace,
 }
 
 
@@ -56,6 +58,20 @@ def method_class(config) -> type[Method]:
     if name not in METHODS:
         raise ValueError(f"config.method={name!r} is not known; allowed: {sorted(METHODS)}")
     return METHODS[name]
+
+
+def evaluated_as(name: str, trained_method: str) -> dict[str, str]:
+    """The config fields that evaluate a run of `trained_method` as the method `name`, whose
+    training that run's is (`Method.trains_as`: a softmax run as "laplace"), its own settings
+    at their defaults; ValueError when `name` trains otherwise."""
+    if name not in METHODS:
+        raise ValueError(f"--as_method={name!r} is not a method; allowed: {sorted(METHODS)}")
+    if METHODS[name].trains_as != trained_method:
+        allowed = sorted(n for n, cls in METHODS.items() if cls.trains_as == trained_method)
+        raise ValueError(f"--as_method={name}: a run of config.method={trained_method!r} "
+                         f"is not a {name} run before its fit; a {trained_method} run can be "
+                         f"evaluated as: {allowed or 'no other method'}")
+    return {"method": name, "variant": name, "method_args": ""}
 
 
 def check_config(config) -> None:

@@ -118,6 +118,9 @@ class Method:
     score_captions: ClassVar[Mapping[str, str]] = {}
     # Whether `fit` must run after training before the method can predict.
     needs_fit: ClassVar[bool] = False
+    # The method whose training this one is (its checkpoints are this method's, before `fit`):
+    # `gedl_jax.evaluate --as_method` evaluates such a run as this method. None: its own.
+    trains_as: ClassVar[str | None] = None
     # Train-step log entries printed on the progress line besides loss and accuracy:
     # (log name, label, format spec).
     progress_logs: ClassVar[tuple[tuple[str, str, str], ...]] = ()
@@ -223,11 +226,13 @@ class Method:
         raise NotImplementedError
 
     def fit(self, variables: Variables, method_state: PyTree,
-            batches: Iterable[tuple[jax.Array, jax.Array]]) -> PyTree:
+            batches: Iterable[tuple[jax.Array, jax.Array]],
+            validation_batches: Iterable[tuple[jax.Array, jax.Array]] = ()) -> PyTree:
         """After training (`needs_fit`): fit what the method needs on the training split (a
-        feature density, ...), given its batches `(images_BxHxWxC float, labels_B)`; returns the
-        method state `predict` uses. Deterministic, so evaluation can rerun it."""
-        del variables, batches
+        feature density, ...), given its batches `(images_BxHxWxC float, labels_B)`, and
+        choose what it chooses on the validation split's batches (a prior precision); returns
+        the method state `predict` uses. Deterministic, so evaluation can rerun it."""
+        del variables, batches, validation_batches
         return method_state
 
     # --- prediction ------------------------------------------------------------------------

@@ -265,7 +265,10 @@ class DAEDL(Method):
         return self.eval_model.apply(variables, images_BxHxWxC, train=False)["encoder"]
 
     def fit(self, variables: Variables, method_state,
-            batches: Iterable[tuple[jax.Array, jax.Array]]) -> dict[str, jax.Array]:
+            batches: Iterable[tuple[jax.Array, jax.Array]],
+            validation_batches: Iterable[tuple[jax.Array, jax.Array]] = ()
+            ) -> dict[str, jax.Array]:
+        del validation_batches   # nothing is chosen on it
         features_fn = jax.jit(self.features)
         feats, labels = [], []
         for images, labels_B in batches:

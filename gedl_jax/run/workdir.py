@@ -58,10 +58,12 @@ def fitted(exp: experiment.Experiment, state: steps.TrainState) -> steps.TrainSt
     """The state with the method's after-training fit done (`Method.fit`; deterministic)."""
     if not exp.method.needs_fit:
         return state
-    batches = inference.training_batches(exp.data.train, exp.config.eval_batch_size,
-                                         *exp.normalization)
+    def batches(split: data.Split):
+        return inference.training_batches(split, exp.config.eval_batch_size, *exp.normalization)
+
     return state.replace(method_state=exp.method.fit(state.variables, state.method_state,
-                                                     batches))
+                                                     batches(exp.data.train),
+                                                     batches(exp.data.validation)))
 
 
 def predict(run: RestoredRun, split: data.Split, with_labels: bool = True,

@@ -1,0 +1,171 @@
+"""Last-layer Laplace: a softmax classifier with a Gaussian posterior over its last layer.
+
+Training is the plain softmax classifier's (`softmax.Softmax`: cross-entropy, the same network,
+steps and draws; the validation during training predicts as it, before any fit), so a softmax
+run's checkpoint is a Laplace run's checkpoint
+(`trains_as = "softmax"`: `python -m gedl_jax.evaluate --workdir=<softmax run> --as_method=laplace`).
+After training (`fit`) the last Dense layer Theta = [W; b] gets the posterior
+N(Theta_MAP, (GGN + lambda I)^-1) of `evaluation.laplace` (closed form, float64 NumPy: the GGN of
+the training split's NLL, the prior precision lambda of a log-spaced grid that minimises the
+validation NLL of the predictive). At test time the logits of an input are Gaussian,
+z ~ N(mu, Sigma) with mu the network's logits and Sigma[k, j] = phi~ C_(k, j) phi~ (phi~ = the
+penultimate features with a trailing 1), and the prediction is
+
+- "probit" (default): softmax(mu_k / sqrt(1 + pi/8 Sigma_kk)), the extended probit
+  approximation (Daxberger et al., "Laplace Redux", NeurIPS 2021, eq. 13); or
+- "mc": the mean of softmax(z) over `num_samples` draws of z (seeded by the run's predict key).
+
+Scores: "mp" and "neg_entropy" of the predictive, as the softmax classifier's. It needs a protocol
+network (the ConvNet or VGG16: the features before a plain final Dense layer).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from gedl_jax import configuration
+from gedl_jax.evaluation import laplace
+from gedl_jax.methods.base import MethodSetup, PyTree, Variables, bad_setting, softmax_probs
+from gedl_jax.methods.common import build_models
+from gedl_jax.methods.softmax import Softmax
+
+_HIGHEST = jax.lax.Precision.HIGHEST
+
+
+def logit_covariance(features_BxF: jax.Array, covariance_AxKxAxK: jax.Array) -> jax.Array:
+    """Sigma (B, K, K) of the logits: phi~ C phi~ per example, phi~ = [phi, 1]."""
+    phi_BxA = _augmented(features_BxF)
+    return jnp.einsum("na,akbj,nb->nkj", phi_BxA, covariance_AxKxAxK, phi_BxA,
+                      precision=_HIGHEST)
+
+
+def logit_variances(features_BxF: jax.Array, covariance_AxKxAxK: jax.Array) -> jax.Array:
+    """diag Sigma (B, K), without forming the (B, K, K) covariance."""
+    phi_BxA = _augmented(features_BxF)
+    blocks_KxAxA = jnp.einsum("akbk->kab", covariance_AxKxAxK)
+    return jnp.einsum("na,kab,nb->nk", phi_BxA, blocks_KxAxA, phi_BxA, precision=_HIGHEST)
+
+
+def probit_predictive(logits_BxK: jax.Array, variances_BxK: jax.Array) -> jax.Array:
+    """softmax(mu / sqrt(1 + pi/8 var)) (Laplace Redux eq. 13)."""
+    return softmax_probs(logits_BxK / jnp.sqrt(1.0 + math.pi / 8.0 * variances_BxK))
+
+
+def mc_predictive(logits_BxK: jax.Array, covariance_BxKxK: jax.Array, key: jax.Array,
+                  num_samples: int) -> jax.Array:
+    """The mean softmax over `num_samples` draws z = mu + L eps (Sigma = L L^T, a jitter of
+    1e-6 of the mean variance where Sigma is singular in float32)."""
+    k = logits_BxK.shape[-1]
+    scale_B = jnp.trace(covariance_BxKxK, axis1=1, axis2=2) / k
+    jitter = (1e-6 * scale_B + 1e-30)[:, None, None] * jnp.eye(k)[None]
+    chol_BxKxK = jnp.linalg.cholesky(covariance_BxKxK + jitter)
+    eps_SxBxK = jax.random.normal(key, (num_samples, *logits_BxK.shape), jnp.float32)
+    draws_SxBxK = logits_BxK[None] + jnp.einsum("nkj,snj->snk", chol_BxKxK, eps_SxBxK,
+                                                precision=_HIGHEST)
+    return jnp.mean(jax.nn.softmax(draws_SxBxK, axis=-1), axis=0)
+
+
+def _augmented(features_BxF: jax.Array) -> jax.Array:
+    x = features_BxF.astype(jnp.float32)
+    return jnp.concatenate([x, jnp.ones((x.shape[0], 1), x.dtype)], axis=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class LastLayerLaplace(Softmax):
+    """Softmax training; a last-layer Laplace posterior fitted after it (see the module)."""
+
+    predictive: str = "probit"   # "probit" or "mc"
+    num_samples: int = 100       # draws of the logits for "mc"
+
+    name: ClassVar[str] = "laplace"
+    needs_fit: ClassVar[bool] = True
+    trains_as: ClassVar[str | None] = "softmax"
+    # its prediction is not a function of the logits alone; the post-hoc scores of the same
+    # network are the softmax run's
+    posthoc_from_logits: ClassVar[bool] = False
+
+    @classmethod
+    def check_settings(cls, settings, num_classes: int) -> None:
+        if settings["predictive"] not in laplace.PREDICTIVES:
+            raise bad_setting("predictive", settings["predictive"],
+                              f"allowed: {list(laplace.PREDICTIVES)}")
+        if not settings["num_samples"] >= 1:
+            raise bad_setting("num_samples", settings["num_samples"], "it must be >= 1")
+
+    @classmethod
+    def check_config(cls, config) -> None:
+        super().check_config(config)
+        if configuration.is_user_model(config.model):
+            raise ValueError(f"config.method='laplace' needs a protocol network (config.model="
+                             f"{sorted(configuration.PROTOCOL_MODELS)}): it reads the features "
+                             f"before the final Dense layer; config.model={config.model!r} is "
+                             f"your own network")
+
+    @classmethod
+    def build(cls, config, setup: MethodSetup) -> LastLayerLaplace:
+        """`config.method="laplace"`: the softmax classifier's network and training."""
+        settings = cls.resolved_settings(config, setup.num_classes)
+        return cls(*build_models(config), setup.num_classes, **settings)
+
+    def init_method_state(self) -> PyTree:
+        return {}   # training keeps none; `fit` makes it
+
+    def fit(self, variables: Variables, method_state: PyTree,
+            batches: Iterable[tuple[jax.Array, jax.Array]],
+            validation_batches: Iterable[tuple[jax.Array, jax.Array]] = ()) -> PyTree:
+        """The posterior of the last layer: the GGN on `batches` (the training split), the
+        prior precision on `validation_batches`. Deterministic (float64 on the host)."""
+        del method_state
+        last = self.last_layer(variables)
+        if last is None:
+            raise ValueError("config.method='laplace': the network's final layer has no plain "
+                             "Dense kernel and bias")
+        features = jax.jit(lambda v, x: self.posthoc_outputs(v, x)["features_BxF"])
+
+        def collect(pairs):
+            out = [(np.asarray(features(variables, x), np.float64), np.asarray(y))
+                   for x, y in pairs]
+            return (np.concatenate([f for f, _ in out]), np.concatenate([y for _, y in out])
+                    ) if out else (None, None)
+
+        train_NxF, _ = collect(batches)
+        val_MxF, val_labels_M = collect(validation_batches)
+        if train_NxF is None or val_MxF is None:
+            raise ValueError("config.method='laplace' fits its posterior on the training split "
+                             "and its prior precision on the validation split: both must be "
+                             "non-empty (config.val_fraction > 0)")
+        fit, nlls = laplace.fit_prior_precision(train_NxF, *last, val_MxF, val_labels_M,
+                                                kind=self.predictive,
+                                                num_samples=self.num_samples)
+        a, k = fit.theta_AxK.shape
+        return {"covariance_AxKxAxK": jnp.asarray(fit.covariance_PxP.reshape(a, k, a, k),
+                                                  jnp.float32),
+                "prior_precision": jnp.asarray(fit.prior_precision, jnp.float32),
+                "validation_nll": jnp.asarray(nlls[fit.prior_precision], jnp.float32)}
+
+    def predict(self, variables: Variables, method_state, images_BxHxWxC: jax.Array,
+                key: jax.Array) -> dict[str, jax.Array]:
+        if "covariance_AxKxAxK" not in method_state:
+            # before the fit (validation during training): the softmax classifier's
+            # prediction, so the training, its best checkpoint included, is the softmax run's
+            return super().predict(variables, method_state, images_BxHxWxC, key)
+        out = self.posthoc_outputs(variables, images_BxHxWxC)
+        logits_BxK = out["logits_BxK"].astype(jnp.float32)
+        cov = method_state["covariance_AxKxAxK"]
+        if self.predictive == "probit":
+            probs = probit_predictive(logits_BxK, logit_variances(out["features_BxF"], cov))
+        else:
+            probs = mc_predictive(logits_BxK, logit_covariance(out["features_BxF"], cov), key,
+                                  self.num_samples)
+        return {"probs_BxK": probs}
+
+    def describe(self) -> str:
+        how = "probit" if self.predictive == "probit" else f"MC, T={self.num_samples}"
+        return f"last-layer Laplace ({how})"
