@@ -1,7 +1,7 @@
 """VGG16's BatchNorm with axis_name="data" inside shard_map (4 fake CPU devices) normalises with
 the global batch statistics: outputs and updated statistics equal one device on the whole
 batch; without axis_name (the control) each device normalises its own 2 examples.
-Run by tests/test_models.py (tests/multidevice/__init__.py: run_script).
+Run by tests/test_networks_protocol.py (tests/multidevice/__init__.py: run_script).
 """
 
 import jax

@@ -3,7 +3,7 @@
 It must be the trainer's loss (the variants' settings, `losses.per_example_loss` reduced by the
 batch mean, the epoch from the step counter), carry GEDL's tau state, and be pure under jit,
 vmap and shard_map. The trajectory against the built-in trainer is in
-test_evidential_objective_vs_trainer.py; the documented example in test_library_docs.py.
+test_methods_objective_vs_trainer.py; the documented example in test_library_docs.py.
 """
 
 import dataclasses
