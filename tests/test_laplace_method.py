@@ -170,6 +170,9 @@ def test_a_softmax_run_evaluates_as_laplace_without_retraining(tmp_path):
     results = json.loads((workdir / "as_laplace" / "eval_results.json").read_text())
     assert results["method"] == "last-layer Laplace (probit)"
     assert results["variant"] == "laplace"
+    chosen = results["fit"]["prior_precision"]   # a grid point, kept in float32
+    assert min(abs(g - chosen) / g for g in closed_form.PRIOR_PRECISION_GRID) < 1e-6
+    assert results["fit"]["validation_nll"] > 0
     assert (workdir / "eval_results.json").read_bytes() == own   # the run's own, untouched
     # a laplace run trains as the softmax run, bit for bit, and evaluates to the same numbers
     own_laplace = tmp_path / "laplace"

@@ -54,6 +54,10 @@ def test_a_second_process_is_refused_naming_the_first(held):
     assert f"pid {child.pid} on {os.uname().nodename}" in message
     assert "started 20" in message and "UTC" in message
     assert "use another --workdir" in message
+    with pytest.raises(lock.WorkdirBusyError) as refused:
+        with lock.holding(folder / "as_laplace", "the results folder"):
+            pass
+    assert str(refused.value).endswith("wait for it to finish or stop it, or use another folder")
 
 
 @pytest.mark.parametrize("relative", ["seed_0", "members/seed_3", "."])

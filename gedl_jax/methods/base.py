@@ -235,6 +235,11 @@ class Method:
         del variables, batches, validation_batches
         return method_state
 
+    def fit_summary(self, method_state: PyTree) -> dict[str, float]:
+        """What `fit` chose, for the results ("fit"): {} when there is nothing to say."""
+        del method_state
+        return {}
+
     # --- prediction ------------------------------------------------------------------------
     def predict(self, variables: Variables, method_state: PyTree, images_BxHxWxC: jax.Array,
                 key: jax.Array) -> dict[str, jax.Array]:

@@ -150,6 +150,12 @@ class LastLayerLaplace(Softmax):
                 "prior_precision": jnp.asarray(fit.prior_precision, jnp.float32),
                 "validation_nll": jnp.asarray(nlls[fit.prior_precision], jnp.float32)}
 
+    def fit_summary(self, method_state: PyTree) -> dict[str, float]:
+        if "prior_precision" not in method_state:
+            return {}
+        return {name: float(method_state[name]) for name in ("prior_precision",
+                                                             "validation_nll")}
+
     def predict(self, variables: Variables, method_state, images_BxHxWxC: jax.Array,
                 key: jax.Array) -> dict[str, jax.Array]:
         if "covariance_AxKxAxK" not in method_state:

@@ -238,8 +238,9 @@ def _busy_message(folder: pathlib.Path, locked: pathlib.Path, holder: dict, what
            f"{holder.get('started', '?')}"
            f"{': ' + holder['command'] if holder.get('command') else ''}")
     where = "" if _resolved(locked) == _resolved(folder) else f" (it holds {locked})"
+    other = f"another {what}" if what.startswith("--") else "another folder"
     return (f"{what}={folder} is in use by another gedl-jax process ({who}){where}: wait for "
-            f"it to finish or stop it, or use another {what}")
+            f"it to finish or stop it, or use {other}")
 
 
 def _release(path: pathlib.Path, fd: int) -> None:

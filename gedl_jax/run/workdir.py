@@ -182,6 +182,9 @@ def evaluate_run(run: RestoredRun, workdir, extra_ood: tuple[str, ...] = (),
         with numerics.precision(exp.config):
             posthoc_scores, section = posthoc_results(run, names, id_pred, ood_sets)
         results["posthoc"] = section
+    fit = exp.method.fit_summary(run.state.method_state)
+    if fit:   # what the method's fit after training chose (Laplace's prior precision)
+        results["fit"] = fit
     results.update({"variant": exp.config.variant, "method": exp.method.describe(),
                     "score_captions": dict(exp.method.score_captions),
                     "dataset": exp.config.dataset, "seed": exp.seed, "workdir": str(workdir),
