@@ -86,7 +86,9 @@ PAPER = {
 
 STUDIES = {
     # Every method of the paper's tables that the toolkit has (configuration.VARIANTS), the
-    # EDL family first; "ensemble" is a deep ensemble of 5 softmax networks.
+    # EDL family first, and the plain softmax classifier (the base of the post-hoc OOD scores
+    # and of `laplace`, which evaluates from its runs: `evaluate --as_method=laplace`);
+    # "ensemble" is a deep ensemble of 5 softmax networks.
     "main": lambda: [(v, v, {}) for v in MAIN_METHODS if v in configuration.VARIANTS]
                     + [("ensemble", "ensemble", {})],
     "ablation": lambda: [(v, v, {}) for v in ("ablation_base", "ablation_kl_all",
@@ -109,8 +111,8 @@ GEDL_READINGS = {
     "evidence_exp": {"evidence": "exp"},
 }
 
-MAIN_METHODS = ("gedl", "edl", "iedl", "redl", "red", "mc_dropout", "duq", "kl_pn", "rkl_pn",
-                "postnet", "daedl", "fedl")
+MAIN_METHODS = ("gedl", "edl", "iedl", "redl", "red", "mc_dropout", "softmax", "duq", "kl_pn",
+                "rkl_pn", "postnet", "daedl", "fedl")
 
 SETTINGS = {
     # 3 epochs on the first 12,000 training images: 5 variants x 5 seeds in well under an hour on
@@ -119,7 +121,7 @@ SETTINGS = {
     "short": {"num_epochs": 3, "train_examples": 12000, "val_examples": 2000,
               "log_every_steps": 50},
     # The whole training split (MNIST: 48,000) for 1 epoch, schedules over that epoch: every
-    # method of the main study (12 + a 5-member ensemble) x 3 seeds is 51 trainings, about an
+    # method of the main study (13 + a 5-member ensemble) x 3 seeds is 54 trainings, about an
     # hour on an idle 2-core CPU (Python 3.13 / jax 0.12: ~1,400 img/s, ~70 s a run with its
     # evaluation). `--override=num_epochs=N` for longer. Keep --out outside the checkout: an
     # interrupted study resumes there.
