@@ -45,7 +45,7 @@ import time
 import jax
 
 from gedl_jax import cli, configuration, evaluation, files, train
-from gedl_jax.run import lock, preemption, rundir
+from gedl_jax.run import lock, numerics, preemption, rundir
 
 # The paper's numbers (AUPR %, accuracy %): main Table results and Table additional_baselines.
 PAPER = {
@@ -395,6 +395,10 @@ def _main(args: argparse.Namespace, argv) -> int:
         files.check_writable(out, "--out")
         out.mkdir(parents=True, exist_ok=True)
         return _study(args, argv, seeds, configs, out)
+    # The runs train in this process: the determinism flags must be set before anything
+    # starts jax's backend (`environment()` does), or no run gets them (`numerics`).
+    numerics.configure_process(any(bool(c.get("deterministic", True)) for _, c in configs),
+                               out)
     with lock.holding(out, "--out"):   # checked writable, created, and ours alone
         return _study(args, argv, seeds, configs, out)
 

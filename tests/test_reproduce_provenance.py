@@ -3,8 +3,16 @@ from reused runs names those environments, not only the machine that wrote the t
 import json
 import pathlib
 import shutil
+import subprocess
+import sys
 
-from training_fixtures import load_script, needs_committed_results
+from training_fixtures import (
+    TINY_FIELDS,
+    load_script,
+    needs_committed_results,
+    subprocess_env,
+    write_tiny_mnist,
+)
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -166,3 +174,23 @@ def test_aggregate_only_names_the_unfinished_runs_and_writes_nothing(tmp_path, c
     assert not (out / "results.md").exists() and not (out / "runs" / "duq").exists()
     assert reproduce.main(["--study=main", "--aggregate_only", f"--out={tmp_path / 'none'}"]) == 2
     assert not (tmp_path / "none").exists()
+
+
+def test_the_runs_of_a_study_train_under_the_determinism_flags(tmp_path):
+    """The study's runs train in its own process, after `environment()` has started jax's
+    backend: the flags are set before that (its results say they were in force), with no
+    determinism flag in the caller's XLA_FLAGS."""
+    data_dir = write_tiny_mnist(tmp_path / "data")
+    env = subprocess_env(tmp_path / "cache")
+    env["XLA_FLAGS"] = " ".join(f for f in env["XLA_FLAGS"].split()
+                                if "deterministic" not in f and "autotune" not in f)
+    fields = dict(TINY_FIELDS, num_epochs=1, allow_chance=True, evaluate_at_end=True)
+    out = tmp_path / "study"
+    proc = subprocess.run([sys.executable, "bin/reproduce.py", "--study=main", "--setting=short",
+                           "--variants=softmax", "--seeds=0", f"--data_dir={data_dir}",
+                           *(f"--override={k}={v}" for k, v in fields.items()),
+                           f"--out={out}"], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = json.loads((out / "runs" / "softmax" / "seed_0" / "eval_results.json").read_text())
+    assert results["numerics"]["deterministic_flags_in_force"] is True
