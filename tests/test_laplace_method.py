@@ -183,6 +183,14 @@ def test_a_softmax_run_evaluates_as_laplace_without_retraining(tmp_path):
     assert_same_tree(saved_state(own_laplace)[0], saved_state(workdir)[0])
     direct = json.loads((own_laplace / "eval_results.json").read_text())
     assert direct["id"] == results["id"]
+    # --calibrate: the calibrators' comparison (with SmoothECE), into --out
+    proc = evaluate("--as_method=laplace", "--calibrate", f"--out={tmp_path / 'calibrated'}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    calibrated = json.loads((tmp_path / "calibrated" / "eval_results.json").read_text())
+    assert calibrated["evaluation_options"]["calibrate"] is True
+    assert {"none", "temperature", "isotonic"} <= set(calibrated["calibrators"]["after"]) | {"none"}
+    assert "smooth_ece" in calibrated["calibrators"]["before"]
+    assert "SmoothECE" in proc.stdout
     proc = evaluate("--as_method=duq")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("error: --as_method=duq")
