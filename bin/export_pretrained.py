@@ -69,19 +69,31 @@ def difference_text(own: dict, here: dict, headline_own: dict, headline_here: di
             f"(relative where above 1)")
 
 
-def training_minutes(metrics: pathlib.Path) -> tuple[float | None, int]:
+def training_minutes(metrics: pathlib.Path, log_every_steps: int | None = None
+                     ) -> tuple[float | None, int]:
     """(minutes from the first to the last logged line of a run's metrics.jsonl, not counting
     the time between a stop and its resume; the number of resumes). A resume shows as a
-    training step logged again (the resumed process retrains from its checkpoint): the interval
-    before that line is left out."""
+    training step logged again (the resumed process retrained from an older checkpoint), or,
+    given the run's `log_every_steps`, as a training line at a step that is neither a log point
+    nor an epoch end (a validation line's step): a stopped process's last line, its checkpoint
+    at that step. The interval after such a stop line, or before the line logged again, is
+    left out."""
     records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
     records = [r for r in records if "time" in r]
     if len(records) < 2:
         return None, 0
+    epoch_ends = {r["step"] for r in records if r.get("split") == "validation"}
+
+    def stop_line(record: dict) -> bool:
+        return (log_every_steps is not None and record.get("split") == "train"
+                and record["step"] % log_every_steps != 0 and record["step"] not in epoch_ends)
+
     seconds, resumes, last_train_step = 0.0, 0, None
     for previous, record in zip(records, records[1:]):
         if (record.get("split") == "train" and last_train_step is not None
                 and record["step"] <= last_train_step):
+            resumes += 1
+        elif stop_line(previous):   # the next line is the resumed process's
             resumes += 1
         else:
             seconds += record["time"] - previous["time"]
@@ -164,7 +176,8 @@ def main(argv=None) -> int:
         name = f"{dataset}/{variant}{args.suffix}"
         out = package_dir / f"{dataset}_{variant}{args.suffix}.msgpack"
         entry = export.export_workdir(run, out, results=kept / "eval_results.json")
-        minutes, resumes = (training_minutes(run / "metrics.jsonl")
+        log_every = json.loads((run / "config.json").read_text()).get("log_every_steps")
+        minutes, resumes = (training_minutes(run / "metrics.jsonl", log_every)
                             if (run / "metrics.jsonl").is_file() else (None, 0))
         entry.update(environment_fields(run))
         entry.update({

@@ -402,6 +402,17 @@ def test_bin_export_pretrained_training_time_leaves_out_the_stops(tmp_path):
     assert script.wall_time_text(minutes, resumes) == (
         "1.1 min from the first to the last logged step, not counting the time between 1 stop "
         "and its resume")
+    # a stop that checkpoints where it stops (step 130, neither a log point nor an epoch end):
+    # the resumed process logs no step again, and the stop is found given log_every_steps
+    lines = [(0, "train", 0.0), (100, "train", 10.0), (100, "validation", 15.0),
+             (130, "train", 20.0),      # preempted here, its checkpoint at step 130
+             (150, "train", 920.0),     # the resumed process, 15 minutes later
+             (200, "train", 930.0), (200, "validation", 932.0)]
+    metrics.write_text("".join(json.dumps({"step": s, "split": split, "time": t}) + "\n"
+                               for s, split, t in lines))
+    assert script.training_minutes(metrics, log_every_steps=50) == (
+        pytest.approx(32 / 60), 1)
+    assert script.training_minutes(metrics)[1] == 0   # without it: not seen
     assert script.wall_time_text(2.0, 0) == "2.0 min from the first to the last logged step"
     assert script.wall_time_text(None, 0) == "not recorded"
 
