@@ -28,12 +28,18 @@ import sys
 HERE = pathlib.Path(__file__).resolve().parent
 RESULTS = HERE.parents[1] / "docs" / "results" / "gedl_convergence"   # the study's results
 READINGS = ("gedl", "kl_masked", "tau_step", "tau_sum_over_c")
-COLUMNS = ("Acc", "Conf.MP", "KMNIST MP", "KMNIST UM", "FMNIST MP", "FMNIST UM")
-PATHS = (("id", "accuracy"), ("id", "misclassification", "mp", "aupr"),
-         ("ood", "kmnist", "detection", "mp", "aupr_in"),
-         ("ood", "kmnist", "detection", "um", "aupr_in"),
-         ("ood", "fashion_mnist", "detection", "mp", "aupr_in"),
-         ("ood", "fashion_mnist", "detection", "um", "aupr_in"))
+
+
+def _load(path: pathlib.Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# The paper's MNIST columns and where an evaluation holds them: the long table's definition
+_AGAINST_PAPER = _load(HERE.parent / "mnist_long" / "against_paper.py", "against_paper")
+COLUMNS, PATHS = _AGAINST_PAPER.COLUMNS, _AGAINST_PAPER.PATHS
 
 
 def headline(path: pathlib.Path) -> list[float]:
@@ -49,10 +55,7 @@ def headline(path: pathlib.Path) -> list[float]:
 
 
 def paper_row() -> list[float]:
-    spec = importlib.util.spec_from_file_location("rank_readings", HERE / "rank_readings.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.paper_row()
+    return _load(HERE / "rank_readings.py", "rank_readings").paper_row()
 
 
 def distances(folder: pathlib.Path) -> list[tuple[str, str, int, float]]:
