@@ -518,6 +518,7 @@ def train_ensemble(config, workdir: str | pathlib.Path) -> dict[str, Any]:
     probabilities; the mutual information between prediction and member as the epistemic
     score "neg_mi")."""
     workdir = pathlib.Path(workdir)
+    numerics.configure_process(bool(config.get("deterministic", True)), workdir)
     config = experiment.resolve_config(config, jax.device_count())
     size, seed = int(config.ensemble_size), int(config.seed)
     members = configuration.ensemble_member_config(config)
