@@ -98,7 +98,7 @@ class OfficialData:
 
     @classmethod
     def load(cls, config, *, obtain: bool = True) -> OfficialData:
-        """`config`: a resolved config (`resolve_config`; its list fields are tuples)."""
+        """`config`: one whose list fields are tuples (`resolve_config`, or `saved_config`'s)."""
         ood_names = config.ood_datasets + config.extra_ood
         what = f"loading {config.dataset}" + (f" and {len(ood_names)} OOD set(s)"
                                               if ood_names else "")
