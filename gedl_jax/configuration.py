@@ -647,6 +647,32 @@ def normalize_lists(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     return c
 
 
+class ResolvedConfig(ml_collections.FrozenConfigDict):
+    """A run's config as `resolve` returns it: read-only (setting a field raises
+    AttributeError), so nothing below the run's entry point changes or resolves it again."""
+
+
+def resolve(c: ml_collections.ConfigDict, num_devices: int = 1,
+            own_data: dict[str, Any] | None = None) -> ResolvedConfig:
+    """The config a run reads, resolved once where it starts: a copy of `c` (left as it is) with
+    its list fields as tuples (`normalize_lists`), the fields your own data decides set
+    (`own_data`: num_classes, model; `gedl_jax.run.experiment.own_data_facts`), validated
+    (`validate_config`) and frozen. A `ResolvedConfig` is returned as it is."""
+    if isinstance(c, ResolvedConfig):
+        return c
+    copy = (c.as_configdict() if isinstance(c, ml_collections.FrozenConfigDict)
+            else c.copy_and_resolve_references())
+    set_fields(normalize_lists(copy), **(own_data or {}))
+    validate_config(copy, num_devices)
+    return ResolvedConfig(copy)
+
+
+def _resolved_with(c: ResolvedConfig, **fields: Any) -> ResolvedConfig:
+    """A resolved copy of `c` with `fields` changed (the per-seed and per-member copies, whose
+    changes validation has nothing against), not validated again."""
+    return ResolvedConfig(set_fields(c.as_configdict(), **fields))
+
+
 def set_fields(c: ml_collections.ConfigDict, **fields: Any) -> ml_collections.ConfigDict:
     """Set `fields` on `c` in place (list fields also from comma-separated text) and return it:
     `set_fields(config, ood_datasets="kmnist", num_epochs=3)`."""
@@ -661,7 +687,10 @@ def parse_seeds(c: ml_collections.ConfigDict) -> list[int]:
 
 
 def with_seed(c: ml_collections.ConfigDict, seed: int) -> ml_collections.ConfigDict:
-    """A copy of `c` for one seed of a several-seed run (`seeds` cleared)."""
+    """A copy of `c` for one seed of a several-seed run (`seeds` cleared); resolved where `c`
+    is."""
+    if isinstance(c, ResolvedConfig):
+        return _resolved_with(c, seed=int(seed), seeds=())
     seeded = c.copy_and_resolve_references()
     with seeded.unlocked():
         seeded.seed = int(seed)
@@ -671,7 +700,9 @@ def with_seed(c: ml_collections.ConfigDict, seed: int) -> ml_collections.ConfigD
 
 def ensemble_member_config(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     """The config of a deep ensemble's members: the same method and settings, no ensemble, no
-    evaluation of its own (the ensemble is evaluated as one model)."""
+    evaluation of its own (the ensemble is evaluated as one model); resolved where `c` is."""
+    if isinstance(c, ResolvedConfig):
+        return _resolved_with(c, ensemble_size=0, seeds=(), evaluate_at_end=False, plots=False)
     member = c.copy_and_resolve_references()
     with member.unlocked():
         member.ensemble_size = 0
@@ -775,25 +806,6 @@ def _validate_no_repeats(c: ml_collections.ConfigDict) -> None:
     if both:
         raise ValueError(f"{', '.join(both)} is in both config.ood_datasets and "
                          f"config.extra_ood: list each OOD set once")
-
-
-def validate_data_sizes(c: ml_collections.ConfigDict, num_train: int, num_validation: int,
-                        dataset: str = "") -> None:
-    """The checks that need the data: one whole batch of training examples, something to
-    validate on. Called before anything is written into the workdir."""
-    where = f" of {dataset}" if dataset else ""
-    if c.batch_size > num_train:
-        raise ValueError(f"config.batch_size={c.batch_size} exceeds the {num_train} training "
-                         f"examples{where}: use --config.batch_size={_fitting_batch(num_train)} "
-                         f"or less, or more config.train_examples")
-    if num_validation < 1:
-        raise ValueError(f"the validation split{where} is empty: raise config.val_fraction or "
-                         f"config.val_examples")
-
-
-def _fitting_batch(num_train: int) -> int:
-    """The largest power of two <= num_train (a batch size that fits)."""
-    return 1 << (max(num_train, 1).bit_length() - 1)
 
 
 def _validate_distributed(c: ml_collections.ConfigDict) -> None:

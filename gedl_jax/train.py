@@ -34,7 +34,7 @@ from __future__ import annotations
 import pathlib
 import sys
 
-from gedl_jax import cli, configs, configuration, data, methods
+from gedl_jax import cli, configs, configuration, data
 from gedl_jax.run import experiment, heartbeat, lock, numerics, preemption, training
 from gedl_jax.run.distributed import initialize_distributed
 from gedl_jax.run.heartbeat import log
@@ -54,9 +54,7 @@ def run(config, workdir) -> list[dict]:
 
     # the GPU flags before the device count below starts the backend (run/numerics.py)
     numerics.configure_process(bool(config.get("deterministic", True)), workdir)
-    experiment.resolve_own_data(config)
-    configuration.validate_config(config, jax.device_count())
-    methods.check_config(config)
+    config = experiment.resolve_config(config, jax.device_count())
     with lock.holding(workdir, create=False):
         return training.run(config, workdir)
 

@@ -53,14 +53,14 @@ class RunData:
     train_index: np.ndarray
 
 
-def obtain_inputs(config) -> None:
+def obtain_inputs(config, sources: DataSources | None = None) -> None:
     """Pre-flight: make every split and OOD set of the run loadable before any work, i.e.
     downloaded and verified (config.download, config.data_mirror), or all missing files named in
     one error. Under jax.distributed only process 0 downloads; the others wait at a barrier and
-    then verify the files as they load them."""
+    then verify the files as they load them. `sources`: the run's, else the config's."""
     own_id = data.is_own(config.dataset)   # npz:/tfds: data is read where it is, no fetching
     wanted = ([] if own_id else [(config.dataset, "train"), (config.dataset, "test")]) + [
-        data.source_split(name) for name in configuration.parse_list(config.ood_datasets)
+        data.source_split(name) for name in config.ood_datasets
         if data.is_ood_name(name)]   # a derived OOD set (cifar10_gray28): its source's files
     if not wanted:
         return
@@ -69,7 +69,7 @@ def obtain_inputs(config) -> None:
                          "the data cache (config.cache_dir, else $GEDL_CACHE_DIR)")
     fetching = dict(download=config.get("download", "auto"),
                     mirror=config.get("data_mirror", "") or None)
-    sources = DataSources.from_config(config).kwargs()
+    sources = (sources or DataSources.from_config(config)).kwargs()
     if jax.process_count() == 1:
         data.ensure_available(wanted, **sources, **fetching)
         return
@@ -98,18 +98,18 @@ class OfficialData:
 
     @classmethod
     def load(cls, config, *, obtain: bool = True) -> OfficialData:
-        ood_names = (configuration.parse_list(config.ood_datasets)
-                     + configuration.parse_list(config.extra_ood))
+        """`config`: one whose list fields are tuples (`resolve_config`, or `saved_config`'s)."""
+        ood_names = config.ood_datasets + config.extra_ood
         what = f"loading {config.dataset}" + (f" and {len(ood_names)} OOD set(s)"
                                               if ood_names else "")
         with heartbeat.announced(f"{what} (decoded once, then read from the cache)"):
-            return cls._load(config, obtain)
+            return cls._load(config, obtain, DataSources.from_config(config))
 
     @classmethod
-    def _load(cls, config, obtain: bool) -> OfficialData:
+    def _load(cls, config, obtain: bool, data_sources: DataSources) -> OfficialData:
         if obtain:
-            obtain_inputs(config)
-        sources = dict(DataSources.from_config(config).kwargs(), download="never")
+            obtain_inputs(config, data_sources)
+        sources = dict(data_sources.kwargs(), download="never")
         validation = None
         if data.is_own(config.dataset):
             own = data.load_own(config.dataset, config.tfds_data_dir or None)
@@ -120,9 +120,8 @@ class OfficialData:
         for split in (official, test):
             _check_labels_fit(config, split)
         ood = {}
-        for name in configuration.parse_list(config.ood_datasets) + configuration.parse_list(
-                config.extra_ood):
-            ood[name] = load_ood_set(config, name, official, download="never")
+        for name in config.ood_datasets + config.extra_ood:
+            ood[name] = load_ood_set(config, name, official, data_sources, download="never")
             ood[name] = ood[name].subset(config.eval_examples)
         return cls(official, test.subset(config.eval_examples), ood, validation)
 
@@ -150,14 +149,17 @@ class OfficialData:
                        test=self.test, ood=self.ood, train_index=train_idx)
 
 
-def load_ood_set(config, name: str, train: data.Split, **fetching) -> data.Split:
+def load_ood_set(config, name: str, train: data.Split, sources: DataSources | None = None,
+                 **fetching) -> data.Split:
     """The OOD set `name` (a built-in or derived name, an IDX folder, "npz:<path>" or
-    "tfds:<name>"), checked to have the shape of the `train` examples. `fetching`: `download`
-    / `mirror` for `data.load_ood` (its defaults: fetch what is missing)."""
+    "tfds:<name>"), checked to have the shape of the `train` examples. `sources`: the run's,
+    else the config's; `fetching`: `download` / `mirror` for `data.load_ood` (its defaults:
+    fetch what is missing)."""
     if data.is_own(name):
         ood = data.load_own_ood(name, train, config.tfds_data_dir or None)
     else:
-        ood = data.load_ood(name, **DataSources.from_config(config).kwargs(), **fetching)
+        ood = data.load_ood(name, **(sources or DataSources.from_config(config)).kwargs(),
+                            **fetching)
     _check_ood_shape(name, ood, train)
     return ood
 
@@ -176,26 +178,62 @@ def _check_ood_shape(name: str, ood: data.Split, train: data.Split) -> None:
                          f"have the in-distribution image size and channels")
 
 
-def resolve_own_data(config) -> None:
-    """For your own data (`config.dataset` "npz:<path>" / "tfds:<name>"), in place and before
-    validation: config.num_classes from the labels, config.model "mlp" where none is named and
-    the inputs are vectors; one-line errors for what the data rules out (no model for images,
-    augmentation of vectors). Nothing for the built-in datasets."""
+def check_data_sizes(config, run_data: RunData) -> None:
+    """The checks of the config that need the data: one whole batch of training examples,
+    something to validate on. Called before anything is written into the workdir."""
+    num_train, where = len(run_data.train.labels), f" of {config.dataset}"
+    if config.batch_size > num_train:
+        raise ValueError(f"config.batch_size={config.batch_size} exceeds the {num_train} "
+                         f"training examples{where}: use --config.batch_size="
+                         f"{_fitting_batch(num_train)} or less, or more config.train_examples")
+    if len(run_data.validation.labels) < 1:
+        raise ValueError(f"the validation split{where} is empty: raise config.val_fraction or "
+                         f"config.val_examples")
+
+
+def _fitting_batch(num_train: int) -> int:
+    """The largest power of two <= num_train (a batch size that fits)."""
+    return 1 << (max(num_train, 1).bit_length() - 1)
+
+
+def resolve_config(config, num_devices: int) -> configuration.ResolvedConfig:
+    """The config a run reads, resolved once where the run starts (and where a workdir is
+    restored): `configuration.resolve` with the facts of your own data (`own_data_facts`), then
+    the method's own checks (`methods.check_config`). A resolved config is returned as it is;
+    `config` itself is not changed."""
+    if isinstance(config, configuration.ResolvedConfig):
+        return config
+    resolved = configuration.resolve(config, num_devices, own_data_facts(config))
+    methods.check_config(resolved)
+    return resolved
+
+
+def own_data_facts(config) -> dict[str, Any]:
+    """For your own data (`config.dataset` "npz:<path>" / "tfds:<name>"), the fields the data
+    decides: num_classes from the labels, model "mlp" where none is named and the inputs are
+    vectors; one-line errors for what the data rules out (no model for images, augmentation of
+    vectors). {} for the built-in datasets."""
     if not data.is_own(config.dataset):
-        return
+        return {}
     own = data.load_own(config.dataset, config.tfds_data_dir or None)
     shape = own.train.image_shape
-    config.num_classes = int(own.num_classes)
+    facts: dict[str, Any] = {"num_classes": int(own.num_classes)}
     if not config.model:
         if len(shape) != 1:
             raise ValueError(f"{config.dataset} holds images {shape}: name a network, "
                              f"--config.model=resnet18, or <importable.module>:<Name> "
                              f"(the MLP is the default only for vectors)")
-        config.model = "mlp"
+        facts["model"] = "mlp"
     if config.augment and len(shape) != 3:
         raise ValueError(f"config.augment=True flips and crops images (H, W, C); "
                          f"{config.dataset} holds inputs of shape {shape}: set "
                          f"--config.augment=False")
+    return facts
+
+
+def resolve_own_data(config) -> None:
+    """`own_data_facts` set on `config`, in place (before validating it yourself)."""
+    configuration.set_fields(config, **own_data_facts(config))
 
 
 def load_run_data(config) -> RunData:

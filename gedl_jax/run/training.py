@@ -17,7 +17,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from gedl_jax import configuration, data, files, methods
+from gedl_jax import configuration, data, files
 from gedl_jax.evaluation.core import evaluate_predictions
 from gedl_jax.run import (
     checkpointing,
@@ -76,9 +76,7 @@ def train_and_evaluate(config, workdir: str | pathlib.Path, *,
     steps (tests of resumption); checkpoints written before that point stay.
     """
     numerics.configure_process(bool(config.get("deterministic", True)), workdir)
-    experiment.resolve_own_data(config)
-    configuration.validate_config(config, jax.device_count())
-    methods.check_config(config)
+    config = experiment.resolve_config(config, jax.device_count())
     run_ = SeedRun(experiment.Experiment.from_config(config), pathlib.Path(workdir))
     return _train_seeds([run_], stop_after_steps=stop_after_steps)[0]
 
@@ -95,9 +93,7 @@ def train_and_evaluate_vmapped(config, workdir: str | pathlib.Path, seeds: list[
     newest checkpoint step that every seed saved.
     """
     numerics.configure_process(bool(config.get("deterministic", True)), workdir)
-    experiment.resolve_own_data(config)
-    configuration.validate_config(config, jax.device_count())
-    methods.check_config(config)
+    config = experiment.resolve_config(config, jax.device_count())
     official = experiment.OfficialData.load(config)
     runs = []
     for seed in seeds:
@@ -283,9 +279,7 @@ def _prepare_loop(runs: list[SeedRun], pool: data.Split | None, mesh) -> _Loop:
     config, method = runs[0].config, runs[0].experiment.method
     num_train = len(runs[0].experiment.data.train.labels)
     for run_ in runs:   # everything checked before anything is written
-        configuration.validate_data_sizes(run_.config, len(run_.experiment.data.train.labels),
-                                          len(run_.experiment.data.validation.labels),
-                                          config.dataset)
+        experiment.check_data_sizes(run_.config, run_.experiment.data)
     for run_ in runs:
         rundir.prepare(run_.workdir, run_.config)
     numerics.make_autotune_folder()
@@ -524,6 +518,8 @@ def train_ensemble(config, workdir: str | pathlib.Path) -> dict[str, Any]:
     probabilities; the mutual information between prediction and member as the epistemic
     score "neg_mi")."""
     workdir = pathlib.Path(workdir)
+    numerics.configure_process(bool(config.get("deterministic", True)), workdir)
+    config = experiment.resolve_config(config, jax.device_count())
     size, seed = int(config.ensemble_size), int(config.seed)
     members = configuration.ensemble_member_config(config)
     log(f"=== ensemble of {size} ({config.variant}, seed {seed}): members seeds "
@@ -543,10 +539,10 @@ def run(config, workdir: str | pathlib.Path) -> list[dict[str, Any]]:
     """One run per seed of `config.seeds` (workdir/seed_<s>), or a single run in `workdir`;
     a deep ensemble per seed when `config.ensemble_size` is set."""
     numerics.configure_process(bool(config.get("deterministic", True)), workdir)
-    experiment.resolve_own_data(config)   # K and the default model, before any copy of config
+    config = experiment.resolve_config(config, jax.device_count())   # before any copy of it
     seeds = configuration.parse_seeds(config)
     workdir = pathlib.Path(workdir)
-    single_dir = not configuration.as_tuple("seeds", config.seeds)
+    single_dir = not config.seeds
     if config.ensemble_size:
         results = [train_ensemble(configuration.with_seed(config, s),
                                   workdir if single_dir else workdir / f"seed_{s}")

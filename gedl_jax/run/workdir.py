@@ -17,7 +17,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from gedl_jax import configuration, data, files, methods, networks
+from gedl_jax import configuration, data, files, networks
 from gedl_jax.evaluation import core, posthoc, report, saved, sections
 from gedl_jax.run import (
     checkpointing,
@@ -347,11 +347,8 @@ def restore_run(workdir, overrides: dict[str, Any] | None = None, *,
     """A gedl_jax.train workdir's best checkpoint with its setup (`official`: the loaded data,
     to share it between runs of one dataset)."""
     workdir = pathlib.Path(workdir)
-    config = saved_config(workdir, overrides)
     mesh = sharding.make_mesh()
-    experiment.resolve_own_data(config)
-    configuration.validate_config(config, mesh.size)
-    methods.check_config(config)
+    config = experiment.resolve_config(saved_config(workdir, overrides), mesh.size)
     official = official or experiment.OfficialData.load(config)
     exp = experiment.Experiment.from_config(config, official.for_seed(config, int(config.seed)))
     tx = optimizer.make_optimizer(config, total_steps=1)
