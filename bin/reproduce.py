@@ -44,7 +44,7 @@ import time
 
 import jax
 
-from gedl_jax import cli, configuration, evaluation, files, train
+from gedl_jax import cli, configuration, evaluation, files, methods, train
 from gedl_jax.run import lock, numerics, preemption, rundir
 
 # The paper's numbers (AUPR %, accuracy %): main Table results and Table additional_baselines.
@@ -439,6 +439,9 @@ def _study(args: argparse.Namespace, argv, seeds: list[int], configs, out: pathl
         for seed in seeds:
             result = json.loads((run_dir / f"seed_{seed}" / "eval_results.json").read_text())
             result["variant"] = name
+            # results written before methods recorded what their scores mean: the method's own
+            # words (a class attribute; no score changed its definition since)
+            result.setdefault("score_captions", dict(methods.method_class(c).score_captions))
             grouped.setdefault(name, []).append(result)
     wall = time.time() - start
     vmap_note = "; each variant's seeds trained together (vmap)" if args.vmap_seeds else ""

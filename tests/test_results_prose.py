@@ -113,7 +113,7 @@ NOT_RESULTS: dict[str, dict[str, str]] = {
 # writes from the folder's runs; their numbers (the gaps and distances they compute) are results
 # too. A study's scripts live in studies/<folder>/ (`study_script`).
 TABLE_SCRIPTS = {
-    "mnist_long": [("against_paper.py", [])],
+    "mnist_long": [("against_paper.py", []), ("posthoc_rows.py", [])],
     "gedl_convergence": [("machines.py", []), ("rank_readings.py", ["all_readings/results.json"])],
 }
 
