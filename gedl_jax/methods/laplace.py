@@ -114,9 +114,6 @@ class LastLayerLaplace(Softmax):
         settings = cls.resolved_settings(config, setup.num_classes)
         return cls(*build_models(config), setup.num_classes, **settings)
 
-    def init_method_state(self) -> PyTree:
-        return {}   # training keeps none; `fit` makes it
-
     def fit(self, variables: Variables, method_state: PyTree,
             batches: Iterable[tuple[jax.Array, jax.Array]],
             validation_batches: Iterable[tuple[jax.Array, jax.Array]] = ()) -> PyTree:
