@@ -11,15 +11,14 @@ Layers, each importing only the ones above it (docs/architecture.md):
 """
 
 import importlib
-import importlib.abc
-import importlib.util
 import sys
+import types
 import warnings
 
 __version__ = "0.1.0"
 
-# Modules moved by the 0.2 layout, importable under their old names for one release (with a
-# DeprecationWarning); CHANGELOG.md lists them.
+# Modules moved or renamed since 0.1.0, importable under their old names in the next release
+# (with a DeprecationWarning); CHANGELOG.md lists them. The release after it removes this table.
 _MOVED = {
     **{f"gedl_jax.{m}": f"gedl_jax.run.{m}" for m in (
         "experiment", "programs", "steps", "sharding", "optimizer", "checkpointing", "rundir",
@@ -33,36 +32,39 @@ _MOVED = {
     "gedl_jax.models": "gedl_jax.networks",
     "gedl_jax.losses": "gedl_jax.evidential.loss",
     "gedl_jax.methods.networks": "gedl_jax.networks",
+    "gedl_jax.evidential.objectives": "gedl_jax.evidential.loss_terms",
+    "gedl_jax.methods.objective": "gedl_jax.methods.own_loop",
 }
 
 
-class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Resolves an old module name to the module at its new place."""
+class _MovedModule(types.ModuleType):
+    """An old module name: importing it costs nothing; reading a name from it warns once per
+    name and reads it from the module at the new place (a module `__getattr__`, as optax
+    deprecates names). Dunder names (`__file__`, `__spec__`, ...) are not forwarded, so tools
+    that walk `sys.modules` (inspect, doctest, pytest) see an empty module and no warning."""
 
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname in _MOVED:
-            return importlib.util.spec_from_loader(fullname, self)
-        return None
+    def __init__(self, old: str, new: str):
+        super().__init__(old, f"Deprecated: moved to {new}.")
+        self.__dict__["_new_name"] = new
 
-    def create_module(self, spec):
-        new = _MOVED[spec.name]
-        warnings.warn(f"{spec.name} moved to {new}; the old name goes in the next release",
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        new = self.__dict__["_new_name"]
+        warnings.warn(f"{self.__name__} moved to {new}; the old name goes in the next release",
                       DeprecationWarning, stacklevel=2)
-        return importlib.import_module(new)
-
-    def exec_module(self, module):
-        pass
+        return getattr(importlib.import_module(new), name)
 
 
-if not any(isinstance(f, _MovedModules) for f in sys.meta_path):
-    sys.meta_path.append(_MovedModules())
+for _old, _new in _MOVED.items():
+    sys.modules.setdefault(_old, _MovedModule(_old, _new))
 
 
 def __getattr__(name: str):
-    """`gedl_jax.EvidentialObjective` (imported on first use); `from gedl_jax import steps` (an
-    old name) still works for one release."""
+    """`gedl_jax.EvidentialObjective` (imported on first use); `gedl_jax.steps` (an old name)
+    still works for one release."""
     if f"gedl_jax.{name}" in _MOVED:
-        return importlib.import_module(f"gedl_jax.{name}")
+        return sys.modules[f"gedl_jax.{name}"]
     if name in ("EvidentialObjective", "ObjectiveState"):   # the own-loop API, on first use
-        return getattr(importlib.import_module("gedl_jax.methods.objective"), name)
+        return getattr(importlib.import_module("gedl_jax.methods.own_loop"), name)
     raise AttributeError(f"module 'gedl_jax' has no attribute {name!r}")

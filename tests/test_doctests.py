@@ -12,7 +12,7 @@ import pytest
 from gedl_jax import evidential as ev
 
 MODULES = ["gedl_jax.evidential", "gedl_jax.evidential.activations",
-           "gedl_jax.evidential.dirichlet", "gedl_jax.evidential.objectives",
+           "gedl_jax.evidential.dirichlet", "gedl_jax.evidential.loss_terms",
            "gedl_jax.evidential.prior", "gedl_jax.evidential.schedules",
            "gedl_jax.evidential.uncertainty"]
 PUBLIC_FUNCTIONS = [n for n in ev.__all__ if inspect.isfunction(getattr(ev, n))]

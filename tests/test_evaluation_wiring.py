@@ -40,7 +40,7 @@ from gedl_jax.evaluation import (
 PROVENANCE = ("variant", "method", "score_captions", "dataset", "seed", "workdir", "plots",
               "numerics",
               # computed from the network's logits and features, not from predictions.npz
-              # (tests/test_posthoc_run.py recomputes it from posthoc_scores.npz)
+              # (tests/test_posthoc_run.py recomputes it from predictions.npz)
               "posthoc")
 
 
@@ -340,6 +340,26 @@ def test_every_number_is_recomputed_from_predictions_npz(run):
         validation=saved["validation"],
         options=EvaluationOptions(**res["evaluation_options"]))
     assert json.loads(json.dumps(again)) == _without_provenance(res)
+
+
+def test_posthoc_scores_are_saved_apart_from_the_methods_scores(tmp_path):
+    from gedl_jax.evaluation import load_posthoc_scores, save_predictions
+
+    rng = np.random.default_rng(0)
+    probs = rng.dirichlet(np.ones(3), size=5)
+    test = Predictions(probs, {"mp": probs.max(1)}, np.arange(5) % 3)
+    ood = Predictions(probs[:2], {"mp": probs[:2].max(1)}, None)
+    energy = {"test": {"energy": rng.normal(size=5)}, "ood/a": {"energy": rng.normal(size=2)}}
+    path = save_predictions(tmp_path / "p.npz", test, {"a": ood}, posthoc=energy)
+    assert sorted(load_predictions(path)["test"].scores) == ["mp"]
+    back = load_posthoc_scores(path)
+    assert sorted(back) == ["ood/a", "test"]
+    np.testing.assert_array_equal(back["ood/a"]["energy"], energy["ood/a"]["energy"])
+    with pytest.raises(ValueError, match="shape"):
+        save_predictions(tmp_path / "q.npz", test, {}, posthoc={"test": {"e": np.ones(4)}})
+    with pytest.raises(ValueError, match="not saved"):
+        save_predictions(tmp_path / "q.npz", test, {}, posthoc={"ood/b": {"e": np.ones(2)}})
+    assert not (tmp_path / "q.npz").exists()
 
 
 def test_evaluate_model_reproduces_the_cli_results(run):

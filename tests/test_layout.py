@@ -39,7 +39,7 @@ ALLOWED_EXCEPTIONS = {"gedl_jax.configuration": ("gedl_jax.data.registry",),
 # Modules that import a module whose name is computed (not a string literal), and why: the
 # checker cannot see where such an arrow points, so no other module may have one.
 COMPUTED_IMPORTS = {
-    "gedl_jax": "old names of moved modules, resolved to their new places (_MOVED)",
+    "gedl_jax": "old names of moved modules, read from their new places (_MOVED)",
     "gedl_jax.networks.user": "a user's network class by its module name",
 }
 _IMPORT_FUNCTIONS = ("import_module", "__import__")

@@ -1,5 +1,5 @@
 """The post-hoc OOD scores in a run's evaluation (config.posthoc_scores): a tiny softmax run on
-generated data writes the "posthoc" section and every example's scores (posthoc_scores.npz),
+generated data writes the "posthoc" section and every example's scores (predictions.npz),
 each number recomputed here from those files; MSP is the softmax's own MP, so its detection
 equals the main table's; "none" leaves them out, an unknown name is one error before any
 work, and a method without logits gets none."""
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from test_train import data_dir, tiny_config  # noqa: F401
 
-from gedl_jax import methods, train
+from gedl_jax import evaluation, methods, train
 from gedl_jax.evaluation import metrics, posthoc
 
 
@@ -28,9 +28,14 @@ def test_a_softmax_run_writes_every_posthoc_score_and_its_results(softmax_run):
     section = res["posthoc"]
     assert section["scores"] == list(posthoc.POSTHOC_SCORE_NAMES)
     assert section["settings"]["fitted_on"] == "train" and section["settings"]["knn_k"] == 50
-    saved = np.load(softmax_run / "posthoc_scores.npz")
-    assert {k.split("/")[0] for k in saved.files} == {"test", "ood"}
+    posthoc_by_split = evaluation.load_posthoc_scores(softmax_run / "predictions.npz")
+    assert set(posthoc_by_split) == {"test", "ood/kmnist", "ood/fashion_mnist"}
+    saved = {f"{split}/score/{name}": values for split, by_score in posthoc_by_split.items()
+             for name, values in by_score.items()}
     predictions = np.load(softmax_run / "predictions.npz")
+    # apart from the method's own scores, which they leave as they are
+    own = evaluation.load_predictions(softmax_run / "predictions.npz")["test"].scores
+    assert set(own) == {"mp", "neg_entropy"}   # the softmax's own (categorical) scores
     labels = predictions["test/labels"]
     probs = predictions["test/probs"]
     for ood in ("kmnist", "fashion_mnist"):
@@ -54,7 +59,7 @@ def test_none_leaves_them_out_and_a_method_without_logits_gets_none(data_dir, tm
                     ood_datasets="kmnist", num_epochs=1, posthoc_scores="none")
     train.train_and_evaluate(c, tmp_path / "none")
     assert "posthoc" not in json.loads((tmp_path / "none" / "eval_results.json").read_text())
-    assert not (tmp_path / "none" / "posthoc_scores.npz").exists()
+    assert evaluation.load_posthoc_scores(tmp_path / "none" / "predictions.npz") == {}
     duq = tiny_config(data_dir, "duq", evaluate_at_end=True, eval_examples=40,
                       ood_datasets="kmnist", num_epochs=1)
     train.train_and_evaluate(duq, tmp_path / "duq")

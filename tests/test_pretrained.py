@@ -479,7 +479,13 @@ def test_evaluate_pretrained_mnist_gedl_prints_the_committed_numbers(tmp_path):
                           cwd=REPO, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "| gedl | 99.41 | 99.93 | 91.34 | 90.15 | 98.86 | 96.49 |" in proc.stdout
+    # every table by default, the calibrators' (with SmoothECE) and the SCOD one included
+    assert "Calibrators fitted on the validation split" in proc.stdout
+    assert "| gedl | dirichlet |" in proc.stdout and "SmoothECE" in proc.stdout
+    assert "(SCOD)" in proc.stdout
     written = json.loads((tmp_path / "eval_results.json").read_text())
+    assert set(written["calibrators"]["after"]) >= {"temperature", "dirichlet", "isotonic"}
+    assert written["posthoc"] and "test/posthoc/energy" in np.load(tmp_path / "predictions.npz")
     assert _missing_or_different(_comparable(json.loads(COMMITTED.read_text())), written) == []
 
 

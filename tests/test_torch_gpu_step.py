@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from studies import gpu_vs_torch
-from gedl_jax.evidential import activations, dirichlet, loss, objectives, prior, schedules
+from gedl_jax.evidential import activations, dirichlet, loss, loss_terms, prior, schedules
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 HAS_TORCH_HERE = importlib.util.find_spec("torch") is not None
@@ -71,7 +71,7 @@ def gedl_jax_loss_float64(logits, labels):
         alpha = prior.dirichlet_alpha(evidence, w, prior.uniform_base_rate(K, jnp.float64))
         prior_alpha = w[:, None] * prior.uniform_base_rate(K, jnp.float64)[None]
         assert alpha.dtype == jnp.float64
-        return np.asarray(objectives.expected_nll(alpha, jnp.asarray(labels))
+        return np.asarray(loss_terms.expected_nll(alpha, jnp.asarray(labels))
                           + dirichlet.dirichlet_kl(alpha, prior_alpha))
 
 

@@ -34,7 +34,7 @@ from gedl_jax.evaluation.core import (
     summarise_measures,
 )
 from gedl_jax.evaluation.report import aggregate, load_runs, main_table_values, results_table
-from gedl_jax.evaluation.saved import load_predictions, save_predictions
+from gedl_jax.evaluation.saved import load_posthoc_scores, load_predictions, save_predictions
 from gedl_jax.evaluation.scores import (
     DIRICHLET_SCORE_NAMES,
     MEASURE_NAMES,
@@ -50,7 +50,8 @@ __all__ = [
     "EvaluationOptions", "ModelOutputs", "Predictions", "aggregate", "calibrated_predictions",
     "categorical_scores", "confidence_scores",
     "dirichlet_predictions", "ensemble_epistemic_uncertainty", "evaluate_model",
-    "evaluate_outputs", "evaluate_predictions", "load_predictions", "load_runs",
+    "evaluate_outputs", "evaluate_predictions", "load_posthoc_scores", "load_predictions",
+    "load_runs",
     "sampled_scores", "save_predictions",
     "main_table_values",
     "rank_correlations", "results_table", "severity_summary", "summarise_measures",

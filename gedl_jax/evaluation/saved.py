@@ -11,8 +11,12 @@ them. Keys are ``<split>/<field>`` with split "test", "validation" (where evalua
   alpha            (N, K) float64 Dirichlet parameters (methods with a Dirichlet only)
   prior_strength   (N,) float64 the prior strength W of each example (idem)
   strength         (N,) float64 S = sum_k alpha_k (idem)
+  posthoc/<name>   (N,) float64 each post-hoc OOD score of the network's logits and features
+                   (``evaluation.posthoc``: "energy", "neg_mahalanobis", ...; where computed)
 
-plus ``meta/splits``, the split names in order. ``load_predictions`` gives back the
+plus ``meta/splits``, the split names in order. The post-hoc scores are kept apart from the
+method's own ``score/<name>``: ``load_predictions`` leaves them out, so recomputing the results
+from the file gives the same numbers with or without them; ``load_posthoc_scores`` reads them. ``load_predictions`` gives back the
 ``Predictions`` of each split, so ``evaluate_predictions(test, ood, validation=...,
 options=...)`` recomputes the results exactly (docs/evaluation.md).
 
@@ -36,7 +40,7 @@ import numpy as np
 from gedl_jax import files
 from gedl_jax.evaluation.core import Predictions
 
-__all__ = ["load_predictions", "predictions_arrays", "save_predictions"]
+__all__ = ["load_posthoc_scores", "load_predictions", "predictions_arrays", "save_predictions"]
 
 
 def predictions_arrays(predictions: Mapping[str, Predictions]) -> dict[str, np.ndarray]:
@@ -56,19 +60,44 @@ def predictions_arrays(predictions: Mapping[str, Predictions]) -> dict[str, np.n
 
 
 def save_predictions(path, test: Predictions, ood: Mapping[str, Predictions],
-                     validation: Predictions | None = None) -> pathlib.Path:
-    """Writes ``predictions.npz`` at `path` atomically (temporary file, then rename)."""
+                     validation: Predictions | None = None,
+                     posthoc: Mapping[str, Mapping[str, np.ndarray]] | None = None
+                     ) -> pathlib.Path:
+    """Writes ``predictions.npz`` at `path` atomically (temporary file, then rename);
+    `posthoc`: {split: {score name: (N,) scores}} of splits among the saved ones."""
     splits = {"test": test}
     if validation is not None:
         splits["validation"] = validation
     splits.update({f"ood/{name}": p for name, p in ood.items()})
     arrays = predictions_arrays(splits)
+    for split, by_score in (posthoc or {}).items():
+        if split not in splits:
+            raise ValueError(f"post-hoc scores of {split!r}, a split not saved "
+                             f"({sorted(splits)})")
+        for name, values in by_score.items():
+            values = np.asarray(values, np.float64)
+            if values.shape != (len(splits[split].probs),):
+                raise ValueError(f"post-hoc score {name!r} of {split!r} has shape "
+                                 f"{values.shape}, not ({len(splits[split].probs)},)")
+            arrays[f"{split}/posthoc/{name}"] = values
 
     def write(tmp: pathlib.Path) -> None:
         with open(tmp, "wb") as f:   # a file object: np.savez appends no ".npz" to it
             np.savez(f, **arrays)
 
     return files.write_with(path, write)
+
+
+def load_posthoc_scores(path) -> dict[str, dict[str, np.ndarray]]:
+    """{split: {score name: (N,) scores}} of the post-hoc scores in a ``predictions.npz`` ({}
+    when it has none)."""
+    out: dict[str, dict[str, np.ndarray]] = {}
+    with np.load(path, allow_pickle=False) as z:
+        for key in z.files:
+            split, sep, name = key.partition("/posthoc/")
+            if sep:
+                out.setdefault(split, {})[name] = z[key]
+    return out
 
 
 def load_predictions(path) -> dict[str, Predictions]:

@@ -23,7 +23,7 @@ from gedl_jax.evidential.activations import (
     softplus_evidence,
 )
 from gedl_jax.evidential.dirichlet import dirichlet_kl, fisher_logdet
-from gedl_jax.evidential.objectives import (
+from gedl_jax.evidential.loss_terms import (
     expected_mse,
     expected_nll,
     fisher_weighted_mse,

@@ -24,7 +24,7 @@ import optax
 
 from gedl_jax.evidential.activations import evidence_from_logits
 from gedl_jax.evidential.dirichlet import dirichlet_kl, fisher_logdet
-from gedl_jax.evidential.objectives import (
+from gedl_jax.evidential.loss_terms import (
     expected_mse,
     expected_nll,
     fisher_weighted_mse,

@@ -5,7 +5,7 @@ simplify analytically, and small remainders evaluated by asymptotic series (shif
 recurrences below the series range; no XLA lgamma / digamma, which carry ~2e-6 absolute error in
 float32). Differences F(y) - F(x) of nearly equal arguments are integrals of F' by 8-node
 Gauss-Legendre, so they keep relative precision however close y is to x. `dirichlet`,
-`objectives` and `uncertainty` build on these; each function states its domain and accuracy.
+`loss_terms` and `uncertainty` build on these; each function states its domain and accuracy.
 """
 
 from __future__ import annotations

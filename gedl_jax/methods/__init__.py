@@ -25,7 +25,7 @@ from gedl_jax.evaluation.posthoc import PosthocOptions
 from gedl_jax.methods import daedl, duq, evidential, fedl, laplace, postnet, prior_networks, softmax
 from gedl_jax.methods.base import LossOutput, Method, MethodSetup, StepContext
 from gedl_jax.methods.common import AXIS, build_models, check_user_network
-from gedl_jax.methods.objective import EvidentialObjective, ObjectiveState
+from gedl_jax.methods.own_loop import EvidentialObjective, ObjectiveState
 
 __all__ = ["AXIS", "METHODS", "EvidentialObjective", "LossOutput", "Method", "MethodSetup",
            "ObjectiveState", "StepContext", "build_models", "check_config", "from_config",

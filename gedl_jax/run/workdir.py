@@ -37,7 +37,6 @@ __all__ = ["PREDICTIONS_FILENAME", "RestoredRun", "config_from_saved", "evaluate
            "restore_run", "saved_config", "write_results"]
 
 PREDICTIONS_FILENAME = "predictions.npz"
-POSTHOC_FILENAME = "posthoc_scores.npz"   # the post-hoc OOD scores of every example
 
 
 @dataclasses.dataclass(frozen=True)
@@ -267,25 +266,13 @@ def write_results(results: dict[str, Any], workdir: pathlib.Path, id_pred: core.
         return results
     if plots:   # first, so eval_results.json is written once, complete
         results["plots"] = _write_plots(workdir, id_pred, ood_preds)
-    saved.save_predictions(workdir / PREDICTIONS_FILENAME, id_pred, ood_preds, validation)
-    if posthoc_scores:   # per example, as predictions.npz lays out scores: "<split>/score/<name>"
-        _save_posthoc(workdir / POSTHOC_FILENAME, posthoc_scores)
+    saved.save_predictions(workdir / PREDICTIONS_FILENAME, id_pred, ood_preds, validation,
+                           posthoc=posthoc_scores)
     files.write_text(workdir / "eval_results.json", json.dumps(results, indent=2))
     table = report.results_table([results], fmt="markdown")
     files.write_text(workdir / "eval_table.md", table + "\n")
     print(table, flush=True)
     return results
-
-
-def _save_posthoc(path: pathlib.Path, scores: dict[str, dict[str, np.ndarray]]) -> None:
-    arrays = {f"{split}/score/{score}": np.asarray(values, np.float64)
-              for split, by_score in scores.items() for score, values in by_score.items()}
-
-    def write(tmp: pathlib.Path) -> None:
-        with open(tmp, "wb") as f:   # a file object: np.savez appends no ".npz" to it
-            np.savez(f, **arrays)
-
-    files.write_with(path, write)
 
 
 def _write_plots(results_dir: pathlib.Path, id_pred: core.Predictions,

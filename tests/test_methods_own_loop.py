@@ -1,9 +1,9 @@
-"""gedl_jax.EvidentialObjective (methods/objective.py): the EDL family's loss for a user's own loop.
+"""gedl_jax.EvidentialObjective (methods/own_loop.py): the EDL family's loss for a user's own loop.
 
 It must be the trainer's loss (the variants' settings, `losses.per_example_loss` reduced by the
 batch mean, the epoch from the step counter), carry GEDL's tau state, and be pure under jit,
 vmap and shard_map. The trajectory against the built-in trainer is in
-test_methods_objective_vs_trainer.py; the documented example in test_library_docs.py.
+test_methods_own_loop_vs_trainer.py; the documented example in test_library_docs.py.
 """
 
 import dataclasses
@@ -21,9 +21,9 @@ from multidevice import run_script
 from gedl_jax import configuration, evidential as ev
 from gedl_jax.evidential import loss as losses
 from gedl_jax.run import sharding
-from gedl_jax.methods import objective as training_objective
+from gedl_jax.methods import own_loop
 from gedl_jax.methods.evidential import spec_from_config
-from gedl_jax.methods.objective import EvidentialObjective, ObjectiveState
+from gedl_jax.methods.own_loop import EvidentialObjective, ObjectiveState
 from compile_mode import fast_compilation
 
 K = 5
@@ -229,8 +229,8 @@ def test_inside_shard_map_on_one_device():
 
 def test_data_parallel_on_two_devices():
     """shard_map over 2 fake CPU devices: loss, gradients and state equal one device's on the
-    global batch (tests/multidevice/objective_shard_map.py)."""
-    run_script("objective_shard_map.py", devices=2)
+    global batch (tests/multidevice/own_loop_shard_map.py)."""
+    run_script("own_loop_shard_map.py", devices=2)
 
 
 def test_shape_errors_at_trace_time():
@@ -252,7 +252,7 @@ def test_dirichlet_predictions():
 
 
 def test_docstring_example_and_lazy_export():
-    result = doctest.testmod(training_objective, extraglobs={"jnp": jnp, "np": np, "ev": ev},
+    result = doctest.testmod(own_loop, extraglobs={"jnp": jnp, "np": np, "ev": ev},
                              verbose=False, report=True)
     assert result.attempted > 0 and result.failed == 0
     import gedl_jax
@@ -261,8 +261,8 @@ def test_docstring_example_and_lazy_export():
     assert gedl_jax.ObjectiveState is ObjectiveState
     # `import gedl_jax` alone does not import the methods layer; the name does, on first use.
     code = ("import sys, gedl_jax; "
-            "assert 'gedl_jax.methods.objective' not in sys.modules; gedl_jax.EvidentialObjective; "
-            "assert 'gedl_jax.methods.objective' in sys.modules")
+            "assert 'gedl_jax.methods.own_loop' not in sys.modules; gedl_jax.EvidentialObjective; "
+            "assert 'gedl_jax.methods.own_loop' in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -1,7 +1,7 @@
 """EvidentialObjective with axis_name="data" inside shard_map (2 fake CPU devices): the loss,
 the parameter gradients (of the replicated, pmean'd loss, the trainer's convention) and the
 objective's state equal one device's on the whole batch, step after step (SGD updates between).
-Run by tests/test_methods_objective.py (tests/multidevice/__init__.py: run_script).
+Run by tests/test_methods_own_loop.py (tests/multidevice/__init__.py: run_script).
 """
 
 import jax
