@@ -649,7 +649,49 @@ def normalize_lists(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
 class ResolvedConfig(ml_collections.FrozenConfigDict):
     """A run's config as `resolve` returns it: read-only (setting a field raises
-    AttributeError), so nothing below the run's entry point changes or resolves it again."""
+    AttributeError), so nothing below the run's entry point changes or resolves it again. Its
+    text fields that hold values are parsed once, when it is made: `method_arguments` and
+    `model_arguments` (the JSON objects `method_args` and `model_kwargs`, as dicts) and
+    `prior_strength_W` (`prior_strength_value` as a number: 'K' and '0.1K' are resolved)."""
+
+    def __init__(self, c: ml_collections.ConfigDict):
+        super().__init__(c)
+        # Not fields (config.json and the field list stay as they are): plain attributes of this
+        # object, set past FrozenConfigDict's refusal of new attributes.
+        object.__setattr__(self, "_parsed", {
+            "method_args": method_args(self), "model_kwargs": model_kwargs(self),
+            "prior_strength": resolved_prior_strength(self)})
+
+    @property
+    def method_arguments(self) -> dict[str, Any]:
+        """`method_args` parsed (a new dict each time, so no reader can change another's)."""
+        return dict(self._parsed["method_args"])
+
+    @property
+    def model_arguments(self) -> dict[str, Any]:
+        """`model_kwargs` parsed (a new dict each time)."""
+        return dict(self._parsed["model_kwargs"])
+
+    @property
+    def prior_strength_W(self) -> float:
+        """The prior strength W as a number (`resolved_prior_strength`)."""
+        return self._parsed["prior_strength"]
+
+
+def parsed_method_args(c: ml_collections.ConfigDict) -> dict[str, Any]:
+    """`method_args` as a dict: as parsed by `resolve` for a `ResolvedConfig`, else parsed now
+    (a config not resolved yet: validation's, a test's, the own-loop API's)."""
+    return c.method_arguments if isinstance(c, ResolvedConfig) else method_args(c)
+
+
+def parsed_model_kwargs(c: ml_collections.ConfigDict) -> dict[str, Any]:
+    """`model_kwargs` as a dict (as `parsed_method_args`)."""
+    return c.model_arguments if isinstance(c, ResolvedConfig) else model_kwargs(c)
+
+
+def prior_strength_number(c: ml_collections.ConfigDict) -> float:
+    """W as a number (as `parsed_method_args`)."""
+    return c.prior_strength_W if isinstance(c, ResolvedConfig) else resolved_prior_strength(c)
 
 
 def resolve(c: ml_collections.ConfigDict, num_devices: int = 1,
@@ -662,9 +704,9 @@ def resolve(c: ml_collections.ConfigDict, num_devices: int = 1,
         return c
     copy = (c.as_configdict() if isinstance(c, ml_collections.FrozenConfigDict)
             else c.copy_and_resolve_references())
-    set_fields(normalize_lists(copy), **(own_data or {}))
-    validate_config(copy, num_devices)
-    return ResolvedConfig(copy)
+    resolved = ResolvedConfig(set_fields(normalize_lists(copy), **(own_data or {})))
+    validate_config(resolved, num_devices)   # the methods' checks read the parsed values
+    return resolved
 
 
 def _resolved_with(c: ResolvedConfig, **fields: Any) -> ResolvedConfig:
@@ -771,7 +813,7 @@ def validate_config(c: ml_collections.ConfigDict, num_devices: int = 1) -> None:
     if c.eval_batch_size % num_devices:
         raise ValueError(f"config.eval_batch_size={c.eval_batch_size} is not divisible by the "
                          f"number of devices ({num_devices})")
-    w = resolved_prior_strength(c)
+    w = prior_strength_number(c)
     if c.prior_strength == "fixed" and not w > 0 and not k_from_data:
         raise ValueError(f"config.prior_strength_value={c.prior_strength_value!r} must give W > 0")
     if c.warmup_epochs >= c.num_epochs:

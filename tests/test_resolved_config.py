@@ -16,9 +16,12 @@ from gedl_jax import configuration, train
 from gedl_jax.run import experiment
 from gedl_jax.run import workdir as workdir_eval
 
-# The functions that parse, normalise, resolve or validate a config.
+# The functions that parse, normalise, resolve or validate a config (the readers
+# parsed_method_args, parsed_model_kwargs and prior_strength_number are not among them: for a
+# resolved config they return what `resolve` parsed).
 RESOLVING = ("resolve", "validate_config", "normalize_lists", "parse_list", "as_tuple",
-             "set_fields", "parse_seeds")
+             "set_fields", "parse_seeds", "method_args", "model_kwargs",
+             "resolved_prior_strength")
 
 
 @pytest.fixture
@@ -107,4 +110,30 @@ def test_resolving_still_refuses_a_bad_config():
     c = configuration.set_fields(configuration.build_config("mnist", "gedl"),
                                  ood_datasets="kmnist,kmnist")
     with pytest.raises(ValueError, match="lists kmnist twice"):
+        experiment.resolve_config(c, num_devices=1)
+
+
+def test_the_json_fields_and_w_are_parsed_once_when_resolved(calls):
+    c = configuration.build_config("mnist", "duq")
+    configuration.set_fields(c, method_args='{"length_scale": 0.2}', prior_strength_value="0.1K")
+    resolved = experiment.resolve_config(c, num_devices=1)
+    assert resolved.method_args == '{"length_scale": 0.2}'   # the field is as given
+    assert resolved.method_arguments == {"length_scale": 0.2}
+    assert resolved.model_arguments == {} and resolved.prior_strength_W == pytest.approx(1.0)
+    resolved.method_arguments["length_scale"] = 9.0   # a reader's copy, not the config's
+    calls.clear()
+    assert configuration.parsed_method_args(resolved) == {"length_scale": 0.2}
+    assert configuration.parsed_method_args(configuration.with_seed(resolved, 3)) == {
+        "length_scale": 0.2}
+    assert configuration.prior_strength_number(resolved) == pytest.approx(1.0)
+    assert calls["method_args", "outside"] == 0 and calls["resolved_prior_strength",
+                                                          "outside"] == 0
+    # a config not resolved yet is parsed where it is read
+    assert configuration.parsed_method_args(c) == {"length_scale": 0.2}
+
+
+def test_a_bad_json_field_is_refused_when_resolved():
+    c = configuration.set_fields(configuration.build_config("mnist", "duq"),
+                                 method_args="{length_scale: 0.2}")
+    with pytest.raises(ValueError, match="config.method_args=.* is not JSON"):
         experiment.resolve_config(c, num_devices=1)

@@ -166,7 +166,7 @@ class Method:
         """The settings of a run: the defaults, `config.method_args` over them (known names
         only, converted to the field's type), `fill_defaults`, then `check_settings`."""
         defaults = cls.settings()
-        given = configuration.method_args(config)
+        given = configuration.parsed_method_args(config)
         unknown = sorted(set(given) - set(defaults))
         if unknown:
             raise ValueError(f"config.method_args names {', '.join(map(repr, unknown))}, not a "

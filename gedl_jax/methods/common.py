@@ -136,7 +136,7 @@ def user_network(config, num_outputs: int, *, axis_name: str | None,
     if config.dropout_rate > 0:
         offered["dropout_rate"] = float(config.dropout_rate)
     kwargs = {k: v for k, v in offered.items() if user.accepts(cls, k)}
-    kwargs.update(configuration.model_kwargs(config))
+    kwargs.update(configuration.parsed_model_kwargs(config))
     return user.load_network(config.model, num_outputs, input_shape,
                              need_features=need_features, axis_name=axis_name, **kwargs)
 

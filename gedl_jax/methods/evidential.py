@@ -19,7 +19,7 @@ import jax
 import numpy as np
 
 from gedl_jax import evidential as ev
-from gedl_jax.configuration import resolved_prior_strength
+from gedl_jax import configuration
 from gedl_jax.evaluation.core import ModelOutputs, Predictions, dirichlet_predictions
 from gedl_jax.evaluation.scores import DIRICHLET_SCORE_NAMES
 from gedl_jax.evidential import loss as losses
@@ -106,7 +106,7 @@ def spec_from_config(config, base_rate: tuple[float, ...] | None = None) -> loss
     """The variant's `LossSpec` from the config's fields of the same names (docs:
     gedl_jax/configuration.py); W as a number (`prior_strength_value` may be 'K' or '0.1K')."""
     derived = {"num_classes": int(config.num_classes), "base_rate": base_rate,
-               "prior_strength_value": resolved_prior_strength(config)}
+               "prior_strength_value": configuration.prior_strength_number(config)}
     kinds = {"float": float, "int": int}
     return losses.LossSpec(**derived, **{
         f.name: kinds.get(str(f.type), lambda v: v)(config[f.name])

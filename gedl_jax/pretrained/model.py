@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import serialization
 
-from gedl_jax import configuration, data, methods
+from gedl_jax import data, methods
 from gedl_jax.evaluation import core
 from gedl_jax.pretrained import fileformat
 from gedl_jax.pretrained.registry import PathLike, PretrainedError, model_file
@@ -101,7 +101,9 @@ def from_file(path: PathLike, name: str | None = None,
     path = pathlib.Path(path)
     metadata, variables, state_dict = fileformat.from_bytes(path.read_bytes(), str(path))
     _check_weights(metadata, variables, state_dict, registered_weights, name or path.name, path)
-    config = workdir.config_from_saved(metadata["config"], overrides)
+    # Resolved once, as a run's config is (validated, read-only, its text fields parsed).
+    config = experiment.resolve_config(workdir.config_from_saved(metadata["config"], overrides),
+                                       sharding.make_mesh().size)
     setup = methods.MethodSetup(int(metadata["setup"]["num_classes"]),
                                 tuple(int(c) for c in metadata["setup"]["class_counts"]),
                                 tuple(int(s) for s in metadata["setup"]["image_shape"]))
@@ -179,8 +181,7 @@ def evaluation_data(model: Pretrained) -> experiment.RunData:
                    mirror=config.get("data_mirror", "") or None)
     test = data.load_split(config.dataset, "test", **sources).subset(config.eval_examples)
     ood = {}
-    for name in (configuration.parse_list(config.ood_datasets)
-                 + configuration.parse_list(config.extra_ood)):
+    for name in config.ood_datasets + config.extra_ood:
         ood[name] = data.load_ood(name, **sources).subset(config.eval_examples)
         _check_shape(model, ood[name].image_shape, f"the OOD set {name!r}")
     try:
