@@ -139,6 +139,9 @@ COLUMN_WORDS = {
 # The other results of an evaluation that the prose quotes (a value, or a mean and std).
 RESULT_PATHS = (("id", "ece"), ("id", "nll"), ("id", "uncertainty", "*"),
                 ("ood", "*", "uncertainty", "*"), ("validation", "accuracy"))
+# A run's post-hoc OOD scores (its "posthoc" section): detection and misclassification AUPR.
+POSTHOC_PATHS = (("posthoc", "ood", "*", "detection", "*", "aupr_in"),
+                 ("posthoc", "misclassification", "*", "aupr"))
 # The training log's values that the prose quotes (metrics.jsonl, split "train").
 LOG_KEYS = ("kl_weight", "mean_strength", "mean_prior_strength", "loss")
 
@@ -177,6 +180,9 @@ class Evidence:
         self.own_finals: dict[tuple[str, str], set[float]] = collections.defaultdict(set)
         self.epochs: dict[tuple[str, str], set[float]] = collections.defaultdict(set)
         self.stds: dict[str, set[float]] = collections.defaultdict(set)
+        # method -> its runs' post-hoc scores' AUPRs (`POSTHOC_PATHS`), which a sentence may
+        # quote after the method's name like a headline value
+        self.posthoc: dict[str, set[float]] = collections.defaultdict(set)
         # header line of a table a program wrote -> its rows (a README may copy rows of it)
         self.tables: dict[str, list[str]] = {}
         # (folder of the runs, method, column, step) -> each seed's value: for the curves' means
@@ -230,7 +236,7 @@ class Evidence:
                 pool |= self.of_column(self.epochs, key)
         else:
             pool = set().union(*[self.in_method(key, c) | self.finals["paper" + key, c]
-                                 for c in HEADLINE_PATHS])
+                                 for c in HEADLINE_PATHS], self.posthoc[key])
         return text in {_printed(v, len(text.split(".")[1])) for v in pool}
 
     def in_method(self, method: str, column: str) -> set[float]:
@@ -297,6 +303,9 @@ class Evidence:
                         self.stds[column].add(100 * node["std"])
                 elif isinstance(node, (int, float)):                       # one run
                     self.finals[name, column].add(100 * node)
+            for path in POSTHOC_PATHS:
+                self.posthoc[name] |= {100 * v for v in _glob(run, path)
+                                       if isinstance(v, (int, float))}
             for path in RESULT_PATHS:
                 for node in _glob(run, path):
                     values = ([node.get("mean"), node.get("std")] if isinstance(node, dict)

@@ -1,5 +1,6 @@
 """The long table's post-hoc rows: the softmax ConvNet with each post-hoc OOD score, and its
-last-layer Laplace posterior, from the softmax runs' checkpoints (no retraining).
+last-layer Laplace posterior, from the softmax runs' checkpoints (no retraining); and the same
+scores on the EDL family's shipped seed-0 models beside their own MP and UM.
 
 Reads the committed per-seed evaluations beside this script (`runs/softmax_seed<s>/` and
 `runs/laplace_seed<s>/eval_results.json`, or the folder given) and prints two tables, mean ±
@@ -10,7 +11,15 @@ sample std (ddof=1) over the seeds, in %:
   score of its run's `posthoc` section, then of the Laplace predictive under its MP and
   negative entropy;
 - calibration: NLL, ECE and Brier of the softmax classifier and of its Laplace predictive, and
-  the prior precision each Laplace fit chose on the validation split.
+  the prior precision each Laplace fit chose on the validation split;
+- the EDL family at seed 0 (where `posthoc_edl_family/<method>_seed0/eval_results.json`
+  exists): the KMNIST and Fashion-MNIST AUPR of each shipped model (`mnist/<method>`, the long
+  setting's seed 0) under its own MP and UM and under each post-hoc score of its logits and
+  features, beside the shipped softmax's. One seed: no std.
+
+`--evaluate_pretrained` first makes those evaluations (`python -m gedl_jax.evaluate
+--pretrained=mnist/<method>` for each, about 90 s each on 2 CPU cores; the data folder from
+`$GEDL_DATA_DIR`, with the MNIST training split for the feature scores).
 
 `--collect=STUDY_OUT` first copies the finished softmax runs of a `bin/reproduce.py` study
 (STUDY_OUT/runs/softmax/seed_<s>) into the runs folder, with each one's evaluation as a
@@ -19,6 +28,7 @@ seed_<s>`, run here when that folder has none yet: beside the study, which may s
 training), machine paths replaced by RUNS_DIR.
 
     python studies/mnist_long/posthoc_rows.py [RUNS_FOLDER] [--collect=STUDY_OUT]
+                                              [--evaluate_pretrained]
 """
 
 from __future__ import annotations
@@ -37,6 +47,10 @@ SCORE_LABELS = {"msp": "MSP", "max_logit": "max-logit", "energy": "energy",
                 "neg_entropy": "neg. entropy", "neg_mahalanobis": "Mahalanobis",
                 "neg_knn_distance": "KNN", "vim": "ViM", "mp": "MP"}
 SOFTMAX_FILES = ("eval_results.json", "config.json", "environment.json")
+# The shipped long-setting models whose predictions are functions of their K logits (the EDL
+# family: `Method.posthoc_from_logits`), and the softmax for reference.
+PRETRAINED_ROWS = ("softmax", "edl", "iedl", "redl", "red", "gedl")
+FAMILY_FOLDER = "posthoc_edl_family"
 
 
 def _seed_results(runs: pathlib.Path, row: str) -> list[dict]:
@@ -106,6 +120,55 @@ def tables(runs: pathlib.Path) -> str:
     return "\n".join(lines)
 
 
+def family_results(runs: pathlib.Path) -> dict[str, dict]:
+    """{method: eval_results} of the shipped seed-0 models evaluated into
+    `runs/../posthoc_edl_family/<method>_seed0/`, in PRETRAINED_ROWS order."""
+    folder = runs.parent / FAMILY_FOLDER
+    return {m: json.loads((folder / f"{m}_seed0" / "eval_results.json").read_text())
+            for m in PRETRAINED_ROWS
+            if (folder / f"{m}_seed0" / "eval_results.json").exists()}
+
+
+def family_tables(runs: pathlib.Path) -> str:
+    """Per OOD set: one row per shipped model, its AUPR (in %) under its own MP and UM and under
+    each post-hoc score ('–' where the model has no such score)."""
+    results = family_results(runs)
+    if not results:
+        return ""
+    scores = list(next(iter(results.values()))["posthoc"]["scores"])
+    own = ("mp", "um")
+    header = ("| model (seed 0) | " + " | ".join(["MP", "UM"] + [SCORE_LABELS.get(s, s)
+                                                                for s in scores]) + " |")
+    lines = []
+    for name, label in OOD_SETS:
+        lines += ["", f"{label} AUPR:", "", header, "|---|" + "---:|" * (len(own) + len(scores))]
+        for method, r in results.items():
+            cells = [r["ood"][name]["detection"].get(s, {}).get("aupr_in") for s in own]
+            cells += [r["posthoc"]["ood"][name]["detection"][s]["aupr_in"] for s in scores]
+            lines.append(f"| {method} | " + " | ".join(
+                "–" if c is None else f"{100 * c:.2f}" for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def evaluate_pretrained(runs: pathlib.Path) -> list[str]:
+    """Evaluate each shipped model of PRETRAINED_ROWS into `runs/../posthoc_edl_family/` (its
+    eval_results.json without the entries that name paths); returns the names."""
+    import tempfile
+
+    from gedl_jax import pretrained
+    from gedl_jax.pretrained import export
+
+    done = []
+    for method in PRETRAINED_ROWS:
+        dest = runs.parent / FAMILY_FOLDER / f"{method}_seed0" / "eval_results.json"
+        with tempfile.TemporaryDirectory(prefix="posthoc_rows_") as out:
+            results = pretrained.evaluate(f"mnist/{method}", out, overrides={"calibrate": True})
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(json.dumps(export.portable_results(results), indent=2) + "\n")
+        done.append(method)
+    return done
+
+
 def _copy_scrubbed(source: pathlib.Path, dest: pathlib.Path, study_out: pathlib.Path) -> None:
     """`source` into `dest` with the absolute path of the study folder's parent as RUNS_DIR."""
     text = source.read_text().replace(str(study_out.resolve().parent), "RUNS_DIR")
@@ -147,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--collect", type=pathlib.Path, default=None, metavar="STUDY_OUT",
                         help="first copy the finished softmax runs of this bin/reproduce.py "
                              "--out folder (and their Laplace evaluations) into RUNS_FOLDER")
+    parser.add_argument("--evaluate_pretrained", action="store_true",
+                        help="first evaluate the shipped models mnist/<method> of the EDL family "
+                             f"(and mnist/softmax) into RUNS_FOLDER/../{FAMILY_FOLDER}/")
     args = parser.parse_args(argv)
     if args.collect is not None:
         seeds = collect(args.collect, args.runs)
@@ -154,7 +220,14 @@ def main(argv: list[str] | None = None) -> int:
     if not any(args.runs.glob("softmax_seed*/eval_results.json")):
         print(f"error: no softmax_seed<s>/eval_results.json under {args.runs}", file=sys.stderr)
         return 2
+    if args.evaluate_pretrained:
+        names = evaluate_pretrained(args.runs)
+        print(f"evaluated mnist/{', mnist/'.join(names)} into "
+              f"{args.runs.parent / FAMILY_FOLDER}", file=sys.stderr)
     print(tables(args.runs))
+    family = family_tables(args.runs)
+    if family:
+        print(family)
     return 0
 
 
