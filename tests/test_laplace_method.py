@@ -132,6 +132,46 @@ def test_the_mc_method_fits_and_predicts_as_the_closed_form(tiny):
     assert np.abs(probs - expected).max() < 0.03   # 4,000 draws: standard error <= 0.008
 
 
+def test_laplax_computes_the_same_ggn_and_posterior():
+    """laplax (an independent implementation of the GGN, its posterior and the probit
+    predictive, "mean_field_0") against the closed form, all in float64."""
+    pytest.importorskip("laplax", reason="laplax is in the dev extra (pip install laplax)")
+    from laplax.eval.predictives import mean_field_0_predictive
+
+    rng = np.random.default_rng(4)
+    feats, weight, bias = rng.normal(size=(90, 6)), rng.normal(size=(6, 4)), rng.normal(size=4)
+    ggn = laplace_method.laplax_last_layer_ggn(feats, weight, bias)
+    expected = closed_form.last_layer_ggn(feats, weight, bias)
+    np.testing.assert_allclose(ggn, expected, rtol=0, atol=1e-12 * np.abs(expected).max())
+    fit = closed_form.fit_last_layer_laplace(feats, weight, bias, 0.3)
+    mean, sigma = closed_form.logit_distribution(fit, feats[:10])
+    with jax.enable_x64(True):
+        theirs = np.asarray(jax.vmap(mean_field_0_predictive)(
+            jax.numpy.asarray(mean), jax.numpy.asarray(np.einsum("nkk->nk", sigma))))
+    np.testing.assert_allclose(closed_form.predictive(fit, feats[:10], "probit"), theirs,
+                               rtol=1e-12)
+
+
+def test_the_laplax_curvature_fits_as_the_closed_form(tiny):
+    pytest.importorskip("laplax", reason="laplax is in the dev extra (pip install laplax)")
+    method = _method(curvature="laplax")
+    assert method.describe() == "last-layer Laplace (probit, GGN by laplax)"
+    with jax.default_matmul_precision("highest"):
+        state = method.fit(tiny["variables"], {}, tiny["train"], tiny["val"])
+        default = tiny["method"].fit(tiny["variables"], {}, tiny["train"], tiny["val"])
+    assert float(state["prior_precision"]) == float(default["prior_precision"])
+    np.testing.assert_allclose(state["covariance_AxKxAxK"], default["covariance_AxKxAxK"],
+                               rtol=1e-5, atol=1e-7)
+
+
+def test_the_laplax_curvature_without_laplax_says_what_to_do(monkeypatch):
+    monkeypatch.setitem(sys.modules, "laplax.api", None)   # an import of it fails
+    with pytest.raises(ImportError, match="pip install laplax.*curvature='closed_form'"):
+        laplace_method.laplax_last_layer_ggn(np.ones((3, 2)), np.ones((2, 2)), np.ones(2))
+    with pytest.raises(ValueError, match="curvature='kfac' is not allowed"):
+        _method(curvature="kfac")
+
+
 def test_settings_networks_and_splits_it_cannot_use_are_errors(tiny):
     with pytest.raises(ValueError, match="predictive='bridge' is not allowed"):
         _method(predictive="bridge")

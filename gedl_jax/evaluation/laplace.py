@@ -149,16 +149,22 @@ def _nll(probs_NxK: np.ndarray, labels_N: np.ndarray) -> float:
 def fit_prior_precision(train_features_NxF: Any, weight_FxK: Any, bias_K: Any,
                         val_features_MxF: Any, val_labels_M: Any,
                         grid: tuple[float, ...] = PRIOR_PRECISION_GRID, kind: str = "probit",
-                        num_samples: int = 1000,
+                        num_samples: int = 1000, ggn_PxP: Any = None,
                         ) -> tuple[LastLayerLaplace, dict[float, float]]:
     """The fit whose prior precision, of `grid`, gives the lowest validation NLL of the
     `kind` predictive (`num_samples` draws for "mc"); also {prior precision: validation NLL}
-    for every grid point."""
+    for every grid point. `ggn_PxP`: the training GGN computed elsewhere (the same matrix as
+    `last_layer_ggn`'s, e.g. by laplax), else computed here."""
     labels = np.asarray(val_labels_M).astype(np.int64).reshape(-1)
     if labels.size != np.asarray(val_features_MxF).shape[0]:
         raise ValueError("val_labels_M must have one label per row of val_features_MxF.")
     theta = _theta(weight_FxK, bias_K)
-    ggn = last_layer_ggn(train_features_NxF, weight_FxK, bias_K)
+    if ggn_PxP is None:
+        ggn = last_layer_ggn(train_features_NxF, weight_FxK, bias_K)
+    else:
+        ggn = np.array(ggn_PxP, dtype=np.float64)
+        if ggn.shape != (theta.size, theta.size):
+            raise ValueError(f"ggn_PxP has shape {ggn.shape}, not ({theta.size}, {theta.size})")
     best, nlls = None, {}
     n = int(np.asarray(train_features_NxF).shape[0])
     for lam in grid:

@@ -2,8 +2,8 @@
 
 Training is the plain softmax classifier's (`softmax.Softmax`: cross-entropy, the same network,
 steps and draws; the validation during training predicts as it, before any fit), so a softmax
-run's checkpoint is a Laplace run's checkpoint
-(`trains_as = "softmax"`: `python -m gedl_jax.evaluate --workdir=<softmax run> --as_method=laplace`).
+run's checkpoint is a Laplace run's checkpoint (`trains_as = "softmax"`:
+`python -m gedl_jax.evaluate --workdir=<softmax run> --as_method=laplace`).
 After training (`fit`) the last Dense layer Theta = [W; b] gets the posterior
 N(Theta_MAP, (GGN + lambda I)^-1) of `evaluation.laplace` (closed form, float64 NumPy: the GGN of
 the training split's NLL, the prior precision lambda of a log-spaced grid that minimises the
@@ -14,6 +14,13 @@ penultimate features with a trailing 1), and the prediction is
 - "probit" (default): softmax(mu_k / sqrt(1 + pi/8 Sigma_kk)), the extended probit
   approximation (Daxberger et al., "Laplace Redux", NeurIPS 2021, eq. 13); or
 - "mc": the mean of softmax(z) over `num_samples` draws of z (seeded by the run's predict key).
+
+`curvature`: who computes the GGN. "closed_form" (default): `evaluation.laplace.last_layer_ggn`,
+one pass of matrix products over the training features. "laplax": the laplax library's full GGN
+(`laplax.api.laplace`, curvature "full", cross-entropy), in float64; it is the same matrix (a
+test compares them to float64 rounding) and takes about 10x as long at MNIST's size on a 2-core
+CPU (`python -m studies.laplace_vs_laplax`), so it is the option, not the default. laplax is
+not a dependency of the package (the dev extra has it): `pip install laplax` for it.
 
 Scores: "mp" and "neg_entropy" of the predictive, as the softmax classifier's. It needs a protocol
 network (the ConvNet or VGG16: the features before a plain final Dense layer).
@@ -37,6 +44,36 @@ from gedl_jax.methods.common import build_models
 from gedl_jax.methods.softmax import Softmax
 
 _HIGHEST = jax.lax.Precision.HIGHEST
+CURVATURES = ("closed_form", "laplax")
+
+
+def laplax_last_layer_ggn(features_NxF, weight_FxK, bias_K) -> np.ndarray:
+    """The GGN of the summed softmax NLL of z = phi W + b with respect to [W; b] (row-major,
+    as `evaluation.laplace.last_layer_ggn`), computed by laplax in float64 (its parameters as
+    {"W", "b"}: laplax flattens them in that order, W row-major, then b)."""
+    try:
+        from laplax.api import laplace as laplax_laplace
+        from loguru import logger
+    except ImportError as e:
+        raise ImportError(f"method_args curvature='laplax' needs the laplax package ({e}): "
+                          f"pip install laplax, or use curvature='closed_form' (the same "
+                          f"matrix, computed without it)") from None
+    logger.disable("laplax")   # its debug lines would go to stderr
+
+    def logits(input, params):   # laplax calls it with the keywords `input` and `params`
+        return input @ params["W"] + params["b"]
+
+    labels_N = np.zeros(len(features_NxF), np.int64)   # the GGN does not read the labels
+    enable_x64 = (jax.enable_x64 if hasattr(jax, "enable_x64")
+                  else jax.experimental.enable_x64)   # older jax
+    with enable_x64(True):
+        params = {"W": jnp.asarray(weight_FxK, jnp.float64),
+                  "b": jnp.asarray(bias_K, jnp.float64)}
+        _, ggn = laplax_laplace(logits, params,
+                                {"input": jnp.asarray(features_NxF, jnp.float64),
+                                 "target": jnp.asarray(labels_N)},
+                                loss_fn="cross_entropy", curv_type="full", curv_mv_jit=True)
+        return np.asarray(ggn, np.float64)
 
 
 def logit_covariance(features_BxF: jax.Array, covariance_AxKxAxK: jax.Array) -> jax.Array:
@@ -83,6 +120,7 @@ class LastLayerLaplace(Softmax):
 
     predictive: str = "probit"   # "probit" or "mc"
     num_samples: int = 100       # draws of the logits for "mc"
+    curvature: str = "closed_form"   # who computes the GGN: "closed_form" or "laplax"
 
     name: ClassVar[str] = "laplace"
     needs_fit: ClassVar[bool] = True
@@ -98,6 +136,9 @@ class LastLayerLaplace(Softmax):
                               f"allowed: {list(laplace.PREDICTIVES)}")
         if not settings["num_samples"] >= 1:
             raise bad_setting("num_samples", settings["num_samples"], "it must be >= 1")
+        if settings["curvature"] not in CURVATURES:
+            raise bad_setting("curvature", settings["curvature"],
+                              f"allowed: {list(CURVATURES)}")
 
     @classmethod
     def check_config(cls, config) -> None:
@@ -138,9 +179,10 @@ class LastLayerLaplace(Softmax):
             raise ValueError("config.method='laplace' fits its posterior on the training split "
                              "and its prior precision on the validation split: both must be "
                              "non-empty (config.val_fraction > 0)")
+        ggn = laplax_last_layer_ggn(train_NxF, *last) if self.curvature == "laplax" else None
         fit, nlls = laplace.fit_prior_precision(train_NxF, *last, val_MxF, val_labels_M,
                                                 kind=self.predictive,
-                                                num_samples=self.num_samples)
+                                                num_samples=self.num_samples, ggn_PxP=ggn)
         a, k = fit.theta_AxK.shape
         return {"covariance_AxKxAxK": jnp.asarray(fit.covariance_PxP.reshape(a, k, a, k),
                                                   jnp.float32),
@@ -171,4 +213,5 @@ class LastLayerLaplace(Softmax):
 
     def describe(self) -> str:
         how = "probit" if self.predictive == "probit" else f"MC, T={self.num_samples}"
-        return f"last-layer Laplace ({how})"
+        by = ", GGN by laplax" if self.curvature == "laplax" else ""
+        return f"last-layer Laplace ({how}{by})"
