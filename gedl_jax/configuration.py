@@ -55,19 +55,19 @@ ALLOWED: dict[str, tuple[str, ...]] = {
 # registry.py), merged in by `_with_dataset_facts`.
 _PROTOCOL_SETTINGS: dict[str, dict[str, Any]] = {
     "mnist": dict(model="convnet", learning_rate=1e-3, weight_decay=0.0, augment=False,
-                  fisher_logdet_weight_iedl=0.005, red_exp_clip=80.0),
+                  iedl_fisher_logdet_weight=0.005, red_exp_clip=80.0),
     "fashion_mnist": dict(model="convnet", learning_rate=1e-3, weight_decay=0.0, augment=False,
-                          fisher_logdet_weight_iedl=0.005, red_exp_clip=80.0),
+                          iedl_fisher_logdet_weight=0.005, red_exp_clip=80.0),
     "cifar10": dict(model="vgg16", learning_rate=1e-4, weight_decay=5e-4, augment=True,
-                    fisher_logdet_weight_iedl=0.05, red_exp_clip=10.0),
+                    iedl_fisher_logdet_weight=0.05, red_exp_clip=10.0),
     "cifar100": dict(model="vgg16", learning_rate=1e-4, weight_decay=5e-4, augment=True,
-                     warmup_epochs=5, fisher_logdet_weight_iedl=0.05, red_exp_clip=10.0),
+                     warmup_epochs=5, iedl_fisher_logdet_weight=0.05, red_exp_clip=10.0),
     # Your own data (`configs/custom.py`, `--config.dataset=npz:<path>` or `tfds:<name>`): the
     # MNIST family's optimiser settings; K comes from the data; the model must be named
     # (`--config.model=...`), else the MLP for vectors (`custom_model`); no OOD sets unless named.
     "custom": dict(model="", num_classes=0, learning_rate=1e-3, weight_decay=0.0,
                    val_fraction=registry.OWN_DATA_VAL_FRACTION, augment=False, ood_datasets=(),
-                   fisher_logdet_weight_iedl=0.005, red_exp_clip=80.0),
+                   iedl_fisher_logdet_weight=0.005, red_exp_clip=80.0),
 }
 
 
@@ -96,6 +96,10 @@ DEFAULT_METHOD = "evidential"   # the method of a preset that names none: the ED
 # Each variant is the paper's Table unified_edl row; where the paper leaves a choice open it is
 # read as the method's public reference code does (named per variant below). "K" stands for the
 # number of classes.
+# A preset's value that depends on the dataset: apply_variant reads it from the dataset's
+# protocol settings as "<preset>_<field>" (I-EDL's fisher_c, RED's exp clip).
+PER_DATASET = "per_dataset"
+
 VARIANTS: dict[str, dict[str, Any]] = {
     # GEDL: adaptive W (Eq. weight_update), accumulated-strength tau (Eq. tau_schedule),
     # unmasked KL to the per-sample prior Dir(W a) (Eq. elbo), digamma NLL (Prop. closed-form).
@@ -112,7 +116,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # Fisher-weighted MSE and variance + fisher_c * (-log det FIM).
     "iedl": _variant(evidence="softplus", prior_strength="fixed", prior_strength_value="K",
                      likelihood="fisher_mse", kl_target="masked", kl_schedule="edl_anneal",
-                     red_regularizer_weight=0.0, fisher_logdet_weight="iedl"),
+                     red_regularizer_weight=0.0, fisher_logdet_weight=PER_DATASET),
     # R-EDL (github.com/MengyuanChen21/ICLR2024-REDL, code_classical/models/
     # ModifiedEvidentialN.py): lambda = 0.1 -> W = lambda K; MSE without the variance term;
     # KL target Dir(lambda), true class reset to lambda.
@@ -124,7 +128,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # correct-evidence regularizer -stopgrad(u) * logit_y on every sample; exp evidence as RED's
     # code per dataset: unclamped on MNIST (the clip of 80 only guards float32 overflow of S),
     # clamp(-10, 10) on CIFAR.
-    "red": _variant(evidence="exp", exp_clip="red", prior_strength="fixed",
+    "red": _variant(evidence="exp", exp_clip=PER_DATASET, prior_strength="fixed",
                     prior_strength_value="K",
                     likelihood="mse", kl_target="masked", kl_schedule="edl_anneal",
                     red_regularizer_weight=1.0, fisher_logdet_weight=0.0),
@@ -555,10 +559,8 @@ def apply_variant(c: ml_collections.ConfigDict, name: str) -> None:
     if name not in VARIANTS:
         raise ValueError(f"unknown variant {name!r}; allowed: {sorted(VARIANTS)}")
     for key, value in VARIANTS[name].items():
-        if key == "fisher_logdet_weight" and value == "iedl":
-            value = DATASET_DEFAULTS[defaults_key(c.dataset)]["fisher_logdet_weight_iedl"]
-        if key == "exp_clip" and value == "red":
-            value = DATASET_DEFAULTS[defaults_key(c.dataset)]["red_exp_clip"]
+        if value == PER_DATASET:   # the dataset's protocol setting "<preset>_<field>"
+            value = DATASET_DEFAULTS[defaults_key(c.dataset)][f"{name}_{key}"]
         c[key] = value
     c.variant = name
 
