@@ -6,11 +6,11 @@
 Reads environment.json, wall_times.json, tests.log (pytest's closing line), benchmark*.json,
 vs_torch/vs_torch.md, train.log and train_metrics.jsonl / train_eval_results.json where present,
 replaces machine paths in them (`scrub`: the checkout's root, Python's site-packages and
-interpreter, temporary folders), and writes README.md beside them: the machine and versions, each part's wall time and exit
-status, the test counts, the step table, what deterministic kernels cost, our step beside
-PyTorch's, and README command 2's training time against its floor (the steps times the
-benchmarked time of one step in the device loop). Every number is read from those files; a part
-that did not run is named as not run.
+interpreter, temporary folders), and writes README.md beside them: the machine and versions,
+each part's wall time and exit status, the test counts, the step table, what deterministic
+kernels cost, our step beside PyTorch's, and README command 2's training time against its
+floor (the steps times the benchmarked time of one step in the device loop). Every number is
+read from those files; a part that did not run is named as not run.
 """
 
 from __future__ import annotations
@@ -143,7 +143,8 @@ def _seeds(folder: pathlib.Path) -> list[str]:
     seconds = train[-1]["time"] - train[0]["time"]
     row = next((r for r in (bench or {}).get("results", []) if r.get("seeds", 1) > 1), None)
     seeds = f"{row['seeds']} seeds" if row else "the seeds"
-    lines = [f"{config.get('num_epochs', '?')} epochs, {seeds} in one program: steps {train[0]['step']}-{train[-1]['step']} took {seconds:.1f} s "
+    lines = [f"{config.get('num_epochs', '?')} epochs, {seeds} in one program: steps "
+             f"{train[0]['step']}-{train[-1]['step']} took {seconds:.1f} s "
              f"(from the first to the last train record of seed 0's metrics.jsonl)."]
     if row:
         floor = steps * row["step_ms"] / 1e3

@@ -6,7 +6,8 @@ two learning rates: each run's per-step training loss, evidence strength and val
 
 Why it exists: `tests/test_train.py::test_every_preset_trains_and_evaluates[iedl]` passed on a
 CPU and failed on a GPU. This prints what the two runs did, step by step, so the platforms can be
-compared line by line (docs/results/gpu/nvidia_h200/earlier_f1a2337/NOTES.md holds one GPU's output).
+compared line by line (docs/results/gpu/nvidia_h200/earlier_f1a2337/NOTES.md holds one GPU's
+output).
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 Both methods read a network's features and its logits. A user network with
 `features_and_logits` (the built-in "resnet18" and "mlp" have it) runs once per step; one
 without it runs twice (`features`, then `__call__`). This script times the real train step
-(`gedl_jax.run.step_benchmark.compiled_train_step`: synthetic uint8 data resident on the device) both
-ways, the two-pass way by building the method with `UserBackbone(one_pass=False)`, in
+(`gedl_jax.run.step_benchmark.compiled_train_step`: synthetic uint8 data resident on the
+device) both ways, the two-pass way by building the method with `UserBackbone(one_pass=False)`, in
 interleaved rounds so that a shared machine's load falls on both alike, and prints the median
 step time of each and their ratio.
 

@@ -33,7 +33,7 @@ from own_fixtures import write_image_data
 from gedl_jax.run import preemption
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-VERSION = "%d.%d" % sys.version_info[:2]
+VERSION = "{}.{}".format(*sys.version_info[:2])
 # As the session found it, before the tests' private cache replaces it: pip's cache, where a clone
 # on this machine would find the wheels it downloaded before.
 USER_CACHE_HOME = os.environ.get("XDG_CACHE_HOME")

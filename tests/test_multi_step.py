@@ -4,10 +4,10 @@ On an accelerator the training loop runs up to `steps_per_dispatch` steps per ca
 device-side loop; on a CPU one step per call (`training.steps_per_call`: XLA:CPU compiles a
 convolution gradient inside a loop with its generic emitter, slow and summed in another order).
 The tests force the device loop on the CPU (with an MLP; the ConvNet where the loop runs) and
-check that it is a pure speed-up: however the steps are cut into calls, the same parameters, optimiser and method state,
-metrics log, validations and best checkpoint as one call per step, bit for bit, for one seed and
-for vmapped seeds, and a run stopped between calls resumes to the same state. The boundaries of a call (`training._next_event`) are
-checked on their own.
+check that it is a pure speed-up: however the steps are cut into calls, the same parameters,
+optimiser and method state, metrics log, validations and best checkpoint as one call per step,
+bit for bit, for one seed and for vmapped seeds, and a run stopped between calls resumes to the
+same state. The boundaries of a call (`training._next_event`) are checked on their own.
 """
 
 import json

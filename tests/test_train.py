@@ -128,8 +128,8 @@ PRESETS = sorted(_DISTINCT.values())
 # annealed KL weight is 0). At 3e-3 the first epoch inflates S to ~420 for all classes at once
 # and validation stays near chance (0.33 on a CPU, 0.06 on an H200 with TF32 products; float32
 # products on the H200 give the CPU's 0.33: studies/iedl_tiny_run.py,
-# docs/results/gpu/nvidia_h200/earlier_f1a2337/NOTES.md). At I-EDL's own protocol rate, 1e-3, over 4 epochs it
-# learns: 0.875-0.922 on seeds 0-2 (CPU), far from the 0.25 this test asks.
+# docs/results/gpu/nvidia_h200/earlier_f1a2337/NOTES.md). At I-EDL's own protocol rate, 1e-3,
+# over 4 epochs it learns: 0.875-0.922 on seeds 0-2 (CPU), far from the 0.25 this test asks.
 LEARNING_RATE: dict[str, float] = {"iedl": 1e-3}
 LEARNS_SLOWLY = ("postnet",)
 

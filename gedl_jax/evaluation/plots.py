@@ -24,9 +24,9 @@ from gedl_jax.evaluation import scores as scores_lib
 from gedl_jax.evaluation.core import ensemble_epistemic_uncertainty
 from gedl_jax.evaluation.metrics import CalibrationResult
 
-__all__ = ["reliability_diagram", "smooth_reliability_diagram", "score_histograms", "distributional_uncertainty_study",
-           "uncertainty_against_strength", "method_comparison", "corruption_severity_study",
-           "ensemble_epistemic_uncertainty"]
+__all__ = ["reliability_diagram", "smooth_reliability_diagram", "score_histograms",
+           "distributional_uncertainty_study", "uncertainty_against_strength", "method_comparison",
+           "corruption_severity_study", "ensemble_epistemic_uncertainty"]
 
 _MEASURE_LABELS = {"u": "u = W/S", "mutual_information": "mutual information",
                    "variance_sum": r"$\sum_k$ Var[$\pi_k$]"}

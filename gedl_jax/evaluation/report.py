@@ -215,8 +215,8 @@ def results_table(results: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[M
     parts = t.main() + t.methods()
     if extra:
         parts += t.calibration() + t.details()
-        parts += (t.posthoc_scores() + t.selective() + t.scod() + t.conformal() + t.ood_groups() + t.trapezoidal()
-                  + t.posthoc() + t.calibrators())
+        parts += (t.posthoc_scores() + t.selective() + t.scod() + t.conformal()
+                  + t.ood_groups() + t.trapezoidal() + t.posthoc() + t.calibrators())
     return "\n\n".join(parts) + "\n"
 
 

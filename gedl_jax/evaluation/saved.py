@@ -16,9 +16,10 @@ them. Keys are ``<split>/<field>`` with split "test", "validation" (where evalua
 
 plus ``meta/splits``, the split names in order. The post-hoc scores are kept apart from the
 method's own ``score/<name>``: ``load_predictions`` leaves them out, so recomputing the results
-from the file gives the same numbers with or without them; ``load_posthoc_scores`` reads them. ``load_predictions`` gives back the
-``Predictions`` of each split, so ``evaluate_predictions(test, ood, validation=...,
-options=...)`` recomputes the results exactly (docs/evaluation.md).
+from the file gives the same numbers with or without them; ``load_posthoc_scores`` reads them.
+``load_predictions`` gives back the ``Predictions`` of each split, so
+``evaluate_predictions(test, ood, validation=..., options=...)`` recomputes the results exactly
+(docs/evaluation.md).
 
 >>> import numpy as np, tempfile, pathlib
 >>> from gedl_jax.evaluation.core import Predictions

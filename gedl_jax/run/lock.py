@@ -188,7 +188,7 @@ def _acquire(folder: pathlib.Path, what: str) -> int | None:
             pass
         os.close(fd)
     record = {"pid": os.getpid(), "host": socket.gethostname(),
-              "started": datetime.datetime.now(datetime.timezone.utc).strftime(
+              "started": datetime.datetime.now(datetime.UTC).strftime(
                   "%Y-%m-%d %H:%M:%S UTC"),
               "command": " ".join(sys.argv)}
     os.ftruncate(fd, 0)
