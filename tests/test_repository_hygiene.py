@@ -46,6 +46,7 @@ import posixpath
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -261,3 +262,12 @@ def test_docs_hold_no_code(checkout):
     """docs/ holds text, tables, plots and run logs: a study's scripts live in studies/<study>/."""
     code = [f for f in checkout if f.startswith("docs/") and f.endswith((".py", ".sh"))]
     assert not code, f"move these to studies/<study>/: {code}"
+
+
+def test_ruff_finds_nothing():
+    """The lint of pyproject.toml's [tool.ruff] (line length, pyflakes, bugbear, pyupgrade to
+    Python 3.11) over the whole checkout. ruff is in the dev extra, pinned in the constraints."""
+    proc = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache",
+                           "--output-format=concise", str(REPO)],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
