@@ -88,10 +88,11 @@ def reference(data_dir, tmp_path_factory):
 # ------------------------------------------------------------------------------ real data
 @needs_real_mnist
 def test_quick_run_trains_and_evaluates(tmp_path):
-    """Needs the real MNIST files (data folder): accuracy after 3 short epochs on 2k images."""
+    """Needs the real MNIST files (data folder): accuracy after 3 short epochs on 2k images,
+    evaluated on 2,000 evenly spaced images of each test set."""
     c = tiny_config(REAL_DATA_DIR, evaluate_at_end=True, plots=True,
                     ood_datasets="kmnist,fashion_mnist", train_examples=2048, val_examples=512,
-                    batch_size=64, num_epochs=3)
+                    batch_size=64, num_epochs=3, eval_examples=2000)
     summary = train.train_and_evaluate(c, tmp_path)
     assert summary["best_val_accuracy"] > 0.6
     results = json.loads((tmp_path / "eval_results.json").read_text())

@@ -122,7 +122,6 @@ class OfficialData:
         ood = {}
         for name in config.ood_datasets + config.extra_ood:
             ood[name] = load_ood_set(config, name, official, data_sources, download="never")
-            ood[name] = ood[name].subset(config.eval_examples)
         return cls(official, test.subset(config.eval_examples), ood, validation)
 
     def for_seed(self, config, seed: int) -> RunData:
@@ -152,16 +151,17 @@ class OfficialData:
 def load_ood_set(config, name: str, train: data.Split, sources: DataSources | None = None,
                  **fetching) -> data.Split:
     """The OOD set `name` (a built-in or derived name, an IDX folder, "npz:<path>" or
-    "tfds:<name>"), checked to have the shape of the `train` examples. `sources`: the run's,
-    else the config's; `fetching`: `download` / `mirror` for `data.load_ood` (its defaults:
-    fetch what is missing)."""
+    "tfds:<name>"), checked to have the shape of the `train` examples and cut to
+    config.eval_examples evenly spaced examples as the test set is (a set added at evaluation,
+    `evaluate --ood`, included). `sources`: the run's, else the config's; `fetching`:
+    `download` / `mirror` for `data.load_ood` (its defaults: fetch what is missing)."""
     if data.is_own(name):
         ood = data.load_own_ood(name, train, config.tfds_data_dir or None)
     else:
         ood = data.load_ood(name, **(sources or DataSources.from_config(config)).kwargs(),
                             **fetching)
     _check_ood_shape(name, ood, train)
-    return ood
+    return ood.subset(config.eval_examples)
 
 
 def _check_labels_fit(config, split: data.Split) -> None:
