@@ -58,6 +58,9 @@ POSTHOC_SCORE_NAMES: tuple[str, ...] = LOGIT_SCORE_NAMES + FEATURE_SCORE_NAMES
 KNN_DEFAULT_K = 50
 
 _CHUNK = 2048   # rows per block of the pairwise distances (memory: _CHUNK x num_train floats)
+# KNN's block of rows: its (rows, num_train) distances are updated in place and partitioned; 512
+# rows (200 MB against MNIST's 48k training features) ran twice as fast as 2048 on 2 CPU cores.
+_KNN_CHUNK = 512
 
 
 # ------------------------------------------------------------------------------------- inputs
@@ -228,11 +231,14 @@ def knn_score(fit: KnnFit, features_NxF: Any) -> np.ndarray:
     train = fit.normalised_train_NxF
     x = _normalise(_features(features_NxF, train.shape[1]))
     out = np.empty(x.shape[0])
-    for start in range(0, x.shape[0], _CHUNK):
-        # ||a - b||^2 = 2 - 2 a.b on the unit sphere.
-        d2 = np.maximum(2.0 - 2.0 * x[start:start + _CHUNK] @ train.T, 0.0)
-        kth = np.partition(d2, fit.k - 1, axis=1)[:, fit.k - 1]
-        out[start:start + _CHUNK] = -np.sqrt(kth)
+    for start in range(0, x.shape[0], _KNN_CHUNK):
+        # ||a - b||^2 = 2 - 2 a.b on the unit sphere, in place (no block-sized temporaries).
+        d2 = x[start:start + _KNN_CHUNK] @ train.T
+        d2 *= -2.0
+        d2 += 2.0
+        np.maximum(d2, 0.0, out=d2)
+        d2.partition(fit.k - 1, axis=1)
+        out[start:start + _KNN_CHUNK] = -np.sqrt(d2[:, fit.k - 1])
     return out
 
 
