@@ -110,3 +110,12 @@ def test_a_long_evaluation_set_says_where_it_is_every_few_seconds(monkeypatch, c
     assert [line.split(",")[0] for line in lines[:2]] == ["evaluating kmnist: batch 1/3",
                                                           "evaluating kmnist: batch 2/3"]
     assert lines[2].startswith("evaluated kmnist: 10 images in") and len(lines) == 3
+    # The post-hoc scores' second pass says which stage it is, with the time left.
+    progress = workdir._EvalProgress({"train (the fit)": split, "test": split}, "w",
+                                     trained=False, stage="post-hoc scores")
+    progress.done("train (the fit)")
+    progress.done("test")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("post-hoc scores: evaluated train (the fit): 10 images in")
+    assert "1 set(s) left, ETA" in lines[0]
+    assert lines[1].startswith("post-hoc scores: evaluated test: 10 images in")

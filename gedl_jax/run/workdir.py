@@ -100,15 +100,17 @@ def evaluate_and_write(exp: experiment.Experiment, state: steps.TrainState, work
 class _EvalProgress:
     """One line per evaluated split with the time left (the rate so far x the images left),
     and inside a split one every `QUIET_SECONDS` at most; SIGTERM/SIGINT stop the evaluation
-    at the next batch (`preemption.EvaluationInterrupted`)."""
+    at the next batch (`preemption.EvaluationInterrupted`). `stage` names what is done to
+    the splits: "" for the method's predictions, "post-hoc scores" for their second pass."""
 
     QUIET_SECONDS = 5.0
 
-    def __init__(self, splits: dict[str, data.Split], workdir, trained: bool):
+    def __init__(self, splits: dict[str, data.Split], workdir, trained: bool, stage: str = ""):
         self.sizes = {name: len(split) for name, split in splits.items()}
         self.workdir, self.trained = workdir, trained
         self.start, self.done_images = time.time(), 0
         self.set_start = self.last_line = self.start
+        self.prefix = f"{stage}: " if stage else ""
 
     def batch(self, name: str):
         def on_batch(done: int, total: int) -> None:
@@ -117,7 +119,8 @@ class _EvalProgress:
             now = time.time()
             if done < total and now - self.last_line >= self.QUIET_SECONDS:
                 self.last_line = now
-                log(f"evaluating {name}: batch {done}/{total}, {now - self.set_start:.1f} s")
+                log(f"{self.prefix}evaluating {name}: batch {done}/{total}, "
+                    f"{now - self.set_start:.1f} s")
         return on_batch
 
     def done(self, name: str) -> None:
@@ -128,7 +131,7 @@ class _EvalProgress:
         self.last_line = now
         left = sum(self.sizes.values())
         eta = format_eta(left * elapsed / max(self.done_images, 1))
-        log(f"evaluated {name}: {size:,} images in {took:.1f} s"
+        log(f"{self.prefix}evaluated {name}: {size:,} images in {took:.1f} s"
              f"{f' | {len(self.sizes)} set(s) left, ETA {eta}' if self.sizes else ''}")
 
 
@@ -179,7 +182,8 @@ def evaluate_run(run: RestoredRun, workdir, extra_ood: tuple[str, ...] = (),
     names = posthoc_names(exp)
     if names:
         with numerics.precision(exp.config):
-            posthoc_scores, section = posthoc_results(run, names, id_pred, ood_sets)
+            posthoc_scores, section = posthoc_results(run, names, id_pred, ood_sets,
+                                                      workdir, trained)
         results["posthoc"] = section
     fit = exp.method.fit_summary(run.state.method_state)
     if fit:   # what the method's fit after training chose (Laplace's prior precision)
@@ -215,38 +219,45 @@ def posthoc_names(exp: experiment.Experiment) -> tuple[str, ...]:
     return tuple(n for n in asked if n in possible)
 
 
-def _posthoc_outputs(run: RestoredRun, split: data.Split) -> dict[str, np.ndarray]:
+def _posthoc_outputs(run: RestoredRun, split: data.Split,
+                     on_batch=None) -> dict[str, np.ndarray]:
     exp = run.experiment
     key = ("posthoc", exp.method, exp.normalization, run.mesh)
     if key not in _PREDICT_STEPS:
         _PREDICT_STEPS[key] = steps.make_posthoc_step(exp.method, run.mesh, *exp.normalization)
     return inference.predict_split(_PREDICT_STEPS[key], run.state.variables,
                                    run.state.method_state, run.mesh, split,
-                                   exp.config.eval_batch_size)
+                                   exp.config.eval_batch_size, on_batch=on_batch)
 
 
 def posthoc_results(run: RestoredRun, names: tuple[str, ...], id_pred: core.Predictions,
-                    ood_sets: dict[str, data.Split]
+                    ood_sets: dict[str, data.Split], workdir=None, trained: bool = False
                     ) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, Any]]:
     """The post-hoc scores of every example ({"test": {score: (N,)}, "ood/<set>": ...}) and
     their results section (`sections.posthoc_section`). The feature scores are fitted on the
-    run's training split, never on the test or OOD sets."""
+    run's training split, never on the test or OOD sets. A line per split says how long its
+    pass (and its scores) took, with the time left."""
     exp = run.experiment
     options = posthoc.PosthocOptions(names)
     fits, settings = {}, {"temperature": options.temperature}
+    scored = {"test": exp.data.test, **{f"ood/{o}": s for o, s in ood_sets.items()}}
+    fitted = {"train (the fit)": exp.data.train} if options.needs_features else {}
+    progress = _EvalProgress({**fitted, **scored}, workdir, trained, stage="post-hoc scores")
     if options.needs_features:
-        train = _posthoc_outputs(run, exp.data.train)
+        name = next(iter(fitted))
+        train = _posthoc_outputs(run, exp.data.train, progress.batch(name))
         fits = posthoc.fit_posthoc(options, train["features_BxF"], exp.data.train.labels,
                                    train["logits_BxK"], exp.method.last_layer(run.state.variables))
+        progress.done(name)
         settings.update(fitted_on="train", num_train=len(exp.data.train), knn_k=options.knn_k)
         if "vim" in fits:
             settings["vim_dim"] = fits["vim"].principal_dim
     per_example = {}
-    for name, split in {"test": exp.data.test, **{f"ood/{o}": s for o, s in ood_sets.items()}
-                        }.items():
-        out = _posthoc_outputs(run, split)
+    for name, split in scored.items():
+        out = _posthoc_outputs(run, split, progress.batch(name))
         per_example[name] = posthoc.posthoc_scores(options, fits, out["logits_BxK"],
                                                    out.get("features_BxF"))
+        progress.done(name)
     correct = np.argmax(id_pred.probs, axis=1) == id_pred.labels
     section = sections.posthoc_section(
         correct, per_example["test"],
