@@ -125,8 +125,24 @@ def test_a_run_prints_and_records_its_numerics(data_dir, tmp_path, capsys):
     assert recorded == summary["evaluation"]["numerics"]
     assert recorded["matmul_precision"] == "highest" and recorded["deterministic"] is True
     assert recorded["backend"] == jax.default_backend()
+    assert recorded["host_cpu"] == numerics.host_cpu()
     # the precision is part of what a resumed run must match; the kernels' flag is not
     with pytest.raises(train.ConfigMismatchError, match="matmul_precision"):
         train.train_and_evaluate(tiny_config(data_dir, num_epochs=1, evaluate_at_end=True,
                                              eval_examples=20), tmp_path)
     assert "deterministic" in configuration.RESUME_SAFE_FIELDS
+
+
+def test_the_host_cpu_is_described_from_cpuinfo():
+    """Model, architecture and the widest vector extension XLA:CPU may compile for (the same
+    model evaluated on two CPUs can differ in the last bits of its float32 outputs)."""
+    x86 = ("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9454\n"
+           "flags\t\t: fpu sse2 avx avx2 fma avx512f avx512bw\n\n"
+           "processor\t: 1\nmodel name\t: other\nflags\t\t: fpu\n")
+    assert numerics.describe_cpu(x86, "x86_64") == "AMD EPYC 9454 (x86_64, avx512f)"
+    no_avx512 = x86.replace(" avx512f avx512bw", "")
+    assert numerics.describe_cpu(no_avx512, "x86_64") == "AMD EPYC 9454 (x86_64, avx2)"
+    arm = "processor\t: 0\nFeatures\t: fp asimd evtstrm aes sve\nCPU part\t: 0xd40\n"
+    assert numerics.describe_cpu(arm, "aarch64", "arm") == "arm (aarch64, sve)"
+    assert numerics.describe_cpu("", "", "") == "unknown CPU"
+    assert numerics.host_cpu() == numerics.host_cpu() != ""

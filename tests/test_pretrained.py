@@ -46,11 +46,11 @@ def _comparable(results: dict) -> dict:
     """The results without their paths and without what describes the evaluating process
     rather than the model: whether the determinism flags were set before its backend started
     (mnist/softmax's committed evaluation ran in a process that had not: bin/reproduce.py
-    before it set them first)."""
+    before it set them first), and the host CPU."""
     out = {k: v for k, v in results.items() if k not in export.PATH_RESULT_KEYS}
     if "numerics" in out:
         out["numerics"] = {k: v for k, v in out["numerics"].items()
-                           if k != "deterministic_flags_in_force"}
+                           if k not in ("deterministic_flags_in_force", "host_cpu")}
     return out
 
 

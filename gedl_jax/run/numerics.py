@@ -28,13 +28,19 @@ equals the uninterrupted one under each: `python -m studies.resume_check`.
 `configure_process` sets the flags before the backend starts (the training CLI calls it first
 thing). A library caller whose jax already runs on a GPU without them gets one line saying so
 (`describe` reports it in the run's first line too). On a CPU the flags change nothing.
+
+**The host CPU** is recorded with the results too (`host_cpu`): XLA:CPU compiles for the
+host's vector extensions, so the same model evaluated on two CPUs can differ in the last bits
+of its float32 outputs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import pathlib
+import platform
 from collections.abc import Iterator
 
 from gedl_jax import configuration
@@ -158,4 +164,37 @@ def record(config) -> dict[str, object]:
             "deterministic": bool(config.get("deterministic", True)),
             "deterministic_flags_in_force": flags_in_force(),
             "backend": jax.default_backend(),
-            "device_kind": getattr(jax.devices()[0], "device_kind", jax.devices()[0].platform)}
+            "device_kind": getattr(jax.devices()[0], "device_kind", jax.devices()[0].platform),
+            "host_cpu": host_cpu()}
+
+
+# The widest vector extension XLA:CPU may compile for, by /proc/cpuinfo flag, widest first.
+_VECTOR_EXTENSIONS = ("avx512f", "avx2", "avx", "sve", "asimd")
+
+
+@functools.cache
+def host_cpu() -> str:
+    """The host CPU's model, architecture and widest vector extension, e.g. "AMD EPYC
+    (x86_64, avx512f)" (`describe_cpu` of /proc/cpuinfo, where there is one)."""
+    try:
+        cpuinfo = pathlib.Path("/proc/cpuinfo").read_text()
+    except OSError:
+        cpuinfo = ""
+    return describe_cpu(cpuinfo, platform.machine(), platform.processor())
+
+
+def describe_cpu(cpuinfo: str, machine: str, processor: str = "") -> str:
+    """The first processor's "model name" in `cpuinfo` (else `processor`), with `machine` and
+    the widest of `_VECTOR_EXTENSIONS` in its "flags" (x86) or "Features" (Arm) line."""
+    model, flags = "", None
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip().lower()
+        if key == "model name" and not model:
+            model = value.strip()
+        elif key in ("flags", "features") and flags is None:
+            flags = set(value.split())
+    widest = next((f for f in _VECTOR_EXTENSIONS if f in (flags or ())), None)
+    details = ", ".join(x for x in (machine, widest) if x)
+    name = model or processor or "unknown CPU"
+    return f"{name} ({details})" if details else name
