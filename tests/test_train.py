@@ -187,6 +187,11 @@ def test_predictions_behind_the_evaluation_and_old_workdirs_restore(data_dir, tm
     assert outputs["test"].num_examples == 50 and outputs["kmnist"].labels is None
     again = evaluation.evaluate_predictions(outputs["test"], {"kmnist": outputs["kmnist"]})
     assert again["id"] == results["id"] and again["ood"] == results["ood"]
+    # An OOD set added at evaluation (its IDX folder) is cut to eval_examples as KMNIST is.
+    added = evaluate.evaluate_workdir(tmp_path, extra_ood=(str(data_dir / "kmnist"),),
+                                      results_dir=tmp_path / "added")
+    folder = next(k for k in added["ood"] if k != "kmnist")
+    assert added["ood"][folder]["detection"] == added["ood"]["kmnist"]["detection"]
     # A workdir written before a field existed restores with its default (all examples).
     saved = json.loads((tmp_path / "config.json").read_text())
     del saved["eval_examples"], saved["method"]
