@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import platform
 import statistics
 import tempfile
 import time
@@ -30,22 +29,16 @@ import jax
 import numpy as np
 
 from gedl_jax import data
+from gedl_jax.run import numerics
 
 SHAPES = {"mnist": ((48000, 28, 28, 1), False), "cifar10": ((47500, 32, 32, 3), True)}
 
 
 def hardware() -> str:
-    cpu = platform.processor() or "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     dev = jax.devices()[0]
     return (f"jax {jax.__version__} on {jax.device_count()} x {dev.platform}:"
-            f"{getattr(dev, 'device_kind', '?')}; host CPU {cpu}, {os.cpu_count()} cores")
+            f"{getattr(dev, 'device_kind', '?')}; host CPU {numerics.host_cpu()}, "
+            f"{os.cpu_count()} cores")
 
 
 # ------------------------------------------------------------------------------------ hook
