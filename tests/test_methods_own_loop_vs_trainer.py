@@ -141,6 +141,10 @@ def test_own_step_equals_the_trainers_step_at_every_step(trainer_run, fast_compi
     # The user's init is the trainer's (the same key, the same initialisers).
     for got, want in zip(jax.tree.leaves(params), jax.tree.leaves(run.states[0].params)):
         np.testing.assert_allclose(got, want, rtol=1e-7)
+    # So is the objective's initial state (step 0, GEDL's empty tau accumulator).
+    for got, want in zip(jax.tree.leaves(objective.init()),
+                         jax.tree.leaves(_objective_state(objective, run.states[0]))):
+        np.testing.assert_array_equal(got, want)
     steps_by_conv = {"auto": _own_step(model, objective, run.tx),
                      "im2col": _own_step(model.clone(conv_impl="im2col"), objective, run.tx)}
     params_gap = {name: 0.0 for name in steps_by_conv}
