@@ -11,14 +11,15 @@ agree to float32 rounding, not necessarily bit for bit.
   each step, gives the trainer's loss, objective state and next parameters. The parameters'
   tolerance is measured in the test: the same step with im2col convolutions (the same
   convolution summed in another order, as another platform's kernels may) moves a few of them
-  by up to ~5e-5 on a CPU: Adam divides each gradient by its running scale, so a component whose
-  gradient is near zero moves by a sizeable part of the learning rate whichever way rounding
-  tips it.
+  by up to ~5e-5 to ~5e-4 on a CPU (`python -m studies.rounding_growth`): Adam divides each
+  gradient by its running scale, so a component whose gradient is near zero moves by a
+  sizeable part of the learning rate whichever way rounding tips it.
 - **Run on its own for 20 steps, on a CPU**: the user's loop follows the trainer's run. Only
   there do the two programs run the same convolution kernels: on a CPU with XLA's
   optimisations off both trajectories are identical, and a change of summation order grows
-  about tenfold per step through Adam's first steps (measured with im2col: 1e-5 relative in the
-  loss at step 3, 2 % at step 20), which a GPU's per-program kernel choices would bring.
+  about tenfold per step through Adam's first steps (`python -m studies.rounding_growth`, with
+  im2col: 1e-5 relative in the loss at step 3, 1-2 % from step 12 on), which a GPU's
+  per-program kernel choices would bring.
 """
 
 from typing import NamedTuple
@@ -38,19 +39,10 @@ from gedl_jax.run import sharding
 from gedl_jax.run import steps
 from gedl_jax import EvidentialObjective
 from gedl_jax.methods.own_loop import ObjectiveState
+from studies.rounding_growth import generated_mnist, own_train_step
+from studies.rounding_growth import max_abs_difference
 
 SEED, N, BATCH, STEPS = 0, 256, 32, 20
-
-
-def _generated_mnist():
-    """MNIST-shaped uint8 images with a learnable signal (class k lights rows 2k+4, 2k+5)."""
-    rng = np.random.default_rng(0)
-    labels = (np.arange(N) % 10).astype(np.int32)
-    rng.shuffle(labels)
-    images = rng.integers(0, 96, size=(N, 28, 28, 1), dtype=np.uint8)
-    for k in range(10):
-        images[labels == k, 2 * k + 4: 2 * k + 6, 4:24] = 255
-    return data.Split(images, labels, "generated/train")
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +52,7 @@ def trainer_run():
         config = configuration.build_config("mnist", "gedl")
         config.batch_size = BATCH
         config.num_epochs = 3
-        train = _generated_mnist()
+        train = generated_mnist()
         steps_per_epoch = N // BATCH                          # as train._prepare_loop
         tx = optimizer.make_optimizer(config, steps_per_epoch * config.num_epochs)
         method = experiment.build_method(config, train)
@@ -88,23 +80,6 @@ class TrainerRun(NamedTuple):
     losses: list[float]
 
 
-def _own_step(model, objective, tx):
-    """A user's jitted step: the objective on the network's logits, then the optimiser."""
-
-    @jax.jit
-    def train_step(params, opt_state, obj_state, x, y):
-        def loss_fn(p):
-            loss, new_obj_state, _ = objective(model.apply({"params": p}, x, train=True), y,
-                                               obj_state)
-            return loss, new_obj_state
-
-        (loss, obj_state), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, obj_state, loss
-
-    return train_step
-
-
 def _user_setup(run: TrainerRun, model):
     """What a user writes: the init from the run's key, the objective, the data order."""
     keys = experiment.run_keys(SEED)
@@ -129,11 +104,6 @@ def _objective_state(objective, state) -> ObjectiveState:
     return ObjectiveState(jnp.asarray(state.step, jnp.int32), tau)
 
 
-def _max_abs_difference(a, b) -> float:
-    return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y))))
-               for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
-
-
 def test_own_step_equals_the_trainers_step_at_every_step(trainer_run, fast_compile):
     run = trainer_run
     model = run.method.train_model                      # the config's ConvNet (init "flax")
@@ -145,8 +115,8 @@ def test_own_step_equals_the_trainers_step_at_every_step(trainer_run, fast_compi
     for got, want in zip(jax.tree.leaves(objective.init()),
                          jax.tree.leaves(_objective_state(objective, run.states[0]))):
         np.testing.assert_array_equal(got, want)
-    steps_by_conv = {"auto": _own_step(model, objective, run.tx),
-                     "im2col": _own_step(model.clone(conv_impl="im2col"), objective, run.tx)}
+    steps_by_conv = {"auto": own_train_step(model, objective, run.tx),
+                     "im2col": own_train_step(model.clone(conv_impl="im2col"), objective, run.tx)}
     params_gap = {name: 0.0 for name in steps_by_conv}
     for step in range(STEPS):
         before, after = run.states[step], run.states[step + 1]
@@ -162,7 +132,7 @@ def test_own_step_equals_the_trainers_step_at_every_step(trainer_run, fast_compi
             for got, want in zip(new_obj_state.tau, after.method_state):
                 np.testing.assert_allclose(got, want, rtol=1e-6)
             params_gap[name] = max(params_gap[name],
-                                   _max_abs_difference(new_params, after.params))
+                                   max_abs_difference(new_params, after.params))
     assert len(set(np.round(run.losses, 4))) > 15          # not a constant trajectory
     final_tau = run.states[-1].method_state
     assert int(final_tau.epoch) == 2 and int(final_tau.epoch_count) == 4   # 2 epochs + 4 steps
@@ -179,7 +149,7 @@ def test_own_loop_run_on_its_own_follows_the_trainers_run(trainer_run, fast_comp
     run = trainer_run
     model = run.method.train_model
     params, objective, batch = _user_setup(run, model)
-    train_step = _own_step(model, objective, run.tx)
+    train_step = own_train_step(model, objective, run.tx)
     opt_state, obj_state = run.tx.init(params), objective.init()
     own_losses = []
     for step in range(STEPS):
