@@ -20,6 +20,8 @@
 # CPU cores less 4, from 2 to 12; an H200 with 16 cores ran the suite's first 95 % in 345 s
 # with 12).
 # GEDL_TORCH_MODES (default eager,compile,cudagraphs) chooses the PyTorch columns;
+# GEDL_CHECK_MODELS (default convnet,vgg16) and GEDL_CHECK_DTYPES (default float32,bfloat16)
+# the bench and torch parts' rows (convnet and float32 alone: about a minute less);
 # GEDL_CHECK_TIMEOUTS="tests=S,train=S,..." stops a part after S seconds. Parts, in this
 # order: tests, train, bench, torch, seeds, resume (default: all). About 8 minutes on one H100. Also
 # GEDL_COMMIT. --append keeps the parts DIR already has in its wall_times.json (two checks
@@ -157,7 +159,8 @@ if has_part bench; then
   if [ "$DRY_RUN" = 1 ]; then
     bench=(--models=convnet --batches=8 --dtypes=float32 --steps=2 --repeats=1 --devices=1)
   else
-    bench=(--models=convnet,vgg16 --batches=128 --dtypes=float32,bfloat16 --devices=1
+    bench=(--models="${GEDL_CHECK_MODELS:-convnet,vgg16}" --batches=128
+           --dtypes="${GEDL_CHECK_DTYPES:-float32,bfloat16}" --devices=1
            --steps=20 --repeats=5 --precisions=default,highest)
   fi
   loop=(--loop_epochs=3)
@@ -179,7 +182,8 @@ if has_part torch; then
   if [ "$DRY_RUN" = 1 ]; then
     vs=(--dry-run)
   else
-    vs=(--models=convnet,vgg16 --batches=128 --dtypes=float32,bfloat16 --steps=20 --repeats=5
+    vs=(--models="${GEDL_CHECK_MODELS:-convnet,vgg16}" --batches=128
+        --dtypes="${GEDL_CHECK_DTYPES:-float32,bfloat16}" --steps=20 --repeats=5
         --torch_modes="${GEDL_TORCH_MODES:-eager,compile,cudagraphs}")
     # our side: the bench part's numbers (same settings), when it ran
     [ -f "$OUT/benchmark.json" ] && vs+=(--jax_json="$OUT/benchmark.json")
