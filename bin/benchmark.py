@@ -122,9 +122,12 @@ def bench_one(model_name: str, batch: int, dtype: str, num_devices: int, steps: 
 
 
 def environment() -> dict:
+    # GEDL_COMMIT names the tree of a copy whose git metadata is not its own (bin/gpu_check.sh)
+    commit = os.environ.get("GEDL_COMMIT", "")
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, cwd=os.path.dirname(__file__)).stdout.strip()
+        commit = commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"],
+                                          capture_output=True, text=True,
+                                          cwd=os.path.dirname(__file__)).stdout.strip()
     except OSError:
         commit = "?"
     import flax

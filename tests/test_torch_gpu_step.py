@@ -128,21 +128,42 @@ def test_torch_script_rejects_an_unknown_model_with_one_error_line():
         "error: --models: resnet is not one of convnet, vgg16"]
 
 
-def test_table_takes_the_ratio_to_the_best_torch_mode():
-    jax_out = {"environment": {"device": "H100", "platform": "gpu", "jax": "0.12"},
-               "results": [{"model": "convnet", "batch": 128, "dtype": "float32",
-                            "images_per_s": 300.0}]}
+def test_table_takes_the_ratio_to_the_best_torch_mode_under_the_same_arithmetic():
+    # Our float32 step timed under both precisions (the bench part of bin/gpu_check.sh): the
+    # ratio takes the row with PyTorch's arithmetic, TF32 beside TF32 (an H100 check once
+    # compared our true-float32 row with PyTorch's TF32), whichever row comes last.
     base = {"model": "convnet", "batch": 128, "dtype": "float32"}
+    jax_out = {"environment": {"device": "H100", "platform": "gpu", "jax": "0.12"},
+               "results": [{**base, "precision": "default", "arithmetic": "tf32",
+                            "images_per_s": 300.0},
+                           {**base, "precision": "highest", "arithmetic": "float32",
+                            "images_per_s": 240.0}]}
     torch_out = {"environment": {"device": "H100", "torch": "2.13.0", "tf32": "on"},
                  "results": [{**base, "mode": "eager", "images_per_s": 100.0},
                              {**base, "mode": "compile", "images_per_s": 150.0},
                              {**base, "mode": "cudagraphs", "error": "RuntimeError()"}]}
     table = gpu_vs_torch.vs_torch_table(jax_out, torch_out, None)
-    assert "| convnet | 128 | float32 | 300 | 100 | 150 | failed | 2.00 |" in table
+    assert "| convnet | 128 | float32 | 300 (tf32) | 100 | 150 | failed | 2.00 |" in table
+    torch_off = {**torch_out, "environment": {**torch_out["environment"], "tf32": "off"}}
+    table = gpu_vs_torch.vs_torch_table(jax_out, torch_off, None)
+    assert "| convnet | 128 | float32 | 240 (float32) | 100 | 150 | failed | 1.60 |" in table
     missing = gpu_vs_torch.vs_torch_table(jax_out, None, "python cannot import torch")
-    assert "| convnet | 128 | float32 | 300 | not measured | not measured | not measured | n/a |" \
-        in missing
+    assert ("| convnet | 128 | float32 | 300 (tf32) | not measured | not measured | "
+            "not measured | n/a |") in missing
     assert "PyTorch: not measured (python cannot import torch)" in missing
+
+
+def test_table_only_rewrites_the_table_from_the_folders_json(tmp_path):
+    base = {"model": "convnet", "batch": 8, "dtype": "float32"}
+    (tmp_path / "jax.json").write_text(json.dumps(
+        {"environment": {}, "results": [{**base, "arithmetic": "tf32", "images_per_s": 30.0}]}))
+    (tmp_path / "torch.json").write_text(json.dumps(
+        {"environment": {"tf32": "on"}, "results": [{**base, "mode": "eager",
+                                                     "images_per_s": 20.0}]}))
+    assert gpu_vs_torch.main([f"--out={tmp_path}", "--table_only"]) == 0
+    table = (tmp_path / "vs_torch.md").read_text()
+    assert "| convnet | 8 | float32 | 30 (tf32) | 20 | not measured | not measured | 1.50 |" \
+        in table
 
 
 @pytest.mark.skipif(HAS_TORCH_HERE, reason="this Python has torch; the test is of the path "
@@ -156,7 +177,7 @@ def test_gpu_vs_torch_dry_run_without_torch_writes_our_numbers(tmp_path):
     jax_rows = json.loads((tmp_path / "jax.json").read_text())["results"]
     assert [(r["model"], r["batch"], r["dtype"]) for r in jax_rows] == [("convnet", 8, "float32")]
     table = (tmp_path / "vs_torch.md").read_text()
-    ours = f"{jax_rows[0]['images_per_s']:,.0f}"
+    ours = f"{jax_rows[0]['images_per_s']:,.0f} ({jax_rows[0]['arithmetic']})"
     assert (f"| convnet | 8 | float32 | {ours} | not measured | not measured | not measured | "
             "n/a |") in table
     assert not (tmp_path / "torch.json").exists()
@@ -168,7 +189,7 @@ def test_gpu_vs_torch_dry_run_with_torch_fills_the_eager_column(tmp_path):
                            f"--torch_python={TORCH_PYTHON}", f"--out={tmp_path}"],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
-    ours = json.loads((tmp_path / "jax.json").read_text())["results"][0]["images_per_s"]
+    ours = json.loads((tmp_path / "jax.json").read_text())["results"][0]
     torch_rows = json.loads((tmp_path / "torch.json").read_text())["results"]
     assert [(r["model"], r["batch"], r["dtype"]) for r in torch_rows] == \
         [("convnet", 8, "float32")] * 3
@@ -176,6 +197,6 @@ def test_gpu_vs_torch_dry_run_with_torch_fills_the_eager_column(tmp_path):
     row = next(line for line in (tmp_path / "vs_torch.md").read_text().splitlines()
                if line.startswith("| convnet | 8 | float32 |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[3:5] == [f"{ours:,.0f}", f"{eager:,.0f}"]
+    assert cells[3:5] == [f"{ours['images_per_s']:,.0f} ({ours['arithmetic']})", f"{eager:,.0f}"]
     if torch_rows[0]["platform"] == "cpu":   # compile and cudagraphs are skipped on the CPU
         assert cells[5:] == ["skipped", "skipped", f"{ours / eager:.2f}"]
