@@ -175,14 +175,27 @@ def test_every_preset_trains_and_evaluates(data_dir, tmp_path, variant):
         assert train_losses[-1] < train_losses[0]
 
 
-def test_predictions_behind_the_evaluation_and_old_workdirs_restore(data_dir, tmp_path):
+def test_predictions_behind_the_evaluation_and_old_workdirs_restore(data_dir, tmp_path,
+                                                                     monkeypatch):
     c = tiny_config(data_dir, num_epochs=1, evaluate_at_end=True, ood_datasets="kmnist",
                     eval_examples=50)
+    assert c.matmul_precision == "default"   # TF32 on a GPU; the suite's code runs "highest"
     results = train.train_and_evaluate(c, tmp_path)["evaluation"]
     from gedl_jax import evaluate, evaluation
+    from gedl_jax.run import inference
 
-    # The predictions behind the written evaluation, for analyses in notebooks.
+    # The predictions behind the written evaluation, for analyses in notebooks: recomputed
+    # under the run's precision, not the caller's (on a GPU the two differ in the 5th digit).
+    seen = []
+    predict_split = inference.predict_split
+
+    def spy(*args, **kwargs):
+        seen.append(jax.config.jax_default_matmul_precision)
+        return predict_split(*args, **kwargs)
+
+    monkeypatch.setattr(inference, "predict_split", spy)
     outputs = evaluate.predict_outputs(tmp_path)
+    assert seen == ["default"] * 2
     assert list(outputs) == ["test", "kmnist"]
     assert outputs["test"].num_examples == 50 and outputs["kmnist"].labels is None
     again = evaluation.evaluate_predictions(outputs["test"], {"kmnist": outputs["kmnist"]})

@@ -60,19 +60,23 @@ def fitted(exp: experiment.Experiment, state: steps.TrainState) -> steps.TrainSt
     def batches(split: data.Split):
         return inference.training_batches(split, exp.config.eval_batch_size, *exp.normalization)
 
-    return state.replace(method_state=exp.method.fit(state.variables, state.method_state,
-                                                     batches(exp.data.train),
-                                                     batches(exp.data.validation)))
+    with numerics.precision(exp.config):   # the products the run trained with, on any path
+        return state.replace(method_state=exp.method.fit(state.variables, state.method_state,
+                                                         batches(exp.data.train),
+                                                         batches(exp.data.validation)))
 
 
 def predict(run: RestoredRun, split: data.Split, with_labels: bool = True,
             batch_size: int | None = None, on_batch=None) -> core.Predictions:
-    """The run's `Predictions` on every example of `split`."""
+    """The run's `Predictions` on every example of `split`, under the products the run trained
+    with (`config.matmul_precision`), whatever precision the caller's code is under: the
+    predictions behind a written evaluation, recomputed in a notebook, are the same numbers."""
     exp = run.experiment
     step = _predict_step(exp, run.mesh)
-    raw = inference.predict_split(step, run.state.variables, run.state.method_state, run.mesh,
-                                  split, batch_size or exp.config.eval_batch_size,
-                                  experiment.predict_key(exp.seed), on_batch=on_batch)
+    with numerics.precision(exp.config):
+        raw = inference.predict_split(step, run.state.variables, run.state.method_state,
+                                      run.mesh, split, batch_size or exp.config.eval_batch_size,
+                                      experiment.predict_key(exp.seed), on_batch=on_batch)
     return exp.method.predictions(raw, split.labels if with_labels else None)
 
 
