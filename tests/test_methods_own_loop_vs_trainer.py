@@ -108,9 +108,15 @@ def test_own_step_equals_the_trainers_step_at_every_step(trainer_run, fast_compi
     run = trainer_run
     model = run.method.train_model                      # the config's ConvNet (init "flax")
     params, objective, batch = _user_setup(run, model)
-    # The user's init is the trainer's (the same key, the same initialisers).
+    # The user's init is the trainer's (the same key, the same initialisers; another key or
+    # initialiser is off by O(1)). The user's runs op by op, the trainer's inside its jitted
+    # state init: on XLA:CPU they agree to 1e-7. Elsewhere the truncated normal's erfinv, a
+    # 9-term float32 polynomial, may be fused (FMAs) in one program and not in the other, each
+    # term rounding apart by up to about 2 units: 32 units (2**-23) of relative error bound
+    # it (an H100 measured 12).
+    init_rtol = 1e-7 if jax.default_backend() == "cpu" else 32 * 2.0**-23
     for got, want in zip(jax.tree.leaves(params), jax.tree.leaves(run.states[0].params)):
-        np.testing.assert_allclose(got, want, rtol=1e-7)
+        np.testing.assert_allclose(got, want, rtol=init_rtol)
     # So is the objective's initial state (step 0, GEDL's empty tau accumulator).
     for got, want in zip(jax.tree.leaves(objective.init()),
                          jax.tree.leaves(_objective_state(objective, run.states[0]))):
@@ -118,6 +124,7 @@ def test_own_step_equals_the_trainers_step_at_every_step(trainer_run, fast_compi
     steps_by_conv = {"auto": own_train_step(model, objective, run.tx),
                      "im2col": own_train_step(model.clone(conv_impl="im2col"), objective, run.tx)}
     params_gap = {name: 0.0 for name in steps_by_conv}
+    loss_gap = {name: 0.0 for name in steps_by_conv}
     for step in range(STEPS):
         before, after = run.states[step], run.states[step + 1]
         x, y = batch(step)
@@ -126,7 +133,8 @@ def test_own_step_equals_the_trainers_step_at_every_step(trainer_run, fast_compi
                 before.params, before.opt_state, _objective_state(objective, before), x, y)
             # The GEDL loss, to float32 rounding with either convolution (measured: at most
             # 1.1e-7 relative on a CPU; the KL weight 1/tau makes it rise over the steps).
-            np.testing.assert_allclose(float(loss), run.losses[step], rtol=1e-6)
+            loss_gap[name] = max(loss_gap[name],
+                                 abs(float(loss) - run.losses[step]) / abs(run.losses[step]))
             # The same tau accumulator and step count after the step.
             assert int(new_obj_state.step) == int(after.step) == step + 1
             for got, want in zip(new_obj_state.tau, after.method_state):
@@ -136,7 +144,10 @@ def test_own_step_equals_the_trainers_step_at_every_step(trainer_run, fast_compi
     assert len(set(np.round(run.losses, 4))) > 15          # not a constant trajectory
     final_tau = run.states[-1].method_state
     assert int(final_tau.epoch) == 2 and int(final_tau.epoch_count) == 4   # 2 epochs + 4 steps
-    # The parameters after each step: as close as a change of summation order brings them.
+    # The loss and the parameters after each step: as close as a change of summation order
+    # brings them (on a GPU another convolution algorithm may round more than a CPU's).
+    assert loss_gap["im2col"] < 1e-4, loss_gap        # rounding, not another computation
+    assert loss_gap["auto"] <= max(2 * loss_gap["im2col"], 1e-6), loss_gap
     assert params_gap["im2col"] < 1e-3, params_gap    # rounding, not another computation
     assert params_gap["auto"] <= max(2 * params_gap["im2col"], 1e-6), params_gap
 

@@ -1,7 +1,12 @@
 """Two processes on 127.0.0.1 (jax.distributed, CPU collectives over gloo, one CPU device each)
 train, validate, checkpoint and evaluate exactly like one process with two devices on the same
 global batch. Every process is started with a free port, a bounded timeout (killed past it) and
-its exit code checked. Generated data (tests/training_fixtures.py)."""
+its exit code checked. Generated data (tests/training_fixtures.py).
+
+The processes run on the CPU on every machine: what is tested (coordination, the same global
+batch, checkpoints and stops agreed between hosts) does not depend on the platform, and two
+processes on a one-GPU machine would share its GPU, which NCCL refuses ("Duplicate GPU
+detected", an H100 check)."""
 
 import json
 import pathlib
@@ -67,7 +72,7 @@ def test_two_processes_equal_one_process_with_two_devices(tmp_path):
 
     multi = tmp_path / "two_processes"
     port = free_port()
-    env = subprocess_env(tmp_path / "c2", devices=1)
+    env = subprocess_env(tmp_path / "c2", devices=1, cpu=True)
     outputs = run_processes([cli_args(multi, data_dir, **fields) + distributed_args(port, i)
                              for i in range(2)], env)
     assert "process 0 of 2, 1 local / 2 global devices" in outputs[0], outputs[0]
@@ -97,7 +102,7 @@ def test_sigterm_to_one_host_stops_every_host_at_the_same_step(tmp_path):
     data_dir = write_tiny_mnist(tmp_path / "data")
     workdir = tmp_path / "w"
     port = free_port()
-    env = subprocess_env(tmp_path / "c", devices=1)
+    env = subprocess_env(tmp_path / "c", devices=1, cpu=True)
     commands = [cli_args(workdir, data_dir, num_epochs=4, log_every_steps=1)
                 + distributed_args(port, i) for i in range(2)]
     procs = [subprocess.Popen(c, cwd=REPO, env=env, stdout=subprocess.PIPE,
@@ -131,7 +136,7 @@ def test_workdir_not_shared_fails_on_every_process_with_a_clear_error(tmp_path):
     """Each process gets a private folder (as on hosts without a shared filesystem): both stop
     with the error, neither hangs."""
     port = free_port()
-    env = subprocess_env(tmp_path / "c", devices=1)
+    env = subprocess_env(tmp_path / "c", devices=1, cpu=True)
     procs = [subprocess.Popen([sys.executable, str(HERE / "multiprocess" / "check_workdir.py"),
                                f"127.0.0.1:{port}", "2", str(i), str(tmp_path / f"host{i}")],
                               cwd=REPO, env=env, stdout=subprocess.PIPE,

@@ -241,17 +241,19 @@ def test_pn_kl_epsilon_changes_the_reverse_kl_by_about_epsilon_over_alpha_min(al
             np.array([label for _, label in rows]), 10))
         ours = _reverse_kl(alpha, target)                   # closed form
         theirs = _reverse_kl(alpha, target, 1e-8)           # the reference's epsilon
-        worst = _rel(theirs, ours).max()
-        # This platform's float32 rounding of the same KL: the classes in another order (a
-        # relabelling, so the same value) sum and round differently. On a CPU it is far below
-        # epsilon's effect; a GPU's special functions and reductions round otherwise, and the
-        # bounds widen by what rounding alone moves the KL, not by a guess.
-        noise = max(_rel(_reverse_kl(np.roll(alpha, r, 1), np.roll(target, r, 1)), ours).max()
-                    for r in (1, 3, 7))
-        assert 0.5 * 1e-8 / alpha_min - noise < worst < 5 * 1e-8 / alpha_min + noise
-        if jax.default_backend() == "cpu":   # the documented values: XLA:CPU's lgamma/digamma
-            assert noise < 0.1 * 1e-8 / alpha_min   # the bounds above are epsilon's, here
-            np.testing.assert_allclose(worst, want, rtol=0.05)
+        rel = _rel(theirs, ours)
+        # Epsilon's effect is measured where float64 resolves it: where the KL's rounding bound
+        # (16 ulps of the sum of its terms' magnitudes) is under a tenth of epsilon / alpha_min.
+        # Elsewhere the KL is a difference of lgammas near 1e14 (alpha up to e^30), whose
+        # rounding moves it by more than epsilon does: two programs (epsilon = 0 and 1e-8,
+        # each compiled) fuse them differently on a GPU (an H100 showed 7.2e-5 at such a row).
+        rounding = 16 * np.finfo(np.float64).eps * _rounding_scale(alpha, target) / np.abs(ours)
+        resolved = rounding < 0.1 * 1e-8 / alpha_min
+        assert resolved.sum() >= 25, resolved.sum()   # measured here: 104, 31, 120, 200 rows
+        assert 0.5 * 1e-8 / alpha_min < rel[resolved].max() < 5 * 1e-8 / alpha_min
+        if jax.default_backend() == "cpu":   # the documented values, over every row: XLA:CPU
+            # rounds the two programs' shared lgammas alike, so they cancel there
+            np.testing.assert_allclose(rel.max(), want, rtol=0.05)
 
 
 # ------------------------------------------------------------------ Prior Networks: logit clip

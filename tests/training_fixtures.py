@@ -67,17 +67,18 @@ def cli_args(workdir: pathlib.Path, data_dir: pathlib.Path, variant: str = "gedl
             *(f"--config.{k}={v}" for k, v in merged.items())]
 
 
-def subprocess_env(cache_dir: pathlib.Path, devices: int = 1, **extra: str) -> dict[str, str]:
+def subprocess_env(cache_dir: pathlib.Path, devices: int = 1, cpu: bool = False,
+                   **extra: str) -> dict[str, str]:
     """Environment of a training subprocess: offline, a private cache, fast compiles; on the
     test process's own platform with one device, so its results compare with an in-process
     run bit for bit (on a GPU: the caller's XLA_FLAGS, deterministic kernels included, and no
-    preallocation beside the test process); `devices` > 1: that many fake CPU devices."""
+    preallocation beside the test process); `devices` > 1 or `cpu`: that many CPU devices."""
     import jax
 
     env = dict(os.environ)
     kept = [f for f in os.environ.get("XLA_FLAGS", "").split()
             if not f.startswith("--xla_force_host_platform_device_count")]
-    if devices > 1 or jax.default_backend() == "cpu":
+    if cpu or devices > 1 or jax.default_backend() == "cpu":
         env["JAX_PLATFORMS"] = "cpu"
         kept.append(f"--xla_force_host_platform_device_count={devices}")
     else:
