@@ -64,6 +64,17 @@ def tiny_config(data_dir, variant="gedl", **overrides):
     return c
 
 
+def _adam_update_bound(t: int, b1: float = 0.9, b2: float = 0.999) -> float:
+    """The largest |m_hat / sqrt(v_hat)| of Adam's step t over all gradient sequences
+    (Cauchy-Schwarz: sqrt(sum_i w_i**2 / u_i), with m_hat = sum_i w_i g_i and v_hat =
+    sum_i u_i g_i**2 the bias-corrected averages): 1 at step 1, 1.03 at step 8. A weight
+    moves by at most the learning rate times this per step, whatever its gradients."""
+    i = np.arange(1, t + 1)
+    w = (1 - b1) * b1 ** (t - i) / (1 - b1**t)
+    u = (1 - b2) * b2 ** (t - i) / (1 - b2**t)
+    return float(np.sqrt(np.sum(w**2 / u)))
+
+
 def leaves(tree):
     return [np.asarray(x) for x in jax.tree.leaves(jax.device_get(tree))]
 
@@ -347,9 +358,15 @@ def test_seeds_sequential_and_vmapped_agree_and_vmapped_resumes_exactly(data_dir
         assert vmr["steps"] == seq["steps"] == STEPS_PER_EPOCH
         # float32 rounding apart (batched convolutions may sum in another order): after these
         # 8 Adam steps the gap measured on a CPU is 1.5e-6, 25 units of float32 roundoff
-        # (2**-24); atol is 168 of them, rtol 1678.
+        # (2**-24); atol is 168 of them, rtol 1678. Except where a gradient is itself at the
+        # rounding level: Adam divides it by its own size, so rounding can turn its update by
+        # up to the step size (an H100 had 1 of 102,400 weights 1.2e-5 apart). Those few
+        # are bounded by what Adam can move a weight at all.
+        reach = 2 * c.learning_rate * sum(_adam_update_bound(t) for t in range(1, seq["steps"] + 1))
         for a, b in zip(leaves(seq["state"].params), leaves(vmr["state"].params)):
-            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+            rounded_apart = ~np.isclose(a, b, rtol=1e-4, atol=1e-5)
+            assert rounded_apart.mean() <= 1e-3, rounded_apart.sum()
+            np.testing.assert_array_less(np.abs(a - b), reach)
         assert abs(vmr["best_val_accuracy"] - seq["best_val_accuracy"]) <= 2 / 64
     saved = json.loads((tmp_path / "vmap" / "seed_4" / "config.json").read_text())
     assert saved["seed"] == 4 and saved["vmap_seeds"] is True
