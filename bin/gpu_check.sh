@@ -25,8 +25,8 @@
 # GEDL_CHECK_TIMEOUTS="tests=S,train=S,..." stops a part after S seconds. Parts, in this
 # order: tests, train, bench, torch, seeds, resume (default: all). About 8 minutes on one H100. Also
 # GEDL_COMMIT (names the commit of a copy whose git metadata is older than its files; the
-# benchmarks record it too). --append keeps the parts DIR already has in its wall_times.json (two checks
-# into one folder, one after the other or side by side).
+# benchmarks record it too). --append keeps the parts DIR already has in its wall_times.json
+# (two checks into one folder, one after the other or side by side).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
