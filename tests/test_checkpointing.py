@@ -4,6 +4,9 @@ only through whole runs)."""
 
 from __future__ import annotations
 
+import concurrent.futures
+import errno
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -85,6 +88,32 @@ def test_empty_workdir_has_no_checkpoint_to_restore(tmp_path):
     ckpt.close()
 
 
+def test_saves_in_a_saver_thread_keep_their_order_and_a_failure_stops_the_next(tmp_path,
+                                                                              monkeypatch):
+    saver = concurrent.futures.ThreadPoolExecutor(1)
+    ckpt = checkpointing.RunCheckpoints(tmp_path, saver)
+    for step in (1, 2, 3):
+        ckpt.save_last(step, _state(step), {"epoch": step})
+    ckpt.save_best(2, _state(2), {"epoch": 2})
+    ckpt.wait()   # every queued save done, in order: `last` kept its two newest
+    assert ckpt.last_steps() == {2, 3} and ckpt.best.latest_step() == 2
+    _assert_state_equal(ckpt.restore_last(checkpointing.abstract_like(_state(0)))[0], _state(3))
+
+    def full_disk(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpointing, "_save_now", full_disk)
+    ckpt.save_last(4, _state(4), {"epoch": 4})   # queued; fails in the thread
+    saver.submit(lambda: None).result()           # ... by now
+    with pytest.raises(OSError, match="No space left"):
+        ckpt.save_last(5, _state(5), {"epoch": 5})   # the next save raises it
+    ckpt.save_last(6, _state(6), {"epoch": 6})
+    with pytest.raises(OSError, match="No space left"):
+        ckpt.wait()                               # and so does waiting for them
+    ckpt.close()
+    saver.shutdown()
+
+
 @pytest.mark.parametrize("with_batch_stats", [True, False])
 def test_legacy_layout_restores_into_todays_train_state(tmp_path, with_batch_stats):
     """A checkpoint with the pre-method-interface fields (batch_stats, tau_state) restores into
@@ -94,7 +123,7 @@ def test_legacy_layout_restores_into_todays_train_state(tmp_path, with_batch_sta
               "batch_stats": new.model_state.get("batch_stats", {}),
               "opt_state": new.opt_state, "tau_state": new.method_state}
     ckpt = checkpointing.RunCheckpoints(tmp_path)
-    checkpointing.RunCheckpoints._save(ckpt.last, 6, legacy, {"epoch": 1})
+    ckpt._save(ckpt.last, 6, legacy, {"epoch": 1})
     ckpt.wait()
     state, meta = ckpt.restore_last(checkpointing.abstract_like(_state(0, with_batch_stats)))
     assert isinstance(state, TrainState)

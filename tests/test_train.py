@@ -15,13 +15,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import jax
 import numpy as np
 import pytest
 from data_fixtures import SPECS_FILE
-from training_fixtures import checkpoint_steps, subprocess_env
+from training_fixtures import checkpoint_steps, saved_state, subprocess_env
 
 from gedl_jax import configuration, methods, train
 from gedl_jax.evidential import loss as losses
@@ -184,6 +185,71 @@ def test_every_preset_trains_and_evaluates(data_dir, tmp_path, variant):
     assert len(train_losses) == 2 * epochs and np.all(np.isfinite(train_losses))
     if variant in LEARNS_SLOWLY:
         assert train_losses[-1] < train_losses[0]
+
+
+def test_epoch_ends_wait_for_the_next_call_and_change_nothing(data_dir, tmp_path, monkeypatch):
+    """An epoch end's host work (its metrics, validation, checkpoints) is done once the next
+    call is queued, and its checkpoints are written in a thread of their own, from buffers the
+    next call does not donate: the run, its log and its checkpoints are those of a loop that
+    waits at every epoch end. The last epoch end waits (nothing comes after it)."""
+    from gedl_jax.run import checkpointing, training
+    from gedl_jax.run.progress import MetricsBuffer
+
+    events, saved = [], []   # the loop's (main thread), the saves' (whichever thread)
+    add, finish = MetricsBuffer.add, training._Validation.finish
+    submit, save_now = checkpointing.RunCheckpoints._save, checkpointing._save_now
+
+    def on_add(self, step, *args, **kwargs):
+        events.append(("call", step))
+        return add(self, step, *args, **kwargs)
+
+    def on_finish(self, pending, members, step, *args):
+        events.append(("validation", step))
+        return finish(self, pending, members, step, *args)
+
+    def on_submit(self, manager, step, *args):
+        events.append((pathlib.Path(manager.directory).name, step))
+        return submit(self, manager, step, *args)
+
+    def on_save(manager, step, *args):
+        saved.append((pathlib.Path(manager.directory).name, step,
+                      threading.current_thread().name.rsplit("_", 1)[0]))
+        return save_now(manager, step, *args)
+
+    monkeypatch.setattr(MetricsBuffer, "add", on_add)
+    monkeypatch.setattr(training._Validation, "finish", on_finish)
+    monkeypatch.setattr(checkpointing.RunCheckpoints, "_save", on_submit)
+    monkeypatch.setattr(checkpointing, "_save_now", on_save)
+    c = tiny_config(data_dir, log_every_steps=3)
+    deferred = train.train_and_evaluate(c, tmp_path / "deferred")
+    e = STEPS_PER_EPOCH
+    assert events[events.index(("call", e)):events.index(("call", e + 2))] == \
+        [("call", e), ("call", e + 1), ("validation", e), ("best", e), ("last", e)]
+    last_end = events[events.index(("call", 2 * e)):]
+    assert last_end[:2] == [("call", 2 * e), ("validation", 2 * e)]
+    assert last_end[-1] == ("last", 2 * e)
+    assert [step for _, step in last_end[2:]] == [2 * e] * len(last_end[2:])
+    # in the order they were handed over, each in the saver's thread
+    assert saved == [(*event, "gedl-checkpoints") for event in events
+                     if event[0] in ("best", "last")]
+
+    monkeypatch.setattr(training, "DEFER_EPOCH_ENDS", False)
+    waiting = train.train_and_evaluate(c, tmp_path / "waiting")
+    assert_same_leaves(deferred["state"], waiting["state"])
+    assert (deferred["best_val_accuracy"], deferred["best_step"]) == \
+        (waiting["best_val_accuracy"], waiting["best_step"])
+
+    def log(workdir):
+        return [{k: v for k, v in json.loads(line).items() if k != "time"}
+                for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+
+    assert log(tmp_path / "deferred") == log(tmp_path / "waiting")
+    for kind in ("last", "best"):
+        steps_ = checkpoint_steps(tmp_path / "deferred", kind)
+        assert steps_ == checkpoint_steps(tmp_path / "waiting", kind) and steps_
+        for step in steps_:
+            assert_same_leaves(*(saved_state(tmp_path / w, kind, step)
+                                 for w in ("deferred", "waiting")))
 
 
 def test_predictions_behind_the_evaluation_and_old_workdirs_restore(data_dir, tmp_path,

@@ -13,6 +13,7 @@ ignored on restore.
 
 from __future__ import annotations
 
+import concurrent.futures
 import pathlib
 import zlib
 from typing import Any
@@ -39,10 +40,16 @@ class RunCheckpoints:
     and `checkpoints/best` (the best-validation state, to evaluate), each an Orbax manager
     saving the train state and a JSON `meta` beside it."""
 
-    def __init__(self, workdir: str | pathlib.Path):
+    def __init__(self, workdir: str | pathlib.Path,
+                 saver: concurrent.futures.Executor | None = None):
+        """`saver`: a one-thread executor that runs the saves (Orbax's own work on the host, a
+        few tens of ms each, then its asynchronous write), so the training loop goes on
+        dispatching steps meanwhile; the saves keep their order. None: saved by the caller."""
         root = pathlib.Path(workdir).absolute() / "checkpoints"
         self.last = ocp.CheckpointManager(root / "last", options=_options(root / "last", 2))
         self.best = ocp.CheckpointManager(root / "best", options=_options(root / "best", 1))
+        self.saver = saver
+        self._queued: list[concurrent.futures.Future] = []
 
     def save_last(self, step: int, state, meta: dict[str, Any]) -> None:
         """Save `state` and `meta` as step `step` of `last` (asynchronous; a step already
@@ -53,12 +60,18 @@ class RunCheckpoints:
         """Save `state` and `meta` as the new `best` (asynchronous; only one is kept)."""
         self._save(self.best, step, state, meta)
 
-    @staticmethod
-    def _save(manager, step, state, meta) -> None:
-        if step in manager.all_steps():
+    def _save(self, manager, step, state, meta) -> None:
+        if self.saver is None:
+            _save_now(manager, step, state, meta)
             return
-        manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                   meta=ocp.args.JsonSave(meta)))
+        self._raise_failed_saves()   # a failed save (a full disk) stops the run at the next one
+        self._queued.append(self.saver.submit(_save_now, manager, step, state, meta))
+
+    def _raise_failed_saves(self) -> None:
+        done = [f for f in self._queued if f.done()]
+        self._queued = [f for f in self._queued if not f.done()]
+        for future in done:
+            future.result()
 
     def latest_step(self) -> int | None:
         """The newest step saved in `last`, or None when there is none."""
@@ -107,6 +120,12 @@ class RunCheckpoints:
         collects is printed by asyncio when the process exits, after the run's `error:` line.
         The first failure is raised."""
         errors = []
+        for future in self._queued:   # the saves handed to `saver`, in order
+            try:
+                future.result()
+            except Exception as e:  # noqa: BLE001 (Orbax wraps the OSError)
+                errors.append(e)
+        self._queued = []
         for manager in (self.last, self.best):
             try:
                 manager.wait_until_finished()
@@ -120,6 +139,13 @@ class RunCheckpoints:
         self.wait()
         self.last.close()
         self.best.close()
+
+
+def _save_now(manager, step, state, meta) -> None:
+    if step in manager.all_steps():
+        return
+    manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                               meta=ocp.args.JsonSave(meta)))
 
 
 # Checkpoints written before the method interface (gedl-jax <= dd3581c) hold the EDL family's

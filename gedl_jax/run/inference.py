@@ -6,6 +6,7 @@ for the old name `gedl_jax.evaluation.inference` (one release)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +35,32 @@ def predict_split(predict_step: Callable, variables: Any, method_state: Any, mes
     mask before anything is returned. Batch m draws its randomness (MC Dropout's masks) from
     `fold_in(key, m)`, so a prediction is reproducible.
     """
+    return dispatch_predictions(predict_step, variables, method_state, mesh, split,
+                                batch_size, key, on_batch).fetch()
+
+
+@dataclasses.dataclass
+class PendingPredictions:
+    """A split's predictions dispatched to the devices and not yet fetched: `fetch()` waits for
+    them and returns what `predict_split` returns (the training loop validates an epoch's
+    state while the next epoch's steps are queued behind it)."""
+
+    batches: list[dict[str, jax.Array]]
+    keep: np.ndarray
+
+    def fetch(self) -> dict[str, np.ndarray]:
+        joined = {name: jnp.concatenate([b[name] for b in self.batches])
+                  for name in self.batches[0]}
+        return {name: np.asarray(value)[self.keep]
+                for name, value in jax.device_get(joined).items()}
+
+
+def dispatch_predictions(predict_step: Callable, variables: Any, method_state: Any, mesh,
+                         split: data.Split, batch_size: int, key: jax.Array | None = None,
+                         on_batch: Callable[[int, int], None] | None = None
+                         ) -> PendingPredictions:
+    """`predict_split` without the wait: every batch dispatched (with `on_batch`, waited for
+    one by one), the outputs left on the devices."""
     key = jax.random.PRNGKey(0) if key is None else key
     images, _, mask = data.pad_for_eval(split.images, split.labels, batch_size)
     images_dev = put_batched(mesh, images)
@@ -44,9 +71,7 @@ def predict_split(predict_step: Callable, variables: Any, method_state: Any, mes
         if on_batch is not None:   # progress / interruption: wait for the batch first
             jax.block_until_ready(batches[-1])
             on_batch(m + 1, images.shape[0])
-    keep = mask.reshape(-1)
-    return {name: np.asarray(jax.device_get(jnp.concatenate([b[name] for b in batches])))[keep]
-            for name in batches[0]}
+    return PendingPredictions(batches, mask.reshape(-1))
 
 
 def training_batches(split: data.Split, batch_size: int, mean=None, std=None):

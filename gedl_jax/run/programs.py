@@ -38,6 +38,8 @@ class SeedProgram:
         resident training data, the order, and the seeds' keys and normalisation if S > 1).
     epoch_order: epoch -> the epoch's order of the training examples (per seed if S > 1).
     member: (state, i) -> seed i's TrainState, as saved and restored.
+    detached: (state, i) -> the same in buffers of its own, which the next call (donating the
+        program's state) leaves intact: what the loop validates and saves while it goes on.
     stack: [seed states] -> state (for a resume).
     """
 
@@ -49,6 +51,7 @@ class SeedProgram:
     member: Callable[[Any, int], steps.TrainState]
     stack: Callable[[list], Any]
     num_seeds: int
+    detached: Callable[[Any, int], steps.TrainState]
 
     def steps(self, state, order: jax.Array, n: int) -> tuple[Any, dict[str, jax.Array]]:
         """n <= max_steps train steps in one compiled call (`steps.multi_step`: each metric has
@@ -72,6 +75,13 @@ class SeedProgram:
     def current_step(self) -> int:
         """The step the program's state is at (the seeds' maximum)."""
         return int(np.max(jax.device_get(self.state.step)))
+
+
+@jax.jit
+def _copied(state):
+    """`state` in new device buffers (one compiled copy; jnp.copy is not forwarded as an
+    unchanged input would be)."""
+    return jax.tree.map(jnp.copy, state)
 
 
 def _call(step: Callable, max_steps: int, state, inputs: tuple, n: int):
@@ -99,7 +109,8 @@ def single(method: Method, tx: optax.GradientTransformation, mesh, settings: ste
     return SeedProgram(
         state=state, step=train_step, step_inputs=lambda order: (images, labels, order),
         max_steps=max_steps, epoch_order=epoch_order, member=lambda state, i: state,
-        stack=lambda states: states[0], num_seeds=1)
+        stack=lambda states: states[0], num_seeds=1,
+        detached=lambda state, i: _copied(state))
 
 
 def vmapped(method: Method, tx: optax.GradientTransformation, mesh,
@@ -135,4 +146,4 @@ def vmapped(method: Method, tx: optax.GradientTransformation, mesh,
         state=state, step=multi_step,
         step_inputs=lambda order: (images, labels, order, step_keys_S, mean_S, std_S),
         max_steps=max_steps, epoch_order=epoch_order, member=member, stack=stack,
-        num_seeds=len(seeds))
+        num_seeds=len(seeds), detached=member)   # a seed's slice is a new buffer already

@@ -9,6 +9,7 @@ checkpoint), mid-epoch checkpoints and preemption are events at step boundaries;
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import errno
 import pathlib
@@ -163,17 +164,30 @@ def _where(runs: list[SeedRun]) -> pathlib.Path:
 
 
 class _Validation:
-    """Validation accuracy of every seed at an epoch end; saves each seed's best."""
+    """Validation accuracy of every seed at an epoch end; saves each seed's best.
+
+    In two halves, so the next epoch's steps can be queued between them: `dispatch` queues the
+    predictions of the epoch-end states (no wait), `finish` fetches them, writes the records
+    and saves each improved seed's state as its best."""
 
     def __init__(self, runs: list[SeedRun], mesh):
         self.runs, self.mesh, self.predict_steps = runs, mesh, {}
 
-    def __call__(self, program: programs.SeedProgram, step: int, epoch: int,
+    def __call__(self, members: list[steps.TrainState], step: int, epoch: int,
                  steps_per_epoch: int) -> None:
+        self.finish(self.dispatch(members), members, step, epoch, steps_per_epoch)
+
+    def dispatch(self, members: list[steps.TrainState]) -> list[inference.PendingPredictions]:
+        return [self._predictions(run_, member) for run_, member in zip(self.runs, members)]
+
+    def finish(self, pending: list[inference.PendingPredictions],
+               members: list[steps.TrainState], step: int, epoch: int,
+               steps_per_epoch: int) -> None:
         report = []
-        for i, run_ in enumerate(self.runs):
-            member = program.member(program.state, i)
-            accuracy = self._accuracy(run_, member)
+        for run_, member, predictions in zip(self.runs, members, pending):
+            labels = run_.experiment.data.validation.labels
+            accuracy = float(np.mean(
+                run_.experiment.method.predicted_class(predictions.fetch()) == labels))
             run_.writer.write(step, "validation", {"accuracy": accuracy})
             if run_.config.epoch_eval:
                 self._epoch_eval(run_, member, step, epoch)
@@ -203,16 +217,16 @@ class _Validation:
         run_.writer.write(step, "epoch_eval", summary)
         log(f"epoch {epoch + 1}: " + " ".join(f"{k} {v:.4g}" for k, v in summary.items()))
 
-    def _accuracy(self, run_: SeedRun, state: steps.TrainState) -> float:
+    def _predictions(self, run_: SeedRun,
+                     state: steps.TrainState) -> inference.PendingPredictions:
         exp = run_.experiment
         if exp.normalization not in self.predict_steps:
             self.predict_steps[exp.normalization] = steps.make_predict_step(
                 exp.method, self.mesh, *exp.normalization)
-        split = exp.data.validation
-        raw = inference.predict_split(self.predict_steps[exp.normalization], state.variables,
-                                      state.method_state, self.mesh, split,
-                                      exp.config.eval_batch_size, experiment.predict_key(exp.seed))
-        return float(np.mean(exp.method.predicted_class(raw) == split.labels))
+        return inference.dispatch_predictions(
+            self.predict_steps[exp.normalization], state.variables, state.method_state,
+            self.mesh, exp.data.validation, exp.config.eval_batch_size,
+            experiment.predict_key(exp.seed))
 
 
 def epoch_eval_summary(results: dict[str, Any]) -> dict[str, float]:
@@ -242,6 +256,17 @@ def _progress_line(config, method, averaged: dict[str, float], step: int, total:
 
 
 @dataclasses.dataclass
+class _EpochEnd:
+    """An epoch end whose host work (its progress line, validation accuracy, checkpoints) waits
+    until the next call is queued, so the devices go on training meanwhile."""
+
+    step: int
+    epoch: int
+    members: list[steps.TrainState]   # every seed's epoch-end state, in buffers of its own
+    validation: list[inference.PendingPredictions] | None   # queued on the devices
+
+
+@dataclasses.dataclass
 class _Loop:
     """Everything the step loop touches, built once by `_prepare_loop`."""
 
@@ -253,12 +278,42 @@ class _Loop:
     method: Any
     steps_per_epoch: int
     total_steps: int
+    saver: concurrent.futures.ThreadPoolExecutor | None = None
+    pending: _EpochEnd | None = None
 
-    def save_last(self, step: int) -> None:
-        self.buffer.flush()
-        for i, run_ in enumerate(self.runs):
-            run_.ckpt.save_last(step, self.program.member(self.program.state, i),
-                                run_.meta(step, self.steps_per_epoch))
+    def members(self) -> list[steps.TrainState]:
+        """Every seed's current state, detached from the buffers the next call donates (a save
+        in `saver`'s thread still reads them after the loop has gone on)."""
+        return [self.program.detached(self.program.state, i) for i in range(len(self.runs))]
+
+    def save_last(self, step: int, members: list[steps.TrainState] | None = None) -> None:
+        """`last` checkpoints of step `step`: the current state, after every pending metric is
+        fetched and checked (a non-finite step stops the run before it is saved), or
+        `members`, whose metrics the caller has checked."""
+        if members is None:
+            self.buffer.flush()
+            members = self.members()
+        for run_, member in zip(self.runs, members):
+            run_.ckpt.save_last(step, member, run_.meta(step, self.steps_per_epoch))
+
+    def start_epoch_end(self, step: int, epoch: int, validate: bool) -> None:
+        """The epoch end at `step`, without waiting: the states detached and (if `validate`)
+        their validation predictions queued; `finish_epoch_end` does the rest once the next
+        call is queued behind them."""
+        members = self.members()
+        self.pending = _EpochEnd(step, epoch, members,
+                                 self.validate.dispatch(members) if validate else None)
+
+    def finish_epoch_end(self) -> None:
+        """The pending epoch end's host work, in the order a synchronous one does it: the
+        epoch's metrics (checked) and progress line, validation records and best checkpoints,
+        `last` checkpoints."""
+        end, self.pending = self.pending, None
+        self.log_progress(end.step, keep_last=True)   # the newest call is the next epoch's
+        if end.validation is not None:
+            self.validate.finish(end.validation, end.members, end.step, end.epoch,
+                                 self.steps_per_epoch)
+        self.save_last(end.step, end.members)
 
     def log_progress(self, step: int, keep_last: bool) -> None:
         """The progress line of the steps up to `step` (and their metrics.jsonl records).
@@ -294,6 +349,12 @@ def _prepare_loop(runs: list[SeedRun], pool: data.Split | None, mesh) -> _Loop:
     for run_ in runs:
         run_.ckpt = checkpointing.RunCheckpoints(run_.workdir)
     _restore(runs, program, mesh, steps_per_epoch)
+    # The saves in a thread of their own, one process only: with several, each save holds
+    # barriers of every process, which must not interleave with the steps' collectives.
+    saver = (concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gedl-checkpoints")
+             if jax.process_count() == 1 else None)
+    for run_ in runs:
+        run_.ckpt.saver = saver
     for run_ in runs:
         run_.writer = rundir.MetricsWriter(run_.workdir)
     buffer = MetricsBuffer(
@@ -307,7 +368,7 @@ def _prepare_loop(runs: list[SeedRun], pool: data.Split | None, mesh) -> _Loop:
          f"steps/epoch x {config.num_epochs} epochs, global batch {config.batch_size} on "
          f"{mesh.size} {jax.devices()[0].platform} device(s); {numerics.describe(config)}")
     return _Loop(runs, program, buffer, _Validation(runs, mesh), config, method,
-                 steps_per_epoch, total_steps)
+                 steps_per_epoch, total_steps, saver)
 
 
 def _saved_checkpoints(runs: list[SeedRun]) -> bool:
@@ -355,10 +416,17 @@ def _next_event(loop: _Loop, step: int, stop_after_steps: int | None) -> int:
     return min(ends)
 
 
+# An epoch end's host work after the next call is queued (False: before it, the loop waiting
+# for it; the same run either way, which tests/test_train.py checks).
+DEFER_EPOCH_ENDS = True
+
+
 def _run_loop(loop: _Loop, stop_after_steps: int | None) -> tuple[int, bool]:
     """One loop over calls of one step or several (`config.steps_per_dispatch`, never across
     an event: `_next_event`); epoch ends (validate, checkpoint), mid-epoch checkpoints and
-    preemption are events at their boundaries. Returns (steps done, stopped early)."""
+    preemption are events at their boundaries. An epoch end's host work waits until the next
+    call is queued (`_Loop.finish_epoch_end`), except at a stop or the end, where the loop
+    waits for it. Returns (steps done, stopped early)."""
     config, spe, program = loop.config, loop.steps_per_epoch, loop.program
     step = program.current_step()   # `step` counts the steps done
     order = None
@@ -375,30 +443,38 @@ def _run_loop(loop: _Loop, stop_after_steps: int | None) -> tuple[int, bool]:
         program.state, metrics = program.steps(program.state, order, count)
         loop.buffer.add(step, metrics, count if program.max_steps > 1 else None)
         dispatches += 1
+        if loop.pending is not None:   # the epoch end before this call, while this call runs
+            loop.finish_epoch_end()
         if log_after is not None:   # the line of the call before, while this one runs
             loop.log_progress(log_after, keep_last=True)
             log_after = None
         epoch_end = step % spe == 0
         checkpoint = bool(config.checkpoint_every_steps) and \
             step % config.checkpoint_every_steps == 0 and not epoch_end
-        if step % config.log_every_steps == 0 or epoch_end:
-            if epoch_end or checkpoint or step == stop_after_steps:
-                loop.log_progress(step, keep_last=False)   # the loop waits here anyway
-            else:
-                log_after = step
-        if checkpoint:
-            loop.save_last(step)
         # Called after every call on every process, with a count that goes up by one each
         # time (JAX's multi-host sync point needs both; the hosts cut the same calls). At an
         # epoch end the stop waits for validation and the epoch's checkpoint, so a resumed
         # run never skips a validation.
         preempted = preemption.should_stop(dispatches)
         stop_now = stop_after_steps is not None and step >= stop_after_steps
-        if epoch_end and not stop_now:
-            loop.buffer.flush()
-            if (epoch + 1) % config.eval_every_epochs == 0 or step == loop.total_steps:
-                loop.validate(program, step, epoch, spe)
+        deferred = DEFER_EPOCH_ENDS and epoch_end and \
+            not (stop_now or preempted or step == loop.total_steps)
+        if (step % config.log_every_steps == 0 or epoch_end) and not deferred:
+            if epoch_end or checkpoint or step == stop_after_steps:
+                loop.log_progress(step, keep_last=False)   # the loop waits here anyway
+            else:
+                log_after = step
+        if checkpoint:
             loop.save_last(step)
+        validate = (epoch + 1) % config.eval_every_epochs == 0 or step == loop.total_steps
+        if deferred:
+            loop.start_epoch_end(step, epoch, validate)
+        elif epoch_end and not stop_now:
+            loop.buffer.flush()
+            members = loop.members()
+            if validate:
+                loop.validate(members, step, epoch, spe)
+            loop.save_last(step, members)
         if preempted:
             loop.save_last(step)
             _stop_for_preemption(loop.runs, step)
@@ -428,7 +504,11 @@ def _train_and_finish(runs: list[SeedRun], pool: data.Split | None, mesh,
     try:
         step, stopped_early = _run_loop(loop, stop_after_steps)
     finally:
-        _close_all(runs)
+        try:
+            _close_all(runs)
+        finally:
+            if loop.saver is not None:
+                loop.saver.shutdown()
     return [_finish(run_, loop.program, i, step, stopped_early, mesh)
             for i, run_ in enumerate(runs)]
 
