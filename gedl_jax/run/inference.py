@@ -55,23 +55,39 @@ class PendingPredictions:
                 for name, value in jax.device_get(joined).items()}
 
 
+@dataclasses.dataclass(frozen=True)
+class ResidentSplit:
+    """A split's images padded to whole batches and put on the devices once (`put_split`),
+    for a split predicted again and again (the validation split at every epoch end)."""
+
+    images_dev: jax.Array   # M x B x H x W x C, the batch axis over "data"
+    keep: np.ndarray        # M * B: False on padding rows
+
+
+def put_split(mesh, split: data.Split, batch_size: int) -> ResidentSplit:
+    images, _, mask = data.pad_for_eval(split.images, split.labels, batch_size)
+    return ResidentSplit(put_batched(mesh, images), mask.reshape(-1))
+
+
 def dispatch_predictions(predict_step: Callable, variables: Any, method_state: Any, mesh,
-                         split: data.Split, batch_size: int, key: jax.Array | None = None,
+                         split: data.Split | ResidentSplit, batch_size: int,
+                         key: jax.Array | None = None,
                          on_batch: Callable[[int, int], None] | None = None
                          ) -> PendingPredictions:
     """`predict_split` without the wait: every batch dispatched (with `on_batch`, waited for
-    one by one), the outputs left on the devices."""
+    one by one), the outputs left on the devices. `split` may be resident already
+    (`put_split` with the same `batch_size`)."""
     key = jax.random.PRNGKey(0) if key is None else key
-    images, _, mask = data.pad_for_eval(split.images, split.labels, batch_size)
-    images_dev = put_batched(mesh, images)
+    resident = split if isinstance(split, ResidentSplit) else put_split(mesh, split, batch_size)
+    images_dev = resident.images_dev
     batches = []
-    for m in range(images.shape[0]):
+    for m in range(images_dev.shape[0]):
         batches.append(predict_step(variables, method_state, images_dev[m],
                                     jax.random.fold_in(key, m)))
         if on_batch is not None:   # progress / interruption: wait for the batch first
             jax.block_until_ready(batches[-1])
-            on_batch(m + 1, images.shape[0])
-    return PendingPredictions(batches, mask.reshape(-1))
+            on_batch(m + 1, images_dev.shape[0])
+    return PendingPredictions(batches, resident.keep)
 
 
 def training_batches(split: data.Split, batch_size: int, mean=None, std=None):

@@ -172,6 +172,7 @@ class _Validation:
 
     def __init__(self, runs: list[SeedRun], mesh):
         self.runs, self.mesh, self.predict_steps = runs, mesh, {}
+        self.resident: dict[int, inference.ResidentSplit] = {}   # seed -> its validation split
 
     def __call__(self, members: list[steps.TrainState], step: int, epoch: int,
                  steps_per_epoch: int) -> None:
@@ -223,9 +224,12 @@ class _Validation:
         if exp.normalization not in self.predict_steps:
             self.predict_steps[exp.normalization] = steps.make_predict_step(
                 exp.method, self.mesh, *exp.normalization)
+        if run_.seed not in self.resident:   # put on the devices once, not every epoch
+            self.resident[run_.seed] = inference.put_split(
+                self.mesh, exp.data.validation, exp.config.eval_batch_size)
         return inference.dispatch_predictions(
             self.predict_steps[exp.normalization], state.variables, state.method_state,
-            self.mesh, exp.data.validation, exp.config.eval_batch_size,
+            self.mesh, self.resident[run_.seed], exp.config.eval_batch_size,
             experiment.predict_key(exp.seed))
 
 
