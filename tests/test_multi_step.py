@@ -24,8 +24,10 @@ from gedl_jax.run import training
 
 @pytest.fixture(autouse=True)
 def _fast(fast_compile, monkeypatch):
-    """Compiles in seconds (tests/compile_mode.py); the device loop on any platform."""
+    """Compiles in seconds (tests/compile_mode.py); the device loop on any platform, with the
+    epoch ends an accelerator's loop has (`training.defers_epoch_ends`)."""
     monkeypatch.setattr(training, "steps_per_call", lambda config: int(config.steps_per_dispatch))
+    monkeypatch.setattr(training, "DEFER_EPOCH_ENDS", True)
 
 
 def _train_records(workdir):

@@ -188,12 +188,15 @@ def test_every_preset_trains_and_evaluates(data_dir, tmp_path, variant):
 
 
 def test_epoch_ends_wait_for_the_next_call_and_change_nothing(data_dir, tmp_path, monkeypatch):
-    """An epoch end's host work (its metrics, validation, checkpoints) is done once the next
-    call is queued, and its checkpoints are written in a thread of their own, from buffers the
-    next call does not donate: the run, its log and its checkpoints are those of a loop that
-    waits at every epoch end. The last epoch end waits (nothing comes after it)."""
+    """Off the CPU, an epoch end's host work (its metrics, validation, checkpoints) is done
+    once the next call is queued, and its checkpoints are written in a thread of their own,
+    from buffers the next call does not donate: the run, its log and its checkpoints are those
+    of the loop that waits at every epoch end (a CPU's). The last epoch end waits (nothing
+    comes after it)."""
     from gedl_jax.run import checkpointing, training
     from gedl_jax.run.progress import MetricsBuffer
+
+    assert training.defers_epoch_ends() == (jax.default_backend() != "cpu")
 
     events, saved = [], []   # the loop's (main thread), the saves' (whichever thread)
     add, finish = MetricsBuffer.add, training._Validation.finish
@@ -221,6 +224,7 @@ def test_epoch_ends_wait_for_the_next_call_and_change_nothing(data_dir, tmp_path
     monkeypatch.setattr(checkpointing.RunCheckpoints, "_save", on_submit)
     monkeypatch.setattr(checkpointing, "_save_now", on_save)
     c = tiny_config(data_dir, log_every_steps=3)
+    monkeypatch.setattr(training, "DEFER_EPOCH_ENDS", True)   # as off the CPU
     deferred = train.train_and_evaluate(c, tmp_path / "deferred")
     e = STEPS_PER_EPOCH
     assert events[events.index(("call", e)):events.index(("call", e + 2))] == \
@@ -233,7 +237,7 @@ def test_epoch_ends_wait_for_the_next_call_and_change_nothing(data_dir, tmp_path
     assert saved == [(*event, "gedl-checkpoints") for event in events
                      if event[0] in ("best", "last")]
 
-    monkeypatch.setattr(training, "DEFER_EPOCH_ENDS", False)
+    monkeypatch.setattr(training, "DEFER_EPOCH_ENDS", False)   # as on a CPU
     waiting = train.train_and_evaluate(c, tmp_path / "waiting")
     assert_same_leaves(deferred["state"], waiting["state"])
     assert (deferred["best_val_accuracy"], deferred["best_step"]) == \

@@ -282,6 +282,7 @@ class _Loop:
     method: Any
     steps_per_epoch: int
     total_steps: int
+    defer_epoch_ends: bool = False   # `defers_epoch_ends()`
     saver: concurrent.futures.ThreadPoolExecutor | None = None
     pending: _EpochEnd | None = None
 
@@ -353,10 +354,12 @@ def _prepare_loop(runs: list[SeedRun], pool: data.Split | None, mesh) -> _Loop:
     for run_ in runs:
         run_.ckpt = checkpointing.RunCheckpoints(run_.workdir)
     _restore(runs, program, mesh, steps_per_epoch)
-    # The saves in a thread of their own, one process only: with several, each save holds
-    # barriers of every process, which must not interleave with the steps' collectives.
+    # The saves in a thread of their own (`defers_epoch_ends`), one process only: with several,
+    # each save holds barriers of every process, which must not interleave with the steps'
+    # collectives.
+    defer = defers_epoch_ends()
     saver = (concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gedl-checkpoints")
-             if jax.process_count() == 1 else None)
+             if defer and jax.process_count() == 1 else None)
     for run_ in runs:
         run_.ckpt.saver = saver
     for run_ in runs:
@@ -372,7 +375,7 @@ def _prepare_loop(runs: list[SeedRun], pool: data.Split | None, mesh) -> _Loop:
          f"steps/epoch x {config.num_epochs} epochs, global batch {config.batch_size} on "
          f"{mesh.size} {jax.devices()[0].platform} device(s); {numerics.describe(config)}")
     return _Loop(runs, program, buffer, _Validation(runs, mesh), config, method,
-                 steps_per_epoch, total_steps, saver)
+                 steps_per_epoch, total_steps, defer, saver)
 
 
 def _saved_checkpoints(runs: list[SeedRun]) -> bool:
@@ -420,9 +423,16 @@ def _next_event(loop: _Loop, step: int, stop_after_steps: int | None) -> int:
     return min(ends)
 
 
-# An epoch end's host work after the next call is queued (False: before it, the loop waiting
-# for it; the same run either way, which tests/test_train.py checks).
-DEFER_EPOCH_ENDS = True
+# An epoch end's host work after the next call is queued, and the checkpoints saved in a thread
+# of their own: on an accelerator, which trains meanwhile. On a CPU the host is the device, so
+# there is nothing to overlap (the saver thread would compete with the steps for the cores),
+# and the loop waits at an epoch end as it always did. None: off the CPU; tests set True or
+# False (the same run either way, which tests/test_train.py checks).
+DEFER_EPOCH_ENDS: bool | None = None
+
+
+def defers_epoch_ends() -> bool:
+    return jax.default_backend() != "cpu" if DEFER_EPOCH_ENDS is None else DEFER_EPOCH_ENDS
 
 
 def _run_loop(loop: _Loop, stop_after_steps: int | None) -> tuple[int, bool]:
@@ -461,7 +471,7 @@ def _run_loop(loop: _Loop, stop_after_steps: int | None) -> tuple[int, bool]:
         # run never skips a validation.
         preempted = preemption.should_stop(dispatches)
         stop_now = stop_after_steps is not None and step >= stop_after_steps
-        deferred = DEFER_EPOCH_ENDS and epoch_end and \
+        deferred = loop.defer_epoch_ends and epoch_end and \
             not (stop_now or preempted or step == loop.total_steps)
         if (step % config.log_every_steps == 0 or epoch_end) and not deferred:
             if epoch_end or checkpoint or step == stop_after_steps:
