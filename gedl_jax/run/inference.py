@@ -49,6 +49,7 @@ class PendingPredictions:
     keep: np.ndarray
 
     def fetch(self) -> dict[str, np.ndarray]:
+        """Wait for every batch; the outputs of the split's real rows, as NumPy arrays."""
         joined = {name: jnp.concatenate([b[name] for b in self.batches])
                   for name in self.batches[0]}
         return {name: np.asarray(value)[self.keep]
@@ -65,6 +66,7 @@ class ResidentSplit:
 
 
 def put_split(mesh, split: data.Split, batch_size: int) -> ResidentSplit:
+    """`split`'s images padded to whole batches of `batch_size` and put on `mesh`'s devices."""
     images, _, mask = data.pad_for_eval(split.images, split.labels, batch_size)
     return ResidentSplit(put_batched(mesh, images), mask.reshape(-1))
 
