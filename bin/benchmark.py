@@ -18,7 +18,9 @@ loop runs it on this platform: on an accelerator `--steps` steps in one compiled
 step; `--device_loop=true/false` chooses.
 `--loop_epochs=N` then runs the real training loop (`gedl_jax.train` on MNIST, README command
 2's program: validation every epoch, checkpoints, metrics) for N epochs and prints its
-images/s beside the bare step's, so the loop's overhead is one number (needs the MNIST files).
+images/s beside the bare step's, so the loop's overhead is one number (needs the MNIST files;
+timed from the first epoch end to the last, so the first epoch's compilation is left out:
+`--loop_epochs=3` or more).
 `--deterministic` sets the XLA flags of `config.deterministic` (on by default, as in training:
 deterministic kernels, autotuning kept) before the backend starts; `--deterministic=ops` uses
 XLA's stricter `--xla_gpu_deterministic_ops` (deterministic kernels, no autotuning) and
@@ -47,7 +49,7 @@ import jax
 from gedl_jax import configuration
 from gedl_jax import networks as models
 from gedl_jax.networks import layers, protocol
-from gedl_jax.run.step_benchmark import compiled_train_step
+from gedl_jax.run.step_benchmark import compiled_train_step, loop_rate
 
 # Dense peak throughput (FLOP/s) per chip and arithmetic, for the "fraction of peak" column
 # (NVIDIA's data sheets, SXM, no sparsity): "tf32" is the tensor-core peak that float32
@@ -173,9 +175,9 @@ def markdown(env: dict, rows: list[dict]) -> str:
 def loop_benchmark(epochs: int, step_row: dict | None, train_examples: int = 0) -> dict:
     """README command 2's program (GEDL on MNIST, the ConvNet, batch 128, validation and
     checkpoints every epoch) for `epochs` epochs in a temporary workdir; images/s of the loop
-    from the metrics records' times (the first record's window, which compiles, left out),
-    beside the bare step's (`step_row`). `train_examples` > 0: on that many images only (a
-    smoke run)."""
+    from the metrics records' times (`step_benchmark.loop_rate`: epochs 2 to N, each with its
+    epoch end), beside the bare step's (`step_row`). `train_examples` > 0: on that many images
+    only (a smoke run)."""
     import json as json_
     import tempfile
 
@@ -191,15 +193,12 @@ def loop_benchmark(epochs: int, step_row: dict | None, train_examples: int = 0) 
         train.train_and_evaluate(config, workdir)
         wall = time.perf_counter() - start
         with open(os.path.join(workdir, "metrics.jsonl")) as f:
-            records = [json_.loads(line) for line in f if '"train"' in line]
-    (first_step, first_time), (last_step, last_time) = [
-        (r["step"], r["time"]) for r in (records[0], records[-1])]
-    loop_rate = (last_step - first_step) * config.batch_size / (last_time - first_time)
-    row = {"loop_epochs": epochs, "loop_steps": last_step, "loop_wall_s": wall,
-           "loop_images_per_s": loop_rate}
+            records = [json_.loads(line) for line in f]
+    row = {"loop_epochs": epochs, "loop_steps": max(r["step"] for r in records),
+           "loop_wall_s": wall, **loop_rate(records, config.batch_size)}
     if step_row:
         row.update(step_images_per_s=step_row["images_per_s"],
-                   loop_over_step_time=step_row["images_per_s"] / loop_rate)
+                   loop_over_step_time=step_row["images_per_s"] / row["loop_images_per_s"])
     return row
 
 
@@ -284,7 +283,8 @@ def main(argv=None) -> int:
                  f"({loop['step_images_per_s']:,.0f} img/s)") if step_row else \
             " (no convnet batch-128 float32 step row to compare with)"
         print(f"training loop (README command 2's program, {args.loop_epochs} epochs, "
-              f"{loop['loop_steps']} steps): {loop['loop_images_per_s']:,.0f} img/s{ratio}; "
+              f"{loop['loop_steps']} steps; timed over its {loop['loop_window']}): "
+              f"{loop['loop_images_per_s']:,.0f} img/s{ratio}; "
               f"wall time {loop['loop_wall_s']:.1f} s", flush=True)
     if args.out:
         with open(args.out, "w") as f:

@@ -214,8 +214,9 @@ def report(folder: pathlib.Path) -> str:
         ratio = (f"{loop['loop_over_step_time']:.2f}x the bare step's time per image"
                  if "loop_over_step_time" in loop else "no batch-128 ConvNet step to compare")
         out += ["", f"Training loop ({loop['loop_epochs']} epoch(s) of README command 2's "
-                f"program, {loop['loop_steps']} steps): {loop['loop_images_per_s']:,.0f} img/s, "
-                f"{ratio}."]
+                f"program, {loop['loop_steps']} steps"
+                f"{', timed over its ' + loop['loop_window'] if 'loop_window' in loop else ''}): "
+                f"{loop['loop_images_per_s']:,.0f} img/s, {ratio}."]
     out += ["", "## Five seeds together (vmap_seeds)", "", *_seeds(folder)]
     out += ["", "## Resume", "", *_resume(folder)]
     vs = folder / "vs_torch" / "vs_torch.md"

@@ -47,3 +47,24 @@ def test_compiled_train_step_runs_any_number_of_steps():
     assert compile_s > 0 and "HloModule" in run.compiled.as_text()
     run(1)
     run(STEPS + 1)   # more than one call's worth: two calls of the device loop
+
+
+def test_loop_rate_times_whole_epochs_from_the_first_epoch_end():
+    # 10 steps an epoch, batch 4: epoch 1 compiles (its end at t = 5.0); epochs 2 and 3 take
+    # 1.0 s of steps and 0.5 s of epoch end each
+    records = [{"step": 5, "split": "train", "time": 4.0},
+               {"step": 10, "split": "train", "time": 4.5},
+               {"step": 10, "split": "validation", "time": 5.0},
+               {"step": 15, "split": "train", "time": 5.5},
+               {"step": 20, "split": "train", "time": 6.0},
+               {"step": 20, "split": "validation", "time": 6.5},
+               {"step": 25, "split": "train", "time": 7.0},
+               {"step": 30, "split": "train", "time": 7.5},
+               {"step": 30, "split": "validation", "time": 8.0}]
+    rate = step_benchmark.loop_rate(records, batch_size=4)
+    assert rate == {"loop_images_per_s": 20 * 4 / 3.0, "loop_window": "epoch ends at steps 10-30",
+                    "loop_window_steps": 20}
+    # one epoch: its train records, the first (which compiles) as the start
+    one = step_benchmark.loop_rate(records[:3], batch_size=4)
+    assert one == {"loop_images_per_s": 5 * 4 / 0.5, "loop_window": "train records at steps 5-10",
+                   "loop_window_steps": 5}

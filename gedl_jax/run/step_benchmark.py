@@ -80,3 +80,23 @@ def compiled_train_step(model_name: str, batch: int, dtype: str, num_devices: in
 
     run.compiled = compiled_steps.executable
     return run, compile_s
+
+
+def loop_rate(records: list[dict], batch_size: int) -> dict:
+    """The training loop's steady images/s from a run's metrics.jsonl records: from the first
+    epoch end's validation record to the last one's, so each epoch in the window has its steps
+    and its epoch end (validation, checkpoints), and the first epoch, which compiles the step
+    and the validation, is left out. With fewer than two validations: from the first train
+    record to the last (the first record's window, which compiles the step, left out)."""
+    validations = [r for r in records if r["split"] == "validation"]
+    if len(validations) >= 2:
+        first, last = validations[0], validations[-1]
+        window = f"epoch ends at steps {first['step']}-{last['step']}"
+    else:
+        train = [r for r in records if r["split"] == "train"]
+        first, last = train[0], train[-1]
+        window = f"train records at steps {first['step']}-{last['step']}"
+    steps = last["step"] - first["step"]
+    return {"loop_images_per_s": steps * batch_size / (last["time"] - first["time"]),
+            "loop_window": window, "loop_window_steps": steps}
+
