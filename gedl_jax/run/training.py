@@ -287,9 +287,12 @@ class _Loop:
     pending: _EpochEnd | None = None
 
     def members(self) -> list[steps.TrainState]:
-        """Every seed's current state, detached from the buffers the next call donates (a save
-        in `saver`'s thread still reads them after the loop has gone on)."""
-        return [self.program.detached(self.program.state, i) for i in range(len(self.runs))]
+        """Every seed's current state; with deferred epoch ends, detached from the buffers the
+        next call donates (a deferred validation, or a save in `saver`'s thread, still reads
+        them after the loop has gone on). A loop that waits saves and validates before its
+        next call, so it needs no copy."""
+        member = self.program.detached if self.defer_epoch_ends else self.program.member
+        return [member(self.program.state, i) for i in range(len(self.runs))]
 
     def save_last(self, step: int, members: list[steps.TrainState] | None = None) -> None:
         """`last` checkpoints of step `step`: the current state, after every pending metric is
