@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import pathlib
 import re
+import statistics
 import sys
 import tempfile
 
@@ -113,6 +114,9 @@ def _training(folder: pathlib.Path, bench: dict | None) -> list[str]:
             lines.append(f"Its floor, {steps} steps x {step['step_ms']:.3f} ms (the benchmarked "
                          f"ConvNet step in the device loop): {floor:.1f} s; the loop took "
                          f"**{seconds / floor:.2f}x** the floor.")
+        cost = epoch_end_cost(records)
+        if cost:
+            lines.append(cost)
     walls = _json(folder / "wall_times.json") or {}
     if "train" in walls:
         lines.append(f"Whole command (start-up, data, compilation, training, evaluation): "
@@ -128,6 +132,27 @@ def _training(folder: pathlib.Path, bench: dict | None) -> list[str]:
     return lines
 
 
+def epoch_end_cost(records: list[dict]) -> str | None:
+    """Where a run's time went, from its metrics.jsonl records' times (the times the host
+    fetched each record, so single intervals jitter; medians): the ms a step inside an epoch,
+    and the ms more across an epoch end (from the epoch's last train record to the next one,
+    less the steps between them at the in-epoch rate). None without two epochs' records."""
+    train = [r for r in records if r["split"] == "train"]
+    ends = {r["step"] for r in records if r["split"] == "validation"}
+    inside, across = [], []
+    for a, b in zip(train, train[1:]):
+        (across if a["step"] in ends else inside).append(a | {"next": b})
+    if not inside or not across:
+        return None
+    per_step = statistics.median((r["next"]["time"] - r["time"]) / (r["next"]["step"] - r["step"])
+                                 for r in inside)
+    extra = statistics.median(r["next"]["time"] - r["time"]
+                              - (r["next"]["step"] - r["step"]) * per_step for r in across)
+    return (f"Inside an epoch, {1e3 * per_step:.3f} ms a step; across an epoch end, "
+            f"{1e3 * extra:.0f} ms more (medians over {len(inside)} intervals and "
+            f"{len(across)} epoch ends of the train records' times).")
+
+
 def _seeds(folder: pathlib.Path) -> list[str]:
     """The vmapped run's training time against its floor (steps x the vmapped step)."""
     bench = _json(folder / "benchmark_seeds.json")
@@ -135,8 +160,8 @@ def _seeds(folder: pathlib.Path) -> list[str]:
     path = folder / "seeds_metrics.jsonl"
     if not path.exists():
         return ["Not run."]
-    train = [r for r in map(json.loads, path.read_text().splitlines())
-             if r.get("split") == "train"]
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    train = [r for r in records if r.get("split") == "train"]
     if len(train) < 2:
         return ["Too few metrics records."]
     steps = train[-1]["step"] - train[0]["step"]
@@ -151,6 +176,9 @@ def _seeds(folder: pathlib.Path) -> list[str]:
         lines.append(f"Its floor, {steps} steps x {row['step_ms']:.3f} ms (the benchmarked "
                      f"{row['seeds']}-seed step): {floor:.1f} s; the run took "
                      f"**{seconds / floor:.2f}x** the floor.")
+    cost = epoch_end_cost(records)
+    if cost:
+        lines.append(cost)
     return lines
 
 

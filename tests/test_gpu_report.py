@@ -74,3 +74,18 @@ def test_machine_paths_are_replaced_in_the_logs_and_nothing_else(tmp_path):
         "SITE_PACKAGES/pkg/logger.py:44: a warning\n"
         "epoch 1/200 step 100/75000 loss 1.75 | 2,175 img/s\n"
         "rootdir: .\n")
+
+
+def test_epoch_end_cost_is_the_time_across_an_epoch_end_beyond_its_steps():
+    # 4 steps an epoch, records every 2 steps at 1 ms a step; each epoch end adds 0.05 s
+    records, t = [], 0.0
+    for step in range(2, 13, 2):
+        t += 0.002
+        records.append({"step": step, "split": "train", "time": t})
+        if step % 4 == 0:
+            records.append({"step": step, "split": "validation", "time": t + 0.01})
+            t += 0.05
+    line = report.epoch_end_cost(records)
+    assert line == ("Inside an epoch, 1.000 ms a step; across an epoch end, 50 ms more (medians "
+                    "over 3 intervals and 2 epoch ends of the train records' times).")
+    assert report.epoch_end_cost(records[:2]) is None   # no epoch end crossed
