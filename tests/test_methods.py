@@ -336,9 +336,8 @@ def test_daedl_fit_equals_numpy_and_scipy_and_maps_the_training_range_to_0_1():
     images = jnp.concatenate([x for x, _ in batches])
     raw = method.predict(variables, state, images, None)
     # float32 rounds each class's log-pdf to within the dot-product bound D u |log-pdf| (D
-    # features, u = 2**-24; measured here: 1.0 u |log-pdf|), so a score near 0, a sum of
-    # terms of up to |log-pdf| in size, is not held to 1e-4 of itself (an H100 put -0.010015
-    # at 1.2e-6 from scipy's -0.010016: 1.2e-4 of it, 0.4 u |log-pdf|).
+    # features, u = 2**-24), so a score near 0, a sum of terms of up to |log-pdf| in size, is
+    # not held to 1e-4 of itself (an H100 put -0.010015 at 1.2e-6 from scipy's -0.010016).
     rounding = feats.shape[1] * 2.0**-24 * np.abs(logpdf).max()
     np.testing.assert_allclose(raw["log_density_B"], score, rtol=1e-4, atol=rounding)
     predict_error = np.max(np.abs(np.asarray(raw["log_density_B"], np.float64) - score))
