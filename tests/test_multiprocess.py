@@ -6,7 +6,9 @@ its exit code checked. Generated data (tests/training_fixtures.py).
 The processes run on the CPU on every machine: what is tested (coordination, the same global
 batch, checkpoints and stops agreed between hosts) does not depend on the platform, and two
 processes on a one-GPU machine would share its GPU, which NCCL refuses ("Duplicate GPU
-detected", an H100 check)."""
+detected", an H100 check). The training and stopping tests run twice: with the epoch ends a
+CPU's processes take (the loop waits at each), and with those an accelerator's take (deferred
+until the next call is queued; tests/multiprocess/train_deferred.py forces them on a CPU)."""
 
 import json
 import pathlib
@@ -16,6 +18,7 @@ import sys
 import time
 
 import numpy as np
+import pytest
 from training_fixtures import (
     REPO,
     assert_same_tree,
@@ -62,10 +65,23 @@ def distributed_args(port: int, process_id: int, num_processes: int = 2) -> list
             f"--config.num_processes={num_processes}", f"--config.process_id={process_id}"]
 
 
-def test_two_processes_equal_one_process_with_two_devices(tmp_path):
+def deferred(command: list[str]) -> list[str]:
+    """`command` (a `cli_args` line) through the worker that defers the epoch ends as on an
+    accelerator (tests/multiprocess/train_deferred.py)."""
+    assert command[1:3] == ["-m", "gedl_jax.train"], command
+    return [command[0], str(HERE / "multiprocess" / "train_deferred.py"), *command[3:]]
+
+
+@pytest.mark.parametrize("epoch_ends", ["waiting", "deferred"])
+def test_two_processes_equal_one_process_with_two_devices(tmp_path, epoch_ends):
+    """Also with the epoch ends deferred as on an accelerator's processes (validation and the
+    checkpoints after the next call is queued, the checkpoints saved by the loop, not a thread):
+    the same checkpoints, results and records as the one waiting process."""
     data_dir = write_tiny_mnist(tmp_path / "data")
-    fields = dict(evaluate_at_end=True, checkpoint_every_steps=3, extra_ood=str(
-        write_tiny_ood(tmp_path / "ood")))
+    # Deferred: no mid-epoch checkpoints, so the epoch end's `last` (step 8) is still on disk
+    # at the end to compare (two are kept).
+    fields = dict(evaluate_at_end=True, checkpoint_every_steps=3 if epoch_ends == "waiting"
+                  else 0, extra_ood=str(write_tiny_ood(tmp_path / "ood")))
     single = tmp_path / "one_process"
     run_to_end(cli_args(single, data_dir, **fields), subprocess_env(tmp_path / "c1", devices=2),
                timeout=TIMEOUT)
@@ -73,15 +89,19 @@ def test_two_processes_equal_one_process_with_two_devices(tmp_path):
     multi = tmp_path / "two_processes"
     port = free_port()
     env = subprocess_env(tmp_path / "c2", devices=1, cpu=True)
-    outputs = run_processes([cli_args(multi, data_dir, **fields) + distributed_args(port, i)
+    wrap = deferred if epoch_ends == "deferred" else list
+    outputs = run_processes([wrap(cli_args(multi, data_dir, **fields)) + distributed_args(port, i)
                              for i in range(2)], env)
     assert "process 0 of 2, 1 local / 2 global devices" in outputs[0], outputs[0]
     assert "epoch 2: validation accuracy" in outputs[0]
     assert "validation accuracy" not in outputs[1]  # only process 0 logs
+    if epoch_ends == "deferred":   # 8 steps an epoch; the last epoch end is the run's end
+        assert all("deferred epoch ends at steps [8]" in out for out in outputs), outputs
 
-    for kind in ("last", "best"):
-        a, meta_a = saved_state(single, kind)
-        b, meta_b = saved_state(multi, kind)
+    assert checkpoint_steps(multi) == checkpoint_steps(single)
+    for kind, step in [("last", s) for s in checkpoint_steps(single)] + [("best", None)]:
+        a, meta_a = saved_state(single, kind, step)
+        b, meta_b = saved_state(multi, kind, step)
         assert_same_tree(a, b)
         assert meta_a == meta_b
     ra = json.loads((single / "eval_results.json").read_text())
@@ -96,14 +116,17 @@ def test_two_processes_equal_one_process_with_two_devices(tmp_path):
     assert not list(multi.glob(".shared_filesystem_check*"))
 
 
-def test_sigterm_to_one_host_stops_every_host_at_the_same_step(tmp_path):
+@pytest.mark.parametrize("epoch_ends", ["waiting", "deferred"])
+def test_sigterm_to_one_host_stops_every_host_at_the_same_step(tmp_path, epoch_ends):
     """SIGTERM to process 1 only: JAX's preemption service agrees on a step, both processes
-    save that step's checkpoint together and exit with 75; rerun, they finish."""
+    save that step's checkpoint together and exit with 75; rerun, they finish. Also with the
+    epoch ends deferred as on an accelerator."""
     data_dir = write_tiny_mnist(tmp_path / "data")
     workdir = tmp_path / "w"
     port = free_port()
     env = subprocess_env(tmp_path / "c", devices=1, cpu=True)
-    commands = [cli_args(workdir, data_dir, num_epochs=4, log_every_steps=1)
+    wrap = deferred if epoch_ends == "deferred" else list
+    commands = [wrap(cli_args(workdir, data_dir, num_epochs=4, log_every_steps=1))
                 + distributed_args(port, i) for i in range(2)]
     procs = [subprocess.Popen(c, cwd=REPO, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) for c in commands]
@@ -127,6 +150,8 @@ def test_sigterm_to_one_host_stops_every_host_at_the_same_step(tmp_path):
     steps = checkpoint_steps(workdir)
     assert steps and 10 <= steps[-1] < 32, steps
     assert all(f"checkpoint at step {steps[-1]} " in out for out in outs), outs
+    if epoch_ends == "deferred":   # 8 steps an epoch: epoch 1's end was deferred
+        assert all("deferred epoch ends at steps [8" in out for out in outs), outs
     outputs = run_processes(commands, env)
     assert f"resumed from {workdir}/checkpoints/last at step {steps[-1]}" in outputs[0]
     assert checkpoint_steps(workdir)[-1] == 32
