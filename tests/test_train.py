@@ -377,7 +377,14 @@ def test_killed_process_resumes_to_the_same_parameters(data_dir, tmp_path, refer
     assert_same_leaves(full["state"], killed["state"])
 
 
-def test_nonfinite_loss_stops_and_keeps_last_good_checkpoint(data_dir, tmp_path, monkeypatch):
+@pytest.mark.parametrize("deferred", [False, True])
+def test_nonfinite_loss_stops_and_keeps_last_good_checkpoint(data_dir, tmp_path, monkeypatch,
+                                                             deferred):
+    """Also with the epoch ends deferred as off the CPU: the first non-finite step comes in the
+    call after the epoch end whose checkpoint the saver thread is still writing."""
+    from gedl_jax.run import training
+
+    monkeypatch.setattr(training, "DEFER_EPOCH_ENDS", deferred)
     original = losses.per_example_loss
 
     def poisoned(spec, logits, labels, tau_state, epoch, *args, **kwargs):
