@@ -135,7 +135,8 @@ if has_part tests; then
       # still names its failures (pytest's summary comes only at the end)
       cores="$(nproc 2>/dev/null || echo 4)"
       workers=$(( cores - 4 )); [ "$workers" -lt 2 ] && workers=2; [ "$workers" -gt 12 ] && workers=12
-      TEST_ARGS=(-v -rfE -n "${GEDL_TEST_WORKERS:-$workers}")
+      # --durations: the slowest tests on the GPU, to plan the next check's time
+      TEST_ARGS=(-v -rfE --durations=25 -n "${GEDL_TEST_WORKERS:-$workers}")
     fi
   fi
   # each failure's traceback as it happens (tests/conftest.py), in case the limit stops pytest
