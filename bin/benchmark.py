@@ -16,8 +16,8 @@ measured separately by bin/input_throughput.py). By default the step is timed as
 loop runs it on this platform: on an accelerator `--steps` steps in one compiled call
 (`steps.multi_step`, the device-side loop of `config.steps_per_dispatch`), on a CPU one call per
 step; `--device_loop=true/false` chooses.
-`--loop_epochs=N` then runs the real training loop (`gedl_jax.train` on MNIST, README command
-2's program: validation every epoch, checkpoints, metrics) for N epochs and prints its
+`--loop_epochs=N` then runs the real training loop (`gedl_jax.train` on MNIST, the program of
+the main job `bin/train`: validation every epoch, checkpoints, metrics) for N epochs and prints its
 images/s beside the bare step's, so the loop's overhead is one number (needs the MNIST files;
 timed from the first epoch end to the last, so the first epoch's compilation is left out:
 `--loop_epochs=3` or more).
@@ -173,7 +173,7 @@ def markdown(env: dict, rows: list[dict]) -> str:
 
 
 def loop_benchmark(epochs: int, step_row: dict | None, train_examples: int = 0) -> dict:
-    """README command 2's program (GEDL on MNIST, the ConvNet, batch 128, validation and
+    """The main job's program (`bin/train`: GEDL on MNIST, the ConvNet, batch 128, validation and
     checkpoints every epoch) for `epochs` epochs in a temporary workdir; images/s of the loop
     from the metrics records' times (`step_benchmark.loop_rate`: epochs 2 to N, each with its
     epoch end), beside the bare step's (`step_row`). `train_examples` > 0: on that many images
@@ -227,7 +227,7 @@ def main(argv=None) -> int:
                    help="the protocol networks' max-pool implementation (networks/layers.py), "
                         "for all models: which pool gradient a kernel setting slows down")
     p.add_argument("--loop_epochs", type=int, default=0,
-                   help="also run README command 2's training loop for this many epochs "
+                   help="also run the main job's (bin/train) training loop for this many epochs "
                         "(needs the MNIST files) and compare it with the convnet float32 step")
     p.add_argument("--loop_train_examples", type=int, default=0,
                    help="the loop's training images (0 = the whole split; fewer for a smoke run)")
@@ -282,7 +282,7 @@ def main(argv=None) -> int:
         ratio = (f", {loop['loop_over_step_time']:.2f}x the bare step's time per image "
                  f"({loop['step_images_per_s']:,.0f} img/s)") if step_row else \
             " (no convnet batch-128 float32 step row to compare with)"
-        print(f"training loop (README command 2's program, {args.loop_epochs} epochs, "
+        print(f"training loop (the main job's program, {args.loop_epochs} epochs, "
               f"{loop['loop_steps']} steps; timed over its {loop['loop_window']}): "
               f"{loop['loop_images_per_s']:,.0f} img/s{ratio}; "
               f"wall time {loop['loop_wall_s']:.1f} s", flush=True)

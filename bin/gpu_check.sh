@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One command for a GPU machine: the test suite on the GPU, the train-step benchmark (with and
-# without deterministic kernels), our step beside an independent PyTorch step, README
-# command 2 (GEDL on MNIST, 200 epochs) end to end, five seeds trained together (vmapped) beside
+# without deterministic kernels), our step beside an independent PyTorch step, the main job
+# (`bin/train`: GEDL on MNIST, 200 epochs) end to end, five seeds trained together (vmapped) beside
 # their step's floor, and a stopped-and-resumed run against the
 # uninterrupted one (studies/resume_check.py, under the trainer's flags and under XLA's
 # stricter --xla_gpu_deterministic_ops), with the wall time of each part; the results go to
@@ -11,6 +11,7 @@
 #   bash bin/gpu_check.sh --dry-run       # every part tiny, on a CPU (CI runs this)
 #   bash bin/gpu_check.sh --parts=bench,train --out=DIR
 #   bash bin/gpu_check.sh --parts=resume --out=DIR --append   # add parts to DIR's results
+#   bash bin/gpu_check.sh --parts=tests --tests='-x tests/test_train.py'   # pytest's arguments
 #
 # Needs: the package's dependencies with jax's CUDA plugin (GEDL_EXTRAS=dev,cuda12 or cuda13
 # bash bin/setup.sh) and the MNIST, KMNIST and Fashion-MNIST files in $GEDL_DATA_DIR (or the
@@ -22,11 +23,14 @@
 # GEDL_TORCH_MODES (default eager,compile,cudagraphs) chooses the PyTorch columns;
 # GEDL_CHECK_MODELS (default convnet,vgg16) and GEDL_CHECK_DTYPES (default float32,bfloat16)
 # the bench and torch parts' rows (convnet and float32 alone: about a minute less);
-# GEDL_CHECK_TIMEOUTS="tests=S,train=S,..." stops a part after S seconds. Parts, in this
-# order: tests, train, bench, torch, seeds, resume (default: all). About 8 minutes on one H100. Also
-# GEDL_COMMIT (names the commit of a copy whose git metadata is older than its files; the
-# benchmarks record it too). --append keeps the parts DIR already has in its wall_times.json
-# (two checks into one folder, one after the other or side by side).
+# GEDL_CHECK_TIMEOUTS="tests=S,train=S,..." stops a part after S seconds;
+# GEDL_CHECK_SEEDS_EPOCHS (default 200) the seeds part's epochs. Parts, in this order: tests,
+# train, bench, torch, seeds, resume (default: all). On one H100 they took 13 minutes one after
+# another, the seeds part with 20 epochs (docs/results/gpu/nvidia_h100_80gb_hbm3,
+# wall_times.json); two calls with --append split them. Also GEDL_COMMIT (names the commit of
+# a copy whose git metadata is older than its files; the benchmarks record it too). --append
+# keeps the parts DIR already has in its wall_times.json (two checks into one folder, one
+# after the other or side by side).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -147,7 +151,7 @@ if has_part tests; then
 fi
 
 if has_part train; then
-  # README command 2 as typed (GEDL on MNIST, the paper's 200 epochs); --dry-run: 1 epoch of
+  # the main job as `bin/train` runs it (GEDL on MNIST, the paper's 200 epochs); --dry-run: 1 epoch of
   # the quick preset.
   config=(--config=configs/mnist.py)
   [ "$DRY_RUN" = 1 ] && config=(--config=configs/mnist.py:quick --config.num_epochs=1)

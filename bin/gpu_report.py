@@ -8,8 +8,8 @@ vs_torch/vs_torch.md, train.log and train_metrics.jsonl / train_eval_results.jso
 replaces machine paths in them (`scrub`: the checkout's root, Python's site-packages and
 interpreter, temporary folders), and writes README.md beside them: the machine and versions,
 each part's wall time and exit status, the test counts, the step table, what deterministic
-kernels cost, our step beside PyTorch's, and README command 2's training time against its
-floor (the steps times the benchmarked time of one step in the device loop). Every number is
+kernels cost, our step beside PyTorch's, and the main job's (`bin/train`) training time against
+its floor (the steps times the benchmarked time of one step in the device loop). Every number is
 read from those files; a part that did not run is named as not run.
 """
 
@@ -97,7 +97,7 @@ def _step_row(bench: dict | None, model: str, dtype: str = "float32",
 def _training(folder: pathlib.Path, bench: dict | None) -> list[str]:
     metrics = folder / "train_metrics.jsonl"
     if not metrics.exists():
-        return ["README command 2 did not run."]
+        return ["The main job (`bin/train`, GEDL on MNIST) did not run."]
     records = [json.loads(line) for line in metrics.read_text().splitlines()]
     train = [r for r in records if r["split"] == "train"]
     lines = []
@@ -241,7 +241,7 @@ def report(folder: pathlib.Path) -> str:
         loop = bench["loop"]
         ratio = (f"{loop['loop_over_step_time']:.2f}x the bare step's time per image"
                  if "loop_over_step_time" in loop else "no batch-128 ConvNet step to compare")
-        out += ["", f"Training loop ({loop['loop_epochs']} epoch(s) of README command 2's "
+        out += ["", f"Training loop ({loop['loop_epochs']} epoch(s) of the main job's "
                 f"program, {loop['loop_steps']} steps"
                 f"{', timed over its ' + loop['loop_window'] if 'loop_window' in loop else ''}): "
                 f"{loop['loop_images_per_s']:,.0f} img/s, {ratio}."]
@@ -250,8 +250,8 @@ def report(folder: pathlib.Path) -> str:
     vs = folder / "vs_torch" / "vs_torch.md"
     out += ["", "## Beside PyTorch", "", vs.read_text().strip() if vs.exists() else "Not run."]
     config = _json(folder / "train_config.json") or {}
-    out += ["", f"## README command 2 (GEDL on MNIST; this run: {config.get('num_epochs', '?')} "
-            f"epochs)", "", *_training(folder, bench)]
+    out += ["", f"## The main job, `bin/train` (GEDL on MNIST; this run: "
+            f"{config.get('num_epochs', '?')} epochs)", "", *_training(folder, bench)]
     return "\n".join(out) + "\n"
 
 

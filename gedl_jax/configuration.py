@@ -7,7 +7,7 @@ field here; a variant is a named set of field values (`VARIANTS`), never a code 
 
 Config files in `gedl_jax/configs/` call `build_config(dataset, arg)`, where `arg` is the text
 after the colon of `--config=configs/mnist.py:gedl,quick`: a comma-separated list of one variant
-name and optional modifiers (`quick`).
+name and optional modifiers (`MODIFIERS`: `quick`, `ensemble`, `source`).
 """
 
 from __future__ import annotations
@@ -446,7 +446,7 @@ def _method_fields(c: ml_collections.ConfigDict) -> None:
     """Fields: method (gedl_jax.methods)."""
     c.method = DEFAULT_METHOD          # "evidential" (the EDL family: fields below), "softmax",
                                        # "mc_dropout", "duq", "kl_pn", "rkl_pn", "postnet",
-                                       # "daedl", "fedl" (gedl_jax.methods)
+                                       # "daedl", "fedl", "laplace" (gedl_jax.methods.METHODS)
     c.method_args = ""                 # the method's own settings as a JSON object, e.g.
                                        # '{"length_scale": 0.2}' for DUQ; each setting, its
                                        # default and its allowed values are its method
@@ -516,10 +516,13 @@ def _loop_fields(c: ml_collections.ConfigDict) -> None:
     c.eval_every_epochs = 1            # validation accuracy every N epochs (best checkpoint)
     c.log_every_steps = 100            # progress line / metrics fetch interval
     c.checkpoint_every_steps = 0       # extra mid-epoch checkpoints (0 = only at epoch ends)
-    c.steps_per_dispatch = 100         # train steps per compiled call (a device-side loop; it
-                                       # ends early at log points, epoch ends and checkpoints):
-                                       # fewer host round trips. 1 = one call per step. Same
-                                       # parameters either way (tests/test_multi_step.py)
+    c.steps_per_dispatch = 100         # train steps per compiled call off the CPU (a device-side
+                                       # loop; it ends early at log points, epoch ends and
+                                       # checkpoints): fewer host round trips. A CPU runs one
+                                       # step per call whatever this says. Any value > 1 gives
+                                       # the same parameters bit for bit; 1 compiles the step
+                                       # alone, equal to float32 rounding on a GPU
+                                       # (tests/test_multi_step.py)
     c.deterministic = True             # on a GPU: deterministic kernels and autotuning choices
                                        # kept in the workdir, so a resumed run equals the
                                        # uninterrupted one bit for bit (run/numerics.py); False:

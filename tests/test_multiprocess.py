@@ -6,9 +6,9 @@ its exit code checked. Generated data (tests/training_fixtures.py).
 The processes run on the CPU on every machine: what is tested (coordination, the same global
 batch, checkpoints and stops agreed between hosts) does not depend on the platform, and two
 processes on a one-GPU machine would share its GPU, which NCCL refuses ("Duplicate GPU
-detected", an H100 check). The training and stopping tests run twice: with the epoch ends a
-CPU's processes take (the loop waits at each), and with those an accelerator's take (deferred
-until the next call is queued; tests/multiprocess/train_deferred.py forces them on a CPU)."""
+detected", an H100 check). The training test runs twice: with the epoch ends a CPU's
+processes take (the loop waits at each), and with those an accelerator's take (deferred until
+the next call is queued; tests/multiprocess/train_deferred.py forces them on a CPU)."""
 
 import json
 import pathlib
@@ -116,17 +116,14 @@ def test_two_processes_equal_one_process_with_two_devices(tmp_path, epoch_ends):
     assert not list(multi.glob(".shared_filesystem_check*"))
 
 
-@pytest.mark.parametrize("epoch_ends", ["waiting", "deferred"])
-def test_sigterm_to_one_host_stops_every_host_at_the_same_step(tmp_path, epoch_ends):
+def test_sigterm_to_one_host_stops_every_host_at_the_same_step(tmp_path):
     """SIGTERM to process 1 only: JAX's preemption service agrees on a step, both processes
-    save that step's checkpoint together and exit with 75; rerun, they finish. Also with the
-    epoch ends deferred as on an accelerator."""
+    save that step's checkpoint together and exit with 75; rerun, they finish."""
     data_dir = write_tiny_mnist(tmp_path / "data")
     workdir = tmp_path / "w"
     port = free_port()
     env = subprocess_env(tmp_path / "c", devices=1, cpu=True)
-    wrap = deferred if epoch_ends == "deferred" else list
-    commands = [wrap(cli_args(workdir, data_dir, num_epochs=4, log_every_steps=1))
+    commands = [cli_args(workdir, data_dir, num_epochs=4, log_every_steps=1)
                 + distributed_args(port, i) for i in range(2)]
     procs = [subprocess.Popen(c, cwd=REPO, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) for c in commands]
@@ -150,8 +147,6 @@ def test_sigterm_to_one_host_stops_every_host_at_the_same_step(tmp_path, epoch_e
     steps = checkpoint_steps(workdir)
     assert steps and 10 <= steps[-1] < 32, steps
     assert all(f"checkpoint at step {steps[-1]} " in out for out in outs), outs
-    if epoch_ends == "deferred":   # 8 steps an epoch: epoch 1's end was deferred
-        assert all("deferred epoch ends at steps [8" in out for out in outs), outs
     outputs = run_processes(commands, env)
     assert f"resumed from {workdir}/checkpoints/last at step {steps[-1]}" in outputs[0]
     assert checkpoint_steps(workdir)[-1] == 32

@@ -3,9 +3,10 @@
 The loop hands each call's metrics (device arrays: one step's, or the rows of several steps run
 in one call) to `MetricsBuffer.add` and goes on dispatching. `flush(keep_last=True)` fetches
 every pending call but the newest, so the device is never idle while Python logs; `flush()`
-fetches all (epoch ends, checkpoints). The ETA divides the steps left by the mean rate of the
-run so far (from the first fetch on, so compilation is not counted; validations and
-checkpoints are), not by the last interval's rate, which an epoch end would swing. A non-finite
+fetches all (a stop, a mid-epoch checkpoint, an epoch end where the loop waits: a CPU's). The
+ETA divides the steps left by the mean rate of the run so far (from the first fetch on, so
+compilation is not counted; validations and checkpoints are), not by the last interval's rate,
+which an epoch end would swing. A non-finite
 step (its update was skipped in the graph) stops the run with an error naming the steps and
 seeds, after the checkpoints already written are safe on disk.
 """

@@ -611,9 +611,9 @@ def _train_seed_list(config, workdir: pathlib.Path, seeds: list[int]) -> list[di
 
 def train_ensemble(config, workdir: str | pathlib.Path) -> dict[str, Any]:
     """A deep ensemble: `config.ensemble_size` members of the method, trained as seeds
-    seed*N + m into workdir/member_<m>, then scored as one model into workdir (mean
-    probabilities; the mutual information between prediction and member as the epistemic
-    score "neg_mi")."""
+    seed*N + m into workdir/members/seed_<seed*N + m>, then scored as one model into workdir
+    (mean probabilities; the mutual information between prediction and member as the
+    epistemic score "neg_mi")."""
     workdir = pathlib.Path(workdir)
     numerics.configure_process(bool(config.get("deterministic", True)), workdir)
     config = experiment.resolve_config(config, jax.device_count())
