@@ -133,11 +133,27 @@ def test_tiny_cli_run_finishes_with_exit_0(tmp_path):
 
 
 # --------------------------------------------------------------- 2. damaged checkpoints
-def _damage(step_folder) -> None:
-    """What the issue did: truncate the largest file under <step>/state/."""
-    largest = max((p for p in (step_folder / "state").rglob("*") if p.is_file()),
-                  key=lambda p: p.stat().st_size)
+def _damage(step_folder, every_data_file: bool = False) -> None:
+    """Truncate the largest file under <step>/state/ to a third (an array's bytes go missing),
+    or (`every_data_file`) every file of its data folder to 50 bytes (the arrays' metadata
+    goes missing too: a restore then fails before it reads an array, as a restore of another
+    layout would)."""
+    files = [p for p in (step_folder / "state").rglob("*") if p.is_file()]
+    if every_data_file:
+        for f in files:
+            if f.parent.name == "d" and f.stat().st_size > 50:
+                f.write_bytes(f.read_bytes()[:50])
+        return
+    largest = max(files, key=lambda p: p.stat().st_size)
     largest.write_bytes(largest.read_bytes()[: largest.stat().st_size // 3])
+
+
+def assert_names_the_damage(out: str) -> None:
+    """The set-aside line names what is wrong with the files (TensorStore's read error), not
+    the tree mismatch of the restore that tried the checkpoint as the pre-method layout."""
+    line = next(line for line in out.splitlines() if "cannot be restored" in line)
+    assert "Error reading" in line, line
+    assert "tree structures do not match" not in line, line
 
 
 @pytest.fixture(scope="module")
@@ -164,6 +180,7 @@ def test_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_to_the_same_
     again = train.train_and_evaluate(c, workdir)
     out = capsys.readouterr().out
     assert f"warning: checkpoint {workdir}/checkpoints/last/16 cannot be restored (" in out
+    assert_names_the_damage(out)
     assert "set aside as 16.damaged" in out and "resumed from" in out and "at step 8" in out
     assert (workdir / "checkpoints" / "last" / "16.damaged").is_dir()   # kept, renamed
     assert again["steps"] == 16
@@ -172,7 +189,9 @@ def test_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_to_the_same_
     assert checkpoint_steps(workdir) == [8, 16]
 
 
-def test_evaluate_falls_back_when_the_best_checkpoint_is_damaged(finished, tmp_path, capsys):
+@pytest.mark.parametrize("every_data_file", [False, True])
+def test_evaluate_falls_back_when_the_best_checkpoint_is_damaged(finished, tmp_path, capsys,
+                                                                  every_data_file):
     import shutil
 
     from gedl_jax import evaluate
@@ -181,10 +200,11 @@ def test_evaluate_falls_back_when_the_best_checkpoint_is_damaged(finished, tmp_p
     workdir = tmp_path / "w"
     shutil.copytree(reference, workdir)
     best_step = checkpoint_steps(workdir, "best")[-1]
-    _damage(workdir / "checkpoints" / "best" / str(best_step))
+    _damage(workdir / "checkpoints" / "best" / str(best_step), every_data_file)
     results = evaluate.evaluate_workdir(workdir)
     out = capsys.readouterr().out
     assert f"checkpoints/best/{best_step} cannot be restored" in out
+    assert_names_the_damage(out)
     assert f"evaluating {workdir}/checkpoints/last/16 instead" in out
     assert results["id"]["num_examples"] > 0
     assert (workdir / "checkpoints" / "best" / f"{best_step}.damaged").is_dir()

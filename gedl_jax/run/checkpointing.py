@@ -111,7 +111,13 @@ class RunCheckpoints:
                 restored = manager.restore(step, args=ocp.args.Composite(
                     state=ocp.args.StandardRestore(legacy), meta=ocp.args.JsonRestore()))
             except (ValueError, KeyError, TypeError):
-                raise e from None
+                restored = None
+            if restored is None:
+                # Not a legacy checkpoint either: the first error says what is wrong (a
+                # damaged file, another method's state). Raised outside the legacy attempt's
+                # handler, so that attempt's tree mismatch is not chained to it as its context,
+                # where `describe_failure` would report it instead.
+                raise e
             return _from_legacy(abstract_state, restored["state"]), restored["meta"]
 
     def wait(self) -> None:
