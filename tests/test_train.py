@@ -306,7 +306,7 @@ def test_deep_ensemble_trains_members_and_is_scored_as_one_model(data_dir, tmp_p
     assert results["scores"] == ["mp", "neg_mi", "neg_entropy"]   # no UM: no Dirichlet
     assert results["variant"] == "ensemble" and len(results["ensemble_members"]) == 2
     from gedl_jax import evaluate
-    from gedl_jax.evaluation import workdir
+    from gedl_jax.run import workdir
     from gedl_jax.run import ensemble
 
     # The members' mean probabilities, recomputed from each member's own predictions.
