@@ -51,7 +51,8 @@ def evaluate_workdir(workdir, extra_ood: tuple[str, ...] = (),
         if config.ensemble_size:
             return evaluate_ensemble_and_write(config, member_dirs(workdir, config),
                                                results_dir, overrides, extra_ood)
-        return evaluate_run(restore_run(workdir, overrides), results_dir, extra_ood)
+        return evaluate_run(restore_run(workdir, overrides), results_dir, extra_ood,
+                            source=workdir)
 
 
 def _results_dirs(workdirs: list[str], out: str | None) -> tuple[list, pathlib.Path | None]:

@@ -260,6 +260,7 @@ def test_evaluate_out_dir_progress_and_interruption(finished, tmp_path, capsys):
     _, _, reference = finished
     before = sorted(p.name for p in reference.iterdir())
     results = evaluate.evaluate_workdir(reference, results_dir=tmp_path / "out")
+    assert results["workdir"] == str(reference)   # the run evaluated, not the folder of --out
     assert (tmp_path / "out" / "eval_results.json").exists()
     assert (tmp_path / "out" / "eval_table.md").exists()
     assert sorted(p.name for p in reference.iterdir()) == before   # nothing written there
@@ -267,13 +268,54 @@ def test_evaluate_out_dir_progress_and_interruption(finished, tmp_path, capsys):
     assert results["id"]["num_examples"] == 64
     preemption.request()
     try:
+        # the results folder is --out here: the command, not --workdir=<that folder>, is
+        # what to run again
         with pytest.raises(preemption.EvaluationInterrupted,
                            match=r"interrupted \(request\) during the evaluation: no result "
-                                 r"file was written"):
+                                 r"file was written for it. Run the same command again"):
             evaluate.evaluate_workdir(reference, results_dir=tmp_path / "stopped")
     finally:
         preemption.reset()
     assert not (tmp_path / "stopped" / "eval_results.json").exists()
+
+
+@pytest.mark.parametrize("vmap_seeds", [True, False])
+def test_seeds_interrupted_while_evaluated_name_what_is_left(data_dir, tmp_path, monkeypatch,
+                                                             fast_compile, vmap_seeds):
+    """SIGTERM during the second of three seeds' evaluations: seeds trained together name
+    the two left to evaluate (and the one written); seeds trained one after another say the
+    third is not trained, so the command is what to run again."""
+    from gedl_jax.run import preemption
+    from gedl_jax.run import workdir as workdir_eval
+
+    evaluate_and_write, calls = workdir_eval.evaluate_and_write, []
+
+    def stopped_at_the_second(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            preemption.request()   # as a SIGTERM: the evaluation stops at its first batch
+        return evaluate_and_write(*args, **kwargs)
+
+    monkeypatch.setattr(workdir_eval, "evaluate_and_write", stopped_at_the_second)
+    c = config(data_dir, tmp_path, seeds="0,1,2", vmap_seeds=vmap_seeds, evaluate_at_end=True)
+    w = tmp_path / "w"
+    try:
+        with pytest.raises(preemption.EvaluationInterrupted) as stopped:
+            train.run(c, w)
+    finally:
+        preemption.reset()
+    message = str(stopped.value)
+    assert (w / "seed_0" / "eval_results.json").exists()
+    assert not (w / "seed_1" / "eval_results.json").exists()
+    if vmap_seeds:
+        assert f"checkpoints are in {w}/seed_1/checkpoints, {w}/seed_2/checkpoints" in message
+        assert f"({w}/seed_0/eval_results.json written)" in message
+        assert message.endswith(f"gedl_jax.evaluate --workdir={w}/seed_1 "
+                                f"--workdir={w}/seed_2`"), message
+    else:
+        assert f"during the evaluation of {w}/seed_1: its training is complete" in message
+        assert f"{w}/seed_2 is not trained yet. Run the same command again" in message
+        assert not (w / "seed_2").exists()
 
 
 def test_results_folder_that_cannot_be_written_is_reported_before_the_work(finished, tmp_path,

@@ -55,14 +55,42 @@ class Preempted(Exception):
 
 class EvaluationInterrupted(Exception):
     """SIGTERM/SIGINT during an evaluation: it stops at the next batch; no result file is half
-    written (they are written whole, at the end, or not at all)."""
+    written (they are written whole, at the end, or not at all).
 
-    def __init__(self, workdir: str, trained: bool):
-        saved = (f"training is complete and its checkpoints are in {workdir}/checkpoints; "
-                 if trained else "")
-        super().__init__(f"interrupted ({signal_name()}) during the evaluation: {saved}no "
-                         f"result file was written. Evaluate with `python -m gedl_jax.evaluate "
-                         f"--workdir={workdir}`")
+    `workdirs`: with `trained` (the evaluation at the end of training), the runs whose
+    evaluation is left (the interrupted one first), each evaluated by
+    `python -m gedl_jax.evaluate --workdir=...`; `evaluated`: those of the same command whose
+    results were written. Without `trained` (an evaluation command), the command itself is
+    what to run again: its results folder may be --out, or a temporary one."""
+
+    def __init__(self, workdirs: str | list[str], trained: bool, evaluated: tuple = (),
+                 untrained: tuple = ()):
+        """`untrained`: runs of the same command not trained yet (seeds trained one after
+        another): then the command itself is what to run again."""
+        workdirs = [workdirs] if isinstance(workdirs, str) else list(workdirs)
+        self.workdirs, self.trained, self.evaluated = workdirs, trained, tuple(evaluated)
+        if not trained:
+            super().__init__(f"interrupted ({signal_name()}) during the evaluation: no result "
+                             f"file was written for it. Run the same command again to evaluate")
+            return
+        if untrained:
+            super().__init__(
+                f"interrupted ({signal_name()}) during the evaluation of {workdirs[0]}: its "
+                f"training is complete and its checkpoints are in {workdirs[0]}/checkpoints; "
+                f"no result file was written for it, and {', '.join(map(str, untrained))} "
+                f"{'is' if len(untrained) == 1 else 'are'} not trained yet. Run the same "
+                f"command again: it evaluates the finished runs from their checkpoints and "
+                f"trains the rest")
+            return
+        checkpoints = (f"{workdirs[0]}/checkpoints" if len(workdirs) == 1 else
+                       ", ".join(f"{w}/checkpoints" for w in workdirs))
+        done = (f" ({', '.join(f'{w}/eval_results.json' for w in evaluated)} written)"
+                if evaluated else "")
+        super().__init__(
+            f"interrupted ({signal_name()}) during the evaluation: training is complete and "
+            f"its checkpoints are in {checkpoints}; no result file was written for "
+            f"{'it' if len(workdirs) == 1 else 'these'}{done}. Evaluate with `python -m "
+            f"gedl_jax.evaluate {' '.join(f'--workdir={w}' for w in workdirs)}`")
 
 
 def requested() -> bool:

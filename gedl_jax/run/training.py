@@ -526,8 +526,18 @@ def _train_and_finish(runs: list[SeedRun], pool: data.Split | None, mesh,
         finally:
             if loop.saver is not None:
                 loop.saver.shutdown()
-    return [_finish(run_, loop.program, i, step, stopped_early, mesh)
-            for i, run_ in enumerate(runs)]
+    summaries = []
+    for i, run_ in enumerate(runs):
+        try:
+            summaries.append(_finish(run_, loop.program, i, step, stopped_early, mesh))
+        except preemption.EvaluationInterrupted:
+            if len(runs) == 1:
+                raise
+            # seeds trained together: every seed from this one on is left to evaluate
+            raise preemption.EvaluationInterrupted(
+                [str(r.workdir) for r in runs[i:]], trained=True,
+                evaluated=[str(r.workdir) for r in runs[:i]]) from None
+    return summaries
 
 
 def _close_all(runs: list[SeedRun]) -> None:
@@ -602,10 +612,17 @@ def _train_seed_list(config, workdir: pathlib.Path, seeds: list[int]) -> list[di
         log(f"=== seeds {','.join(map(str, seeds))} (vmap) ===")
         return train_and_evaluate_vmapped(config, workdir, seeds)
     results = []
-    for seed in seeds:
+    for k, seed in enumerate(seeds):
         log(f"=== seed {seed} ===")
-        results.append(train_and_evaluate(configuration.with_seed(config, seed),
-                                          workdir / f"seed_{seed}"))
+        try:
+            results.append(train_and_evaluate(configuration.with_seed(config, seed),
+                                              workdir / f"seed_{seed}"))
+        except preemption.EvaluationInterrupted as e:
+            if k == len(seeds) - 1:
+                raise
+            raise preemption.EvaluationInterrupted(
+                e.workdirs, trained=True,
+                untrained=[str(workdir / f"seed_{s}") for s in seeds[k + 1:]]) from None
     return results
 
 

@@ -156,9 +156,10 @@ def evaluation_options(exp: experiment.Experiment,
 
 
 def evaluate_run(run: RestoredRun, workdir, extra_ood: tuple[str, ...] = (),
-                 trained: bool = False) -> dict[str, Any]:
+                 trained: bool = False, source=None) -> dict[str, Any]:
     """Score the test set, the validation split and every OOD set with a restored run; write
-    its results."""
+    its results into `workdir`. `source`: the run's own workdir, recorded as the results'
+    "workdir" when they go elsewhere (`python -m gedl_jax.evaluate --out=...`)."""
     exp = run.experiment
     ood_sets = dict(exp.data.ood)
     for name in extra_ood:
@@ -194,7 +195,8 @@ def evaluate_run(run: RestoredRun, workdir, extra_ood: tuple[str, ...] = (),
         results["fit"] = fit
     results.update({"variant": exp.config.variant, "method": exp.method.describe(),
                     "score_captions": dict(exp.method.score_captions),
-                    "dataset": exp.config.dataset, "seed": exp.seed, "workdir": str(workdir),
+                    "dataset": exp.config.dataset, "seed": exp.seed,
+                    "workdir": str(source or workdir),
                     "numerics": numerics.record(exp.config)})
     return write_results(results, pathlib.Path(workdir), id_pred, ood_preds, exp.config.plots,
                          validation=val_pred, posthoc_scores=posthoc_scores)
