@@ -18,6 +18,7 @@ import sys
 from typing import Any
 
 from gedl_jax import cli, data, evaluation, files, methods
+from gedl_jax.data import registry
 from gedl_jax.run import heartbeat, lock, preemption
 from gedl_jax.run.corruption_study import corruption_study, study_table
 from gedl_jax.run.ensemble import evaluate_ensemble_and_write, member_dirs
@@ -69,6 +70,19 @@ def _results_dirs(workdirs: list[str], out: str | None) -> tuple[list, pathlib.P
     if len(set(names)) < len(names):
         names = [f"{i}_{n}" for i, n in enumerate(names)]
     return [out_path / n for n in names], out_path / "eval_table.md"
+
+
+def _check_corruption_study(workdirs: list[str], corruptions: list[str],
+                            overrides: dict[str, Any]) -> None:
+    """--corruptions: every name a CIFAR-10-C corruption, every run trained on CIFAR-10 (the
+    study corrupts CIFAR-10's test set, whose images only such a network reads)."""
+    for name in corruptions:
+        registry.corruption_file_stem(name)   # a DataError naming the known ones
+    for workdir in workdirs:
+        dataset = saved_config(workdir, overrides).dataset
+        if dataset != "cifar10":
+            raise ValueError(f"--corruptions studies CIFAR-10-C (CIFAR-10's test set, "
+                             f"corrupted): {workdir} was trained on {dataset}, not cifar10")
 
 
 def _evaluate_pretrained(name: str, out: str | None, extra_ood: tuple[str, ...],
@@ -160,6 +174,11 @@ def main(argv=None) -> int:
         if not FLAGS.workdir:
             raise ValueError("give --workdir=DIR (a gedl_jax.train run), or --pretrained=NAME "
                              "(--pretrained=list lists them)")
+        listed = [pathlib.Path(w).resolve() for w in FLAGS.workdir]
+        twice = sorted({str(w) for w in listed if listed.count(w) > 1})
+        if twice:   # one run counted twice would pass for two seeds
+            raise ValueError(f"--workdir lists {', '.join(twice)} more than once: give each "
+                             f"run once")
         if FLAGS.study_only and not FLAGS.corruptions:
             raise ValueError("--study_only needs --corruptions=...")
         results_dirs, table_path = _results_dirs(FLAGS.workdir, FLAGS.out)
@@ -168,6 +187,9 @@ def main(argv=None) -> int:
                             for w, d in zip(FLAGS.workdir, results_dirs)]
         if table_path is not None:
             files.check_writable(table_path.parent, "--out")
+            table_path.parent.mkdir(parents=True, exist_ok=True)
+        if FLAGS.corruptions:   # before any evaluation
+            _check_corruption_study(FLAGS.workdir, FLAGS.corruptions, overrides)
         preemption.install()
         all_results = [] if FLAGS.study_only else [
             evaluate_workdir(w, tuple(FLAGS.ood), overrides, d, FLAGS.as_method)

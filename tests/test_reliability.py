@@ -121,6 +121,48 @@ def test_evaluate_cli_bad_input_is_one_line_and_exit_2(tmp_path):
     assert cli("--help", tmp_path=tmp_path, module="gedl_jax.evaluate").returncode == 0
 
 
+def test_evaluate_cli_refuses_what_it_cannot_do_before_any_work(finished, tmp_path):
+    """One line, exit 2, before any evaluation: a run listed twice (it would pass for two
+    seeds), the corruption study on a run not trained on CIFAR-10 or with an unknown
+    corruption, and the parent folder of a seeds command (the line names its runs)."""
+    import shutil
+
+    _, _, reference = finished
+    seeds = tmp_path / "seeds"
+    for seed in (0, 1):
+        (seeds / f"seed_{seed}").mkdir(parents=True)
+        shutil.copy(reference / "config.json", seeds / f"seed_{seed}" / "config.json")
+    for args, message in [
+            ([f"--workdir={reference}", f"--workdir={reference}/."], "more than once"),
+            ([f"--workdir={reference}", "--corruptions=snow"],
+             "was trained on mnist, not cifar10"),
+            ([f"--workdir={reference}", "--corruptions=snowfall"],
+             "unknown CIFAR-10-C corruption 'snowfall'"),
+            ([f"--workdir={seeds}"], f"one run per seed (seed_0, seed_1), not a run: evaluate "
+                                     f"them with --workdir={seeds}/seed_0 "
+                                     f"--workdir={seeds}/seed_1")]:
+        proc = cli(*args, tmp_path=tmp_path, module="gedl_jax.evaluate")
+        assert proc.returncode == 2, proc.stderr
+        assert len(error_lines(proc)) == 1 and message in error_lines(proc)[0], proc.stderr
+        assert "evaluated" not in proc.stdout, proc.stdout
+
+
+def test_evaluate_cli_writes_the_table_into_a_new_folder(finished, tmp_path):
+    """--out=NEW/FOLDERS/table.md: the folders are made (the check that they can be is made
+    before the work)."""
+    import shutil
+
+    _, _, reference = finished
+    runs = [tmp_path / "a", tmp_path / "b"]
+    for run_ in runs:
+        shutil.copytree(reference, run_)
+    table = tmp_path / "new" / "sub" / "table.md"
+    proc = cli(*(f"--workdir={r}" for r in runs), f"--out={table}", tmp_path=tmp_path,
+               module="gedl_jax.evaluate")
+    assert proc.returncode == 0, proc.stderr
+    assert "over 2 seeds" in table.read_text()
+
+
 def test_tiny_cli_run_finishes_with_exit_0(tmp_path):
     """The same tiny run the interruption tests use ends above chance: exit 0."""
     data = write_tiny_mnist(tmp_path / "data")

@@ -329,6 +329,11 @@ def saved_config(workdir, overrides: dict[str, Any] | None = None):
     workdir = pathlib.Path(workdir)
     config_path = workdir / "config.json"
     if not config_path.exists():
+        seeds = sorted(p.parent.name for p in workdir.glob("seed_*/config.json"))
+        if seeds:   # the parent of a `config.seeds` command's runs
+            raise FileNotFoundError(
+                f"{workdir} holds one run per seed ({', '.join(seeds)}), not a run: evaluate "
+                f"them with {' '.join(f'--workdir={workdir / s}' for s in seeds)}")
         raise FileNotFoundError(f"{workdir} has no config.json: is it a gedl_jax.train workdir?")
     return config_from_saved(json.loads(config_path.read_text()), overrides)
 
