@@ -825,6 +825,15 @@ def validate_config(c: ml_collections.ConfigDict, num_devices: int = 1) -> None:
         raise ValueError(f"config.warmup_epochs={c.warmup_epochs} must be < num_epochs="
                          f"{c.num_epochs}")
     seeds = parse_seeds(c)
+    for field, values in (("seed", [c.seed]), ("seeds", list(c.seeds))):
+        if any(not 0 <= v < 2**32 for v in values):   # a PRNG seed: an unsigned 32-bit int
+            raise ValueError(f"config.{field}={c[field]!r}: a seed must be in [0, 2**32)")
+    if c.dataset in c.get("ood_datasets", ()):
+        others = ",".join(o for o in c.ood_datasets if o != c.dataset)
+        raise ValueError(f"config.ood_datasets={','.join(c.ood_datasets)!r} lists "
+                         f"{c.dataset!r}, the dataset trained on (config.dataset): its test "
+                         f"set is not out of distribution; leave it out "
+                         f"(--config.ood_datasets={others})")
     _validate_no_repeats(c)
     if c.vmap_seeds and len(seeds) > 1 and c.base_rate == "label_frequency" \
             and c.split_seed < 0:

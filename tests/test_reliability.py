@@ -287,6 +287,29 @@ def test_a_run_at_chance_level_says_so_and_exits_3_unless_allowed(tmp_path):
         assert "warning:" in allowed.stderr and "ended at chance level" in allowed.stderr
 
 
+def test_chance_level_is_claimed_only_where_the_validation_split_can_tell():
+    """Accuracy at or below always-the-most-frequent-class (3 standard errors over it, at least
+    1.5/K) is "did not learn"; with too few validation images to tell (one image: its
+    majority class scores 1.0), nothing is claimed."""
+    import types
+
+    import numpy as np
+
+    from gedl_jax.run import training
+
+    def run(labels, best):
+        split = types.SimpleNamespace(labels=np.asarray(labels))
+        return types.SimpleNamespace(
+            experiment=types.SimpleNamespace(data=types.SimpleNamespace(validation=split)),
+            best_accuracy=best, config=types.SimpleNamespace(num_classes=10), workdir="w")
+
+    balanced = np.arange(100) % 10
+    assert "ended at chance level" in training.chance_message(run(balanced, 0.12))
+    assert training.chance_message(run(balanced, 0.9)) is None
+    assert training.chance_message(run([3], 1.0)) is None
+    assert training.chance_message(run([3, 3], 1.0)) is None
+
+
 def test_divergence_before_any_checkpoint_does_not_claim_one(data_dir, tmp_path, fast_compile):
     with pytest.raises(train.NonFiniteLossError,
                        match="the run diverged: .*No checkpoint had been saved yet"):

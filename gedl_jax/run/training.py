@@ -398,7 +398,7 @@ def chance_message(run_: SeedRun) -> str | None:
     majority = float(np.bincount(labels).max() / len(labels))
     limit = max(majority + 3 * np.sqrt(majority * (1 - majority) / len(labels)),
                 1.5 / run_.config.num_classes)
-    if run_.best_accuracy > limit:
+    if run_.best_accuracy > limit or limit >= 1:   # >= 1: too few to tell (one image, say)
         return None
     return (f"{run_.workdir} ended at chance level: best validation accuracy "
             f"{run_.best_accuracy:.4f} (always predicting the most frequent class scores "
