@@ -55,6 +55,24 @@ def test_bad_config_fields(data_dir, tmp_path, fields, message):
         configuration.validate_config(config(data_dir, tmp_path, **fields))
 
 
+def test_a_workdir_holds_one_run_or_a_seeds_commands_runs_not_both(data_dir, tmp_path):
+    """A single run into a seeds command's workdir, or seeds into a single run's: refused
+    before anything is written (each writes eval_table.md there)."""
+    seeds = tmp_path / "seeds"
+    (seeds / "seed_0").mkdir(parents=True)
+    (seeds / "seed_0" / "config.json").write_text("{}")
+    with pytest.raises(train.ConfigMismatchError, match="holds the runs of a config.seeds "
+                                                        r"command \(seed_0\)"):
+        train.run(config(data_dir, tmp_path), seeds)
+    single = tmp_path / "single"
+    single.mkdir()
+    (single / "config.json").write_text("{}")
+    with pytest.raises(train.ConfigMismatchError, match=r"holds a single run \(config.json\)"):
+        train.run(config(data_dir, tmp_path, seeds="0,1"), single)
+    assert sorted(p.name for p in seeds.rglob("*")) == ["config.json", "seed_0"]
+    assert sorted(p.name for p in single.rglob("*")) == ["config.json"]
+
+
 def test_num_classes_smaller_than_the_labels(data_dir, tmp_path):
     with pytest.raises(ValueError, match=r"num_classes=5 but mnist/train has labels up to 9"):
         experiment.load_run_data(config(data_dir, tmp_path, num_classes=5))

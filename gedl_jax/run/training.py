@@ -649,6 +649,21 @@ def train_ensemble(config, workdir: str | pathlib.Path) -> dict[str, Any]:
     return summary
 
 
+def _check_one_kind_of_workdir(workdir: pathlib.Path, single_dir: bool) -> None:
+    """A workdir holds one run (its config.json) or a seeds command's runs (seed_*/), never
+    both: their tables (eval_table.md) would overwrite each other's."""
+    seed_runs = sorted(p.parent.name for p in workdir.glob("seed_*/config.json"))
+    if single_dir and seed_runs:
+        raise ConfigMismatchError(
+            f"{workdir} holds the runs of a config.seeds command ({', '.join(seed_runs)}); a "
+            f"single run there would overwrite their table: give the same config.seeds to "
+            f"resume them, or use a new --workdir")
+    if not single_dir and (workdir / "config.json").exists():
+        raise ConfigMismatchError(
+            f"{workdir} holds a single run (config.json); the seeds' runs there would "
+            f"overwrite its table: resume it without config.seeds, or use a new --workdir")
+
+
 def run(config, workdir: str | pathlib.Path) -> list[dict[str, Any]]:
     """One run per seed of `config.seeds` (workdir/seed_<s>), or a single run in `workdir`;
     a deep ensemble per seed when `config.ensemble_size` is set."""
@@ -657,6 +672,7 @@ def run(config, workdir: str | pathlib.Path) -> list[dict[str, Any]]:
     seeds = configuration.parse_seeds(config)
     workdir = pathlib.Path(workdir)
     single_dir = not config.seeds
+    _check_one_kind_of_workdir(workdir, single_dir)
     if config.ensemble_size:
         results = [train_ensemble(configuration.with_seed(config, s),
                                   workdir if single_dir else workdir / f"seed_{s}")
