@@ -80,6 +80,14 @@ def _readable(error: BaseException, text: str) -> str:
             return (f"unknown config field {name.group(1)!r}"
                     f"{f' (did you mean {hint.group(1)!r}?)' if hint else ''}; the fields and "
                     f"their defaults are in gedl_jax/configuration.py")
+    if isinstance(error, KeyError) and _raised_in(error, "ml_collections"):
+        # a nested override of a field that does not exist (--config.foo.bar=1): the
+        # ConfigDict's KeyError holds only the quoted key
+        key = re.search(r"'([^']+)'", text)
+        hint = re.search(r'Did you mean "([\w.]+)"', text)
+        return (f"unknown config field {key.group(1) if key else text!r}"
+                f"{f' (did you mean {hint.group(1)!r}?)' if hint else ''}; the fields and "
+                f"their defaults are in gedl_jax/configuration.py")
     if "Failed loading config file" in text:
         path = re.search(r"Attempted \[.*?\]:\s*(\S+)", text)
         reason = re.search(r"\[Errno \d+\] ([^:\n]+)", text)
@@ -87,6 +95,16 @@ def _readable(error: BaseException, text: str) -> str:
                 f" ({reason.group(1) if reason else 'see --debug'}); give a config name, "
                 f"e.g. --config=mnist:gedl, or the path of a config file")
     return " ".join(text.split())
+
+
+def _raised_in(error: BaseException, package: str) -> bool:
+    """Whether `error` was raised from inside `package`'s code (its traceback's frames)."""
+    tb = error.__traceback__
+    while tb is not None:
+        if f"{package}" in tb.tb_frame.f_code.co_filename.replace("\\", "/").split("/"):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def print_error(message: str) -> None:

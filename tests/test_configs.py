@@ -74,8 +74,53 @@ def test_unknown_names_and_missing_files():
     assert configs.resolve("elsewhere/nope.py") == ("file", "elsewhere/nope.py")
 
 
+@pytest.mark.parametrize("text,message", [
+    (None, r"is a folder: give a config file \(a \.py file with a get_config\(\)\) or a config "
+           r"name \(cifar10, .*mnist"),
+    ("def get_config(:\n", r"is not valid Python: invalid syntax \(line 1\)"),
+    ("x = 1\n", r"defines no get_config\(\): it must return the config"),
+    ("def get_config():\n    raise RuntimeError('boom')\n",
+     r"failed in get_config\(\): RuntimeError: boom \(--debug shows where\)"),
+    ("def get_config():\n    return 5\n",
+     r"get_config\(\) of the config file .* returned int, not an ml_collections\.ConfigDict"),
+])
+def test_what_is_wrong_in_a_users_config_file_is_said(tmp_path, monkeypatch, text, message):
+    """ml_collections defers some of these to the config's first use, where they read as a
+    crash (a traceback, exit 1) or as an unknown field named 'module'."""
+    from ml_collections.config_flags import config_flags
+
+    # ml_collections executes each file into one module object, "config_config", which keeps
+    # the names an earlier file of this process defined (get_config, say)
+    monkeypatch.delitem(sys.modules, "config_config", raising=False)
+
+    path = tmp_path / "folder" if text is None else tmp_path / "mine.py"
+    path.mkdir() if text is None else path.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        configs._checked_config_file(
+            str(path), lambda: config_flags.ConfigFileFlagParser("config").parse(str(path)))
+    good = tmp_path / "good.py"
+    good.write_text("from gedl_jax.configuration import build_config\n\n"
+                    "def get_config(arg=None):\n    return build_config('mnist', arg)\n")
+    loaded = configs._checked_config_file(
+        str(good), lambda: config_flags.ConfigFileFlagParser("config").parse(f"{good}:edl"))
+    assert loaded.variant == "edl"
+
+
+def test_an_unknown_nested_field_is_named():
+    import ml_collections
+
+    from gedl_jax import cli
+
+    with pytest.raises(KeyError) as raised:   # what --config.foo.bar=1 meets
+        ml_collections.ConfigDict({"seed": 0})["foo"]
+    assert cli.one_line(raised.value).startswith("unknown config field 'foo'; the fields")
+    assert "config field" not in cli.one_line(KeyError("foo"))   # a KeyError of other code
+
+
 @pytest.mark.parametrize("args,message", [
     (["--config=mnst"], "error: flag --config=mnst: unknown config name 'mnst'"),
+    (["--config=/"], "error: flag --config=/: / is a folder: give a config file"),
+    (["--config=mnist", "--config.foo.bar=1"], "error: unknown config field 'foo'"),
     (["--config=nope.py"], "error: cannot load the config file nope.py"),
     # the name loads (the field check comes after loading):
     (["--config=mnist:gedl,quick", "--config.batch_sise=64"],

@@ -21,6 +21,7 @@ How `--config=SPEC[:ARG]` is resolved (`resolve`):
 from __future__ import annotations
 
 import pathlib
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["config_names", "define_config_flag", "load", "packaged_file", "resolve"]
@@ -69,6 +70,39 @@ def resolve(spec: str) -> tuple[str, str | None]:
                      f"(e.g. --config=mnist:gedl,quick) or the path of a config file")
 
 
+def _checked_config_file(path: str, parse: Callable[[], Any]) -> Any:
+    """`parse()` (ml_collections' loading of the config file at `path`) with what can go wrong
+    in the user's file as a ValueError that says so (absl reports it as the bad value of
+    --config, one line): a folder, Python that does not parse, no `get_config`, a
+    `get_config` that raises or returns something other than a ConfigDict. A missing file
+    stays ml_collections' deferred error (cli.one_line names it)."""
+    import ml_collections
+
+    if pathlib.Path(path).is_dir():
+        raise ValueError(f"{path} is a folder: give a config file (a .py file with a "
+                         f"get_config()) or a config name ({', '.join(config_names())})")
+    try:
+        config = parse()
+    except SyntaxError as e:
+        raise ValueError(f"the config file {path} is not valid Python: {e.msg} (line "
+                         f"{e.lineno})") from None
+    except (ValueError, TypeError):
+        raise   # ml_collections wraps them with the traceback; cli.one_line reads the cause
+    except Exception as e:  # noqa: BLE001 (the user's get_config may raise anything)
+        if isinstance(e, AttributeError) and "get_config" in str(e):
+            raise ValueError(f"the config file {path} defines no get_config(): it must return "
+                             f"the config (see gedl_jax/configs/mnist.py)") from None
+        text = str(e).split("Traceback (most recent call last)")[0].strip() or str(e)
+        raise ValueError(f"the config file {path} failed in get_config(): "
+                         f"{type(e).__name__}: {' '.join(text.split())[:300]} (--debug shows "
+                         f"where)") from e
+    if not isinstance(config, ml_collections.ConfigDict) and \
+            type(config).__name__ != "_ErrorConfig":   # the deferred error of a missing file
+        raise ValueError(f"get_config() of the config file {path} returned "
+                         f"{type(config).__name__}, not an ml_collections.ConfigDict")
+    return config
+
+
 def load(spec_and_arg: str) -> Any:
     """The config `--config=SPEC[:ARG]` names, unlocked (what the CLI's parser locks)."""
     spec, _, arg = spec_and_arg.partition(":")
@@ -107,7 +141,8 @@ def define_config_flag(name: str = "config", help_string: str = "") -> Any:
             spec = path.partition(":")[0]
             kind, target = resolve(spec)   # ValueError: absl reports it as a bad flag value
             if kind == "file":
-                return super().parse(target + path[len(spec):])
+                return _checked_config_file(target, lambda: super(_Parser, self).parse(
+                    target + path[len(spec):]))
             config = load(path)
             config.lock()
             return config
