@@ -203,12 +203,24 @@ def test_a_prepared_tfds_dataset_by_name(tmp_path, userpkg):
         (3, (8, 8, 1), 60, 24)
     c = configuration.build_config("custom", "gedl")
     configuration.set_fields(c, dataset=f"tfds:{name}", tfds_data_dir=str(tmp_path / "tfds"),
-                             model="userpkg.nets:NNXCNN", ood_datasets=f"tfds:{name}",
-                             batch_size=8)
+                             model="userpkg.nets:NNXCNN", batch_size=8)
     experiment.resolve_own_data(c)
     configuration.validate_config(c)
     official = experiment.OfficialData.load(c)
-    assert c.num_classes == 3 and len(official.ood[f"tfds:{name}"]) == 24
+    assert c.num_classes == 3 and len(official.test) == 24
+    # as an OOD set (its test split) beside other training data of the same image shape
+    rng = np.random.default_rng(2)
+    x = rng.integers(0, 256, (40, 8, 8, 1), dtype=np.uint8)
+    y = np.arange(40) % 3
+    np.savez(tmp_path / "d.npz", train_images=x, train_labels=y, test_images=x[:8],
+             test_labels=y[:8])
+    c = configuration.build_config("custom", "gedl")
+    configuration.set_fields(c, dataset=f"npz:{tmp_path / 'd.npz'}",
+                             tfds_data_dir=str(tmp_path / "tfds"), model="userpkg.nets:NNXCNN",
+                             ood_datasets=f"tfds:{name}", batch_size=8)
+    experiment.resolve_own_data(c)
+    configuration.validate_config(c)
+    assert len(experiment.OfficialData.load(c).ood[f"tfds:{name}"]) == 24
     with pytest.raises(data.MissingDataError, match="not prepared"):
         data.load_own("tfds:no_such_dataset_here", tmp_path / "tfds")
 
