@@ -84,14 +84,10 @@ def test_unknown_names_and_missing_files():
     ("def get_config():\n    return 5\n",
      r"get_config\(\) of the config file .* returned int, not an ml_collections\.ConfigDict"),
 ])
-def test_what_is_wrong_in_a_users_config_file_is_said(tmp_path, monkeypatch, text, message):
+def test_what_is_wrong_in_a_users_config_file_is_said(tmp_path, text, message):
     """ml_collections defers some of these to the config's first use, where they read as a
     crash (a traceback, exit 1) or as an unknown field named 'module'."""
     from ml_collections.config_flags import config_flags
-
-    # ml_collections executes each file into one module object, "config_config", which keeps
-    # the names an earlier file of this process defined (get_config, say)
-    monkeypatch.delitem(sys.modules, "config_config", raising=False)
 
     path = tmp_path / "folder" if text is None else tmp_path / "mine.py"
     path.mkdir() if text is None else path.write_text(text)
@@ -104,6 +100,18 @@ def test_what_is_wrong_in_a_users_config_file_is_said(tmp_path, monkeypatch, tex
     loaded = configs._checked_config_file(
         str(good), lambda: config_flags.ConfigFileFlagParser("config").parse(f"{good}:edl"))
     assert loaded.variant == "edl"
+
+
+def test_a_second_config_file_in_one_process_keeps_nothing_of_the_first(tmp_path):
+    """ml_collections runs every config file in one module object: a file without get_config
+    loaded after one with it got the first file's config."""
+    first, second = tmp_path / "first.py", tmp_path / "second.py"
+    first.write_text("from gedl_jax.configuration import build_config\n\n"
+                     "def get_config(arg=None):\n    return build_config('mnist', arg)\n")
+    second.write_text("x = 1\n")
+    assert configs.load(f"{first}:edl").variant == "edl"
+    with pytest.raises(ValueError, match=r"defines no get_config\(\)"):
+        configs.load(str(second))
 
 
 def test_an_unknown_nested_field_is_named():

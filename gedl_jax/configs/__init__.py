@@ -81,6 +81,7 @@ def _checked_config_file(path: str, parse: Callable[[], Any]) -> Any:
     if pathlib.Path(path).is_dir():
         raise ValueError(f"{path} is a folder: give a config file (a .py file with a "
                          f"get_config()) or a config name ({', '.join(config_names())})")
+    _forget_loaded_config_file()
     try:
         config = parse()
     except SyntaxError as e:
@@ -114,7 +115,17 @@ def load(spec_and_arg: str) -> Any:
     from ml_collections.config_flags import config_flags
 
     parser = config_flags.ConfigFileFlagParser(name="config", lock_config=False)
-    return parser.parse(target + (f":{arg}" if arg else ""))
+    return _checked_config_file(target, lambda: parser.parse(
+        target + (f":{arg}" if arg else "")))
+
+
+def _forget_loaded_config_file() -> None:
+    """ml_collections executes a config file into the module `sys.modules["config_config"]`,
+    reusing it: a second file loaded in the same process (a notebook, a script comparing two
+    configs) would keep the names the first defined, its get_config included."""
+    import sys
+
+    sys.modules.pop("config_config", None)
 
 
 def define_config_flag(name: str = "config", help_string: str = "") -> Any:
