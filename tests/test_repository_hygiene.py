@@ -264,6 +264,19 @@ def test_docs_hold_no_code(checkout):
     assert not code, f"move these to studies/<study>/: {code}"
 
 
+# Files that hold arrays or datasets. The repository ships only the pretrained weights
+# (gedl_jax/pretrained/, registered with their sha256); data is downloaded or generated, never
+# committed (a scratch run's output in the checkout is easily added by `git add -A`).
+ARRAY_SUFFIXES = (".npz", ".npy", ".gz", ".msgpack", ".tar", ".zip", "-ubyte", ".pkl", ".h5",
+                  ".tfrecord", ".array_record")
+
+
+def test_no_data_files_are_tracked(checkout):
+    data_files = [f for f in checkout if f.endswith(ARRAY_SUFFIXES)
+                  and not f.startswith("gedl_jax/pretrained/")]
+    assert not data_files, f"data files tracked by git (git rm --cached them): {data_files}"
+
+
 def test_ruff_finds_nothing():
     """The lint of pyproject.toml's [tool.ruff] (line length, pyflakes, bugbear, pyupgrade to
     Python 3.11) over the whole checkout. ruff is in the dev extra, pinned in the constraints."""
