@@ -101,7 +101,7 @@ def _raised_in(error: BaseException, package: str) -> bool:
     """Whether `error` was raised from inside `package`'s code (its traceback's frames)."""
     tb = error.__traceback__
     while tb is not None:
-        if f"{package}" in tb.tb_frame.f_code.co_filename.replace("\\", "/").split("/"):
+        if package in tb.tb_frame.f_code.co_filename.replace("\\", "/").split("/"):
             return True
         tb = tb.tb_next
     return False

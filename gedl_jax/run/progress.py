@@ -6,9 +6,9 @@ every pending call but the newest, so the device is never idle while Python logs
 fetches all (a stop, a mid-epoch checkpoint, an epoch end where the loop waits: a CPU's). The
 ETA divides the steps left by the mean rate of the run so far (from the first fetch on, so
 compilation is not counted; validations and checkpoints are), not by the last interval's rate,
-which an epoch end would swing. A non-finite
-step (its update was skipped in the graph) stops the run with an error naming the steps and
-seeds, after the checkpoints already written are safe on disk.
+which an epoch end would swing. A non-finite step (its update was skipped in the graph) stops
+the run with an error naming the steps and seeds, after the checkpoints already written are
+safe on disk.
 """
 
 from __future__ import annotations

@@ -102,6 +102,13 @@ def _write_config(path: pathlib.Path, current: dict[str, Any]) -> None:
         files.write_text(path, json.dumps(current, indent=2, sort_keys=True))
 
 
+def seed_runs(workdir: pathlib.Path) -> list[str]:
+    """The `seed_<s>` folders under `workdir` that hold a run (its config.json): the runs of a
+    `config.seeds` command, by seed."""
+    found = [p.parent.name for p in pathlib.Path(workdir).glob("seed_*/config.json")]
+    return sorted(found, key=lambda name: (len(name), name))
+
+
 def has_checkpoint(workdir: pathlib.Path) -> bool:
     """Whether any run under `workdir` (itself, its seeds, an ensemble's members) saved a
     complete checkpoint, damaged ones set aside included: then its config is the run's."""

@@ -99,4 +99,3 @@ def loop_rate(records: list[dict], batch_size: int) -> dict:
     steps = last["step"] - first["step"]
     return {"loop_images_per_s": steps * batch_size / (last["time"] - first["time"]),
             "loop_window": window, "loop_window_steps": steps}
-

@@ -652,7 +652,7 @@ def train_ensemble(config, workdir: str | pathlib.Path) -> dict[str, Any]:
 def _check_one_kind_of_workdir(workdir: pathlib.Path, single_dir: bool) -> None:
     """A workdir holds one run (its config.json) or a seeds command's runs (seed_*/), never
     both: their tables (eval_table.md) would overwrite each other's."""
-    seed_runs = sorted(p.parent.name for p in workdir.glob("seed_*/config.json"))
+    seed_runs = rundir.seed_runs(workdir)
     if single_dir and seed_runs:
         raise ConfigMismatchError(
             f"{workdir} holds the runs of a config.seeds command ({', '.join(seed_runs)}); a "

@@ -26,6 +26,7 @@ from gedl_jax.run import (
     numerics,
     optimizer,
     preemption,
+    rundir,
     sharding,
     steps,
 )
@@ -329,7 +330,7 @@ def saved_config(workdir, overrides: dict[str, Any] | None = None):
     workdir = pathlib.Path(workdir)
     config_path = workdir / "config.json"
     if not config_path.exists():
-        seeds = sorted(p.parent.name for p in workdir.glob("seed_*/config.json"))
+        seeds = rundir.seed_runs(workdir)
         if seeds:   # the parent of a `config.seeds` command's runs
             raise FileNotFoundError(
                 f"{workdir} holds one run per seed ({', '.join(seeds)}), not a run: evaluate "
