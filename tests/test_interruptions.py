@@ -130,16 +130,22 @@ def test_sigkill_at_random_points_then_rerun_ends_like_an_uninterrupted_run(tmp_
     # Mid-epoch checkpoints every 3 steps; checkpoint_every_steps does not change the
     # parameters (it is not part of the training config), so the reference stays comparable.
     args = cli_args(workdir, data_dir, **FIELDS, checkpoint_every_steps=3)
-    rng = np.random.default_rng(1234)
-    kills = []
-    for _ in range(3):
+    rng = np.random.default_rng(14)   # kills after 2, 6 and 5 lines: before the first save,
+    kills = []                           # while one may be written, after a resume
+    for attempt in range(3):
         proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
         try:
             # Kill after a random number (1..7) of progress lines, i.e. steps of this attempt.
+            # On a GPU those steps take milliseconds, less than an asynchronous save takes to
+            # reach the disk, so every kill can land before the first checkpoint (an H200's
+            # three did): the last attempt, if none is on disk yet, also waits for one, so
+            # that the rerun resumes.
             lines: list[str] = []
             wanted, seen, deadline = int(rng.integers(1, 8)), 0, time.time() + 180
-            while seen < wanted and time.time() < deadline:
+            wait_for_checkpoint = attempt == 2 and not checkpoint_steps(workdir)
+            while (seen < wanted or (wait_for_checkpoint and not checkpoint_steps(workdir))) \
+                    and time.time() < deadline:
                 line = proc.stdout.readline()
                 if not line:
                     break
