@@ -9,8 +9,10 @@ replaces machine paths in them (`scrub`: the checkout's root, Python's site-pack
 interpreter, temporary folders), and writes README.md beside them: the machine and versions,
 each part's wall time and exit status, the test counts, the step table, what deterministic
 kernels cost, our step beside PyTorch's, and the main job's (`bin/train`) training time against
-its floor (the steps times the benchmarked time of one step in the device loop). Every number is
-read from those files; a part that did not run is named as not run.
+its floor (the steps times the benchmarked time of one step in the device loop), and for it and
+the vmapped seeds the epochs' durations by the checkpoints saved at the epoch end before each
+(train.log, seeds.log). Every number is read from those files; a part that did not run is named
+as not run.
 """
 
 from __future__ import annotations
@@ -117,6 +119,10 @@ def _training(folder: pathlib.Path, bench: dict | None) -> list[str]:
         cost = epoch_end_cost(records)
         if cost:
             lines.append(cost)
+        log = folder / "train.log"
+        by_saves = epochs_by_saves(records, log.read_text()) if log.exists() else None
+        if by_saves:
+            lines.append(by_saves)
     walls = _json(folder / "wall_times.json") or {}
     if "train" in walls:
         lines.append(f"Whole command (start-up, data, compilation, training, evaluation): "
@@ -153,6 +159,46 @@ def epoch_end_cost(records: list[dict]) -> str | None:
             f"{len(across)} epoch ends of the train records' times).")
 
 
+# A validation line of the training log: one seed's ("epoch 3: validation accuracy 0.9899
+# (best)") or several seeds' ("... per seed 0:0.9899* 1:0.9850 (* = best so far)").
+_VALIDATION_LINE = re.compile(r"^epoch \d+: validation accuracy (per seed )?(.*)$")
+
+
+def saves_per_epoch_end(log: str) -> list[int]:
+    """The checkpoints each epoch end of a training log saved, in order: every seed's `last`,
+    and `best` for each seed whose validation accuracy improved."""
+    saves = []
+    for line in log.splitlines():
+        match = _VALIDATION_LINE.match(line.strip())
+        if not match:
+            continue
+        if match.group(1):   # several seeds: "<seed>:<accuracy>" and "*" where improved
+            entries = re.findall(r"\b\d+:[\d.]+(\*?)", match.group(2))
+            saves.append(len(entries) + sum(1 for star in entries if star))
+        else:
+            saves.append(1 + ("(best)" in match.group(2)))
+    return saves
+
+
+def epochs_by_saves(records: list[dict], log: str) -> str | None:
+    """Each epoch's duration (from one validation record's time to the next) grouped by the
+    checkpoints saved at the epoch end before it (`saves_per_epoch_end`; off the CPU their
+    writing overlaps that epoch): medians per group. None without two validations, or when the
+    log's validation lines do not match the records."""
+    times = [r["time"] for r in records if r["split"] == "validation"]
+    saves = saves_per_epoch_end(log)
+    if len(times) < 2 or len(saves) != len(times):
+        return None
+    groups: dict[int, list[float]] = {}
+    for count, start, end in zip(saves, times, times[1:]):
+        groups.setdefault(count, []).append(end - start)
+    listed = "; ".join(f"{count} checkpoint{'s' * (count != 1)}: {statistics.median(d):.3f} s "
+                       f"({len(d)} epoch{'s' * (len(d) != 1)})"
+                       for count, d in sorted(groups.items()))
+    return (f"Epoch durations by the checkpoints saved at the epoch end before each (medians, "
+            f"from one validation record to the next): {listed}.")
+
+
 def _seeds(folder: pathlib.Path) -> list[str]:
     """The vmapped run's training time against its floor (steps x the vmapped step)."""
     bench = _json(folder / "benchmark_seeds.json")
@@ -179,6 +225,10 @@ def _seeds(folder: pathlib.Path) -> list[str]:
     cost = epoch_end_cost(records)
     if cost:
         lines.append(cost)
+    log = folder / "seeds.log"
+    by_saves = epochs_by_saves(records, log.read_text()) if log.exists() else None
+    if by_saves:
+        lines.append(by_saves)
     return lines
 
 

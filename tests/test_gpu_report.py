@@ -89,3 +89,21 @@ def test_epoch_end_cost_is_the_time_across_an_epoch_end_beyond_its_steps():
     assert line == ("Inside an epoch, 1.000 ms a step; across an epoch end, 50 ms more (medians "
                     "over 3 intervals and 2 epoch ends of the train records' times).")
     assert report.epoch_end_cost(records[:2]) is None   # no epoch end crossed
+
+
+def test_epochs_are_grouped_by_the_checkpoints_their_epoch_end_saved():
+    seeds_log = ("epoch 1/3 step 4/12 loss 1.0 acc 0.5 | 9 img/s | ETA 0:00:01\n"
+                 "epoch 1: validation accuracy per seed 0:0.9762* 1:0.9663* (* = best so far)\n"
+                 "epoch 2: validation accuracy per seed 0:0.9836 1:0.9859* (* = best so far)\n"
+                 "epoch 3: validation accuracy per seed 0:0.9800 1:0.9801 (* = best so far)\n")
+    assert report.saves_per_epoch_end(seeds_log) == [4, 3, 2]
+    one_seed = ("epoch 1: validation accuracy 0.9700 (best)\n"
+                "epoch 2: validation accuracy 0.9600 (best 0.9700)\n")
+    assert report.saves_per_epoch_end(one_seed) == [2, 1]
+    records = [{"step": 4 * k, "split": "validation", "time": t}
+               for k, t in enumerate([1.0, 2.5, 3.25], 1)]
+    assert report.epochs_by_saves(records, seeds_log) == (
+        "Epoch durations by the checkpoints saved at the epoch end before each (medians, from "
+        "one validation record to the next): 3 checkpoints: 0.750 s (1 epoch); "
+        "4 checkpoints: 1.500 s (1 epoch).")
+    assert report.epochs_by_saves(records, one_seed) is None   # the log is not the records'
