@@ -3,6 +3,7 @@ speed while they run.
 
     python -m studies.checkpoint_save_cost [--seeds=5] [--epoch_ends=6] [--model=convnet]
     python -m studies.checkpoint_save_cost --beside_steps [--seeds=5] [--epochs=10]
+    python -m studies.checkpoint_save_cost --layouts [--model=convnet]
 
 Without `--beside_steps`: `--seeds` runs' `best` and `last` saves of the trainer's train state
 (GEDL, the MNIST ConvNet by default), handed to one saver thread as the training loop hands them
@@ -11,6 +12,11 @@ prints, per epoch end, the wall time until every save is on disk and the process
 it (every thread's: Orbax's Python work, which holds the interpreter's lock, and TensorStore's).
 The first epoch end, which creates the folders and Orbax's thread pools, is left out of the
 median.
+
+With `--layouts`: one save's wall and CPU time (the median of 6, after 2) for the train state
+as the trainer saves it (every array, beside the loop's JSON metadata) and for the same bytes
+as one array, with and without the metadata: what a save costs per array and what it costs
+anyway.
 
 With `--beside_steps` (for a GPU): the trainer's program (`step_benchmark.synthetic_program`:
 `--seeds` seeds vmapped, `--steps_per_call` steps a call, the device loop) dispatched as the
@@ -77,6 +83,32 @@ def epoch_end_costs(state, seeds: int, epoch_ends: int) -> list[tuple[float, flo
     return costs
 
 
+def layout_costs(state) -> dict[str, tuple[float, float]]:
+    """{layout: (wall s, process CPU s)} of one synchronous save (`--layouts`)."""
+    flat = {"flat": jax.numpy.concatenate(
+        [x.reshape(-1).astype(np.float32) for x in jax.tree.leaves(state)])}
+    layouts = {"every array + metadata": (state, True), "every array": (state, False),
+               "one array + metadata": (flat, True), "one array": (flat, False)}
+    costs = {}
+    with tempfile.TemporaryDirectory() as root:
+        for i, (name, (tree, with_meta)) in enumerate(layouts.items()):
+            manager = ocp.CheckpointManager(
+                pathlib.Path(root) / str(i),
+                options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True))
+            items = {"state": ocp.args.StandardSave(tree)}
+            if with_meta:
+                items["meta"] = ocp.args.JsonSave(META)
+            runs = []
+            for step in range(8):
+                wall, cpu = time.perf_counter(), time.process_time()
+                manager.save(step, args=ocp.args.Composite(**items))
+                manager.wait_until_finished()
+                runs.append((time.perf_counter() - wall, time.process_time() - cpu))
+            manager.close()
+            costs[name] = tuple(np.median(np.array(runs[2:]), axis=0))
+    return costs
+
+
 def _synchronous(ckpt: checkpointing.RunCheckpoints) -> None:
     """`ckpt`'s managers in Orbax's synchronous mode (each save returns once on disk)."""
     for name in ("last", "best"):
@@ -140,6 +172,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--epoch_ends", type=int, default=6)
     parser.add_argument("--model", default="convnet")
     parser.add_argument("--beside_steps", action="store_true")
+    parser.add_argument("--layouts", action="store_true")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--calls_per_epoch", type=int, default=4)
     parser.add_argument("--steps_per_call", type=int, default=100)
@@ -170,6 +203,12 @@ def main(argv: list[str] | None = None) -> None:
         return
     state = step_benchmark.synthetic_program(args.model, 128, "float32", 1, 1).state
     leaves = jax.tree.leaves(state)
+    if args.layouts:
+        print(f"{args.model} train state: {len(leaves)} arrays, "
+              f"{sum(x.nbytes for x in leaves) / 2**20:.1f} MiB; one save each, {where}")
+        for name, (wall, cpu) in layout_costs(state).items():
+            print(f"{name}: {wall * 1e3:.0f} ms to disk, {cpu * 1e3:.0f} ms of CPU")
+        return
     print(f"{args.model} train state: {len(leaves)} arrays, "
           f"{sum(x.nbytes for x in leaves) / 2**20:.1f} MiB; {args.seeds} seed(s) x (best + last) "
           f"saves per epoch end; {where}")

@@ -27,3 +27,11 @@ def test_beside_steps_times_the_loop_alone_and_beside_each_kind_of_save(capsys):
     assert [line.split(":")[0] for line in lines[1:]] == ["alone", "saves_sync"]
     assert all(re.search(r": [\d,]+ img/s, [\d.]+ ms a step \(8 steps in [\d.]+ s\)$", line)
                for line in lines[1:])
+
+
+def test_layouts_time_one_save_of_each_layout(capsys):
+    checkpoint_save_cost.main(["--layouts", "--model=mlp"])
+    lines = capsys.readouterr().out.splitlines()
+    assert re.match(r"mlp train state: \d+ arrays, [\d.]+ MiB; one save each, jax ", lines[0])
+    assert [line.split(":")[0] for line in lines[1:]] == \
+        ["every array + metadata", "every array", "one array + metadata", "one array"]
