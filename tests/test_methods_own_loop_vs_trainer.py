@@ -45,6 +45,50 @@ from studies.rounding_growth import max_abs_difference
 SEED, N, BATCH, STEPS = 0, 256, 32, 20
 
 
+def init_tolerance(want: np.ndarray, backend: str) -> tuple[float, float]:
+    """(rtol, atol) between two compilations of the same truncated-normal initialisation.
+
+    On XLA:CPU they agree to 1e-7. Elsewhere the two programs may fuse the truncated normal's
+    arithmetic differently (FMAs), which bounds two errors:
+    - erfinv, a 9-term float32 polynomial, each term rounding apart by up to about 2 units:
+      32 units (2**-23) of relative error bound it (an H100 measured 12);
+    - the uniform draw mapped onto [erf(-sqrt 2), erf(sqrt 2)] = +-0.954 (u * span + lower),
+      whose rounding is absolute: at most one unit of 1, 2**-23, apart. Through sqrt(2) erfinv
+      (slope sqrt(pi / 2) = 1.2533 at 0) and the initialiser's scale (the draw's 2 sigma is the
+      leaf's largest value), that is 2**-23 * 1.2533 * max|leaf| / 2 at most, relatively large
+      for values near 0 (an H200 measured 4.2e-5 relative, 2.2e-9 absolute, at values of 3e-4
+      in the 5x5x64x64 kernel, whose largest value is about 0.057: half that bound).
+      Twice the bound is the margin (`test_init_tolerance_bounds_a_fused_multiply_add`).
+    """
+    if backend == "cpu":
+        return 1e-7, 0.0
+    return 32 * 2.0**-23, 2.0**-23 * 1.2533 * float(np.max(np.abs(want)))
+
+
+def test_init_tolerance_bounds_a_fused_multiply_add():
+    """The map of the uniform draw onto the truncated range, rounded twice (multiply, then add)
+    and once (a fused multiply-add, emulated in float64), through sqrt(2) erfinv (SciPy, float64)
+    at the ConvNet kernel's scale: the two initialisations stay within `init_tolerance`, and
+    the absolute term is needed (the relative one alone fails near 0)."""
+    from scipy.special import erf, erfinv
+
+    rng = np.random.default_rng(0)
+    u = rng.random(1_000_000).astype(np.float32)
+    lower, upper = np.float32(erf(-np.sqrt(2))), np.float32(erf(np.sqrt(2)))
+    span = upper - lower
+    unfused = (u * span).astype(np.float32) + lower
+    fused = (u.astype(np.float64) * span + lower).astype(np.float32)
+    scale = np.sqrt(1 / 1600) / 0.87962566   # lecun_normal's truncated normal, fan-in 1600
+
+    def leaf(v):
+        return scale * np.sqrt(2) * erfinv(v.astype(np.float64))
+
+    got, want = leaf(unfused), leaf(fused)
+    rtol, atol = init_tolerance(want, "gpu")
+    assert np.all(np.abs(got - want) <= atol + rtol * np.abs(want))
+    assert np.any(np.abs(got - want) > rtol * np.abs(want))
+
+
 @pytest.fixture(scope="module")
 def trainer_run():
     """The trainer's 20 steps: its state before each step and after the last, and its losses."""
@@ -110,22 +154,10 @@ def test_own_step_equals_the_trainers_step_at_every_step(trainer_run, fast_compi
     params, objective, batch = _user_setup(run, model)
     # The user's init is the trainer's (the same key, the same initialisers; another key or
     # initialiser is off by O(1)). The user's runs op by op, the trainer's inside its jitted
-    # state init: on XLA:CPU they agree to 1e-7. Elsewhere the two programs may fuse the
-    # truncated normal's arithmetic differently (FMAs), which bounds two errors:
-    # - erfinv, a 9-term float32 polynomial, each term rounding apart by up to about 2 units:
-    #   32 units (2**-23) of relative error bound it (an H100 measured 12);
-    # - the uniform draw mapped onto [erf(-sqrt 2), erf(sqrt 2)] = +-0.954 (u * span + lower),
-    #   whose rounding is absolute: up to one unit of 1, 2**-23, apart. Through sqrt(2) erfinv
-    #   (slope sqrt(pi / 2) = 1.2533 at 0) and the initialiser's scale (the draw's 2 sigma is the
-    #   leaf's largest value), that is 2**-23 * 1.2533 * max|leaf| / 2 at most, relatively large
-    #   for values near 0 (an H200 measured 4.2e-5 relative, 2.2e-9 absolute, at values of
-    #   3e-4 in the 5x5x64x64 kernel, whose largest value is about 0.057: half that bound).
-    #   Twice the bound is the margin.
-    init_rtol = 1e-7 if jax.default_backend() == "cpu" else 32 * 2.0**-23
+    # state init (`init_tolerance`).
     for got, want in zip(jax.tree.leaves(params), jax.tree.leaves(run.states[0].params)):
-        init_atol = 0.0 if jax.default_backend() == "cpu" else \
-            2.0**-23 * 1.2533 * float(np.max(np.abs(want)))
-        np.testing.assert_allclose(got, want, rtol=init_rtol, atol=init_atol)
+        rtol, atol = init_tolerance(np.asarray(want), jax.default_backend())
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
     # So is the objective's initial state (step 0, GEDL's empty tau accumulator).
     for got, want in zip(jax.tree.leaves(objective.init()),
                          jax.tree.leaves(_objective_state(objective, run.states[0]))):
