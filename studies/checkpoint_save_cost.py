@@ -196,8 +196,13 @@ def main(argv: list[str] | None = None) -> None:
             for setting in args.settings.split(","):
                 if setting not in SETTINGS:
                     parser.error(f"unknown setting {setting!r} (one of {', '.join(SETTINGS)})")
-                seconds, steps = steps_beside_saves(program, setting, args.epochs,
-                                                    args.calls_per_epoch, pathlib.Path(root))
+                try:
+                    seconds, steps = steps_beside_saves(program, setting, args.epochs,
+                                                        args.calls_per_epoch, pathlib.Path(root))
+                except Exception as e:  # noqa: BLE001 (one setting's failure, e.g. another
+                    # Orbax's options, must not cost the others' numbers on a lent GPU)
+                    print(f"{setting}: failed ({type(e).__name__}: {e})")
+                    continue
                 print(f"{setting}: {steps * 128 * args.seeds / seconds:,.0f} img/s, "
                       f"{seconds / steps * 1e3:.3f} ms a step ({steps} steps in {seconds:.2f} s)")
         return
