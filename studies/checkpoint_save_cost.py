@@ -118,13 +118,12 @@ def _synchronous(ckpt: checkpointing.RunCheckpoints) -> None:
         setattr(ckpt, name, ocp.CheckpointManager(manager.directory, options=options))
 
 
-def steps_beside_saves(program, setting: str, epochs: int, calls_per_epoch: int,
-                       root: pathlib.Path) -> tuple[float, int]:
-    """(seconds, steps) of `epochs` x `calls_per_epoch` calls of `program`'s compiled steps,
-    dispatched as the training loop dispatches them, with `setting`'s saves at each epoch end
-    (module docstring). The clock starts after one warm-up epoch."""
-    seeds = len(jax.tree.leaves(program.state.step)[0].reshape(-1))
-    compiled = program.compile(program.epoch_order(0))
+def steps_beside_saves(program, compiled, seeds: int, setting: str, epochs: int,
+                       calls_per_epoch: int, root: pathlib.Path) -> tuple[float, int]:
+    """(seconds, steps) of `epochs` x `calls_per_epoch` calls of `compiled` (`program`'s steps
+    of `seeds` seeds, compiled once for every setting), dispatched as the training loop
+    dispatches them, with `setting`'s saves at each epoch end (module docstring). The clock
+    starts after one warm-up epoch."""
     saver = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gedl-checkpoints")
     runs = [] if setting == "alone" else [
         checkpointing.RunCheckpoints(root / setting / f"seed_{s}", saver) for s in range(seeds)]
@@ -192,13 +191,15 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{args.model}, {args.seeds} seed(s) vmapped, batch 128, {args.steps_per_call} "
               f"steps a call, {args.calls_per_epoch} calls an epoch, {args.epochs} epochs; "
               f"{2 * args.seeds} saves at each epoch end; {where}")
+        compiled = program.compile(program.epoch_order(0))
         with tempfile.TemporaryDirectory() as root:
             for setting in args.settings.split(","):
                 if setting not in SETTINGS:
                     parser.error(f"unknown setting {setting!r} (one of {', '.join(SETTINGS)})")
                 try:
-                    seconds, steps = steps_beside_saves(program, setting, args.epochs,
-                                                        args.calls_per_epoch, pathlib.Path(root))
+                    seconds, steps = steps_beside_saves(
+                        program, compiled, args.seeds, setting, args.epochs,
+                        args.calls_per_epoch, pathlib.Path(root))
                 except Exception as e:  # noqa: BLE001 (one setting's failure, e.g. another
                     # Orbax's options, must not cost the others' numbers on a lent GPU)
                     print(f"{setting}: failed ({type(e).__name__}: {e})")
