@@ -161,22 +161,36 @@ def epoch_end_cost(records: list[dict]) -> str | None:
 
 # A validation line of the training log: one seed's ("epoch 3: validation accuracy 0.9899
 # (best)") or several seeds' ("... per seed 0:0.9899* 1:0.9850 (* = best so far)").
-_VALIDATION_LINE = re.compile(r"^epoch \d+: validation accuracy (per seed )?(.*)$")
+_VALIDATION_LINE = re.compile(r"^epoch (\d+): validation accuracy (per seed )?(.*)$")
+# The epoch ends that saved, with `config.checkpoint_interval_seconds` > 0 (gedl_jax.run.training)
+_CHECKPOINT_LINE = re.compile(r"^epoch (\d+): checkpoints saving in \S+: last \(step \d+\)"
+                              r"(?: of (\d+) seeds)?(, best(?: of (\d+) seeds?| \(step \d+\)))?$")
 
 
 def saves_per_epoch_end(log: str) -> list[int]:
-    """The checkpoints each epoch end of a training log saved, in order: every seed's `last`,
-    and `best` for each seed whose validation accuracy improved."""
+    """The checkpoints each validated epoch end of a training log saved, in order. A log with
+    checkpoint lines (saves at most every `checkpoint_interval_seconds`): what the line of the
+    same epoch names (every seed's `last`, and the `best` states kept since the save before),
+    0 where there is none. An older log (a save at every epoch end): every seed's `last`, and
+    `best` for each seed whose validation accuracy improved."""
+    lines = [line.strip() for line in log.splitlines()]
+    rounds = {}
+    for line in lines:
+        if match := _CHECKPOINT_LINE.match(line):
+            best = int(match.group(4) or 1) if match.group(3) else 0
+            rounds[int(match.group(1))] = int(match.group(2) or 1) + best
     saves = []
-    for line in log.splitlines():
-        match = _VALIDATION_LINE.match(line.strip())
+    for line in lines:
+        match = _VALIDATION_LINE.match(line)
         if not match:
             continue
-        if match.group(1):   # several seeds: "<seed>:<accuracy>" and "*" where improved
-            entries = re.findall(r"\b\d+:[\d.]+(\*?)", match.group(2))
+        if rounds:
+            saves.append(rounds.get(int(match.group(1)), 0))
+        elif match.group(2):   # several seeds: "<seed>:<accuracy>" and "*" where improved
+            entries = re.findall(r"\b\d+:[\d.]+(\*?)", match.group(3))
             saves.append(len(entries) + sum(1 for star in entries if star))
         else:
-            saves.append(1 + ("(best)" in match.group(2)))
+            saves.append(1 + ("(best)" in match.group(3)))
     return saves
 
 

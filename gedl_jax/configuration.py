@@ -213,7 +213,8 @@ LIST_FIELDS: dict[str, type] = {"seeds": int, "ood_datasets": str, "extra_ood": 
 RESUME_SAFE_FIELDS = frozenset({
     "evaluate_at_end", "plots", "log_every_steps", "ood_datasets", "extra_ood",
     "eval_batch_size", "seeds", "data_dir", "cache_dir", "data_source", "tfds_data_dir",
-    "checkpoint_every_steps", "distributed", "download", "data_mirror", "run_name",
+    "checkpoint_every_steps", "checkpoint_interval_seconds", "distributed", "download",
+    "data_mirror", "run_name",
     "eval_examples", "coordinator_address", "num_processes", "process_id", "mc_samples",
     "epoch_eval", "allow_chance", "conformal_alpha", "calibrate", "aupr_trapezoidal",
     "posthoc_scores",
@@ -516,6 +517,10 @@ def _loop_fields(c: ml_collections.ConfigDict) -> None:
     c.eval_every_epochs = 1            # validation accuracy every N epochs (best checkpoint)
     c.log_every_steps = 100            # progress line / metrics fetch interval
     c.checkpoint_every_steps = 0       # extra mid-epoch checkpoints (0 = only at epoch ends)
+    c.checkpoint_interval_seconds = 60.0   # epoch-end checkpoints (last, and best if it changed)
+                                       # at most this often; always at the run's end, a
+                                       # preemption and checkpoint_every_steps. 0 = every epoch
+                                       # end. A hard kill loses at most this much training
     c.steps_per_dispatch = 100         # train steps per compiled call off the CPU (a device-side
                                        # loop; it ends early at log points, epoch ends and
                                        # checkpoints): fewer host round trips. A CPU runs one
@@ -798,7 +803,7 @@ def validate_config(c: ml_collections.ConfigDict, num_devices: int = 1) -> None:
             raise ValueError(f"config.{field}={c[field]!r} must be > 0")
     non_negative = ("weight_decay", "kl_weight", "fisher_logdet_weight", "red_regularizer_weight",
                     "warmup_epochs", "train_examples", "val_examples", "eval_examples",
-                    "checkpoint_every_steps",
+                    "checkpoint_every_steps", "checkpoint_interval_seconds",
                     "grad_clip_norm", "c_w")
     for field in non_negative:
         if c[field] < 0:

@@ -107,3 +107,23 @@ def test_epochs_are_grouped_by_the_checkpoints_their_epoch_end_saved():
         "one validation record to the next): 3 checkpoints: 0.750 s (1 epoch); "
         "4 checkpoints: 1.500 s (1 epoch).")
     assert report.epochs_by_saves(records, one_seed) is None   # the log is not the records'
+
+
+def test_a_log_with_checkpoint_lines_counts_the_saves_they_name():
+    # the lines gedl_jax.run.training writes with checkpoint_interval_seconds > 0
+    seeds_log = (
+        "epoch 1: validation accuracy per seed 0:0.9762* 1:0.9663* (* = best so far)\n"
+        "epoch 2: validation accuracy per seed 0:0.9836 1:0.9859* (* = best so far)\n"
+        "epoch 2: checkpoints saving in /w/seed_*/checkpoints: last (step 8) of 2 seeds, "
+        "best of 2 seeds\n"
+        "epoch 3: validation accuracy per seed 0:0.9800 1:0.9801 (* = best so far)\n"
+        "epoch 3: checkpoints saving in /w/seed_*/checkpoints: last (step 12) of 2 seeds\n")
+    assert report.saves_per_epoch_end(seeds_log) == [0, 4, 2]
+    one_seed = ("epoch 1: validation accuracy 0.9700 (best)\n"
+                "epoch 1: checkpoints saving in /w/checkpoints: last (step 4), best (step 4)\n"
+                "epoch 2: validation accuracy 0.9800 (best)\n"
+                "epoch 3: validation accuracy 0.9600 (best 0.9800)\n"
+                "epoch 3: checkpoints saving in /w/checkpoints: last (step 12), best (step 8)\n"
+                "epoch 4: validation accuracy 0.9600 (best 0.9800)\n"
+                "epoch 4: checkpoints saving in /w/checkpoints: last (step 16)\n")
+    assert report.saves_per_epoch_end(one_seed) == [2, 0, 2, 1]

@@ -40,9 +40,10 @@ needs_real_mnist = pytest.mark.skipif(
     else f"real MNIST files not found in {REAL_DATA_DIR}/mnist (set GEDL_DATA_DIR)")
 
 STEPS_PER_EPOCH = 8   # 256 training examples / batch 32
+# checkpoint_interval_seconds=0: a checkpoint at every epoch end (training_fixtures.TINY_FIELDS)
 TINY = {"train_examples": 256, "val_examples": 64, "batch_size": 32, "num_epochs": 2,
         "log_every_steps": 4, "eval_batch_size": 64, "evaluate_at_end": False, "plots": False,
-        "ood_datasets": ()}
+        "ood_datasets": (), "checkpoint_interval_seconds": 0}
 
 
 @pytest.fixture(scope="module")

@@ -51,10 +51,12 @@ def write_tiny_mnist(root: pathlib.Path, n_train: int = 320, n_test: int = 64,
 
 
 # Every run of a test uses these: tiny, no OOD sets, no plots (matplotlib import is slow).
+# checkpoint_interval_seconds=0: the tests of what a checkpoint keeps save at every epoch end of
+# their sub-second runs (the interval itself: tests/test_checkpoint_interval.py).
 TINY_FIELDS = {
     "train_examples": 256, "val_examples": 64, "batch_size": 32, "num_epochs": 2,
     "log_every_steps": 4, "eval_batch_size": 64, "evaluate_at_end": False, "plots": False,
-    "ood_datasets": "",
+    "ood_datasets": "", "checkpoint_interval_seconds": 0,
 }
 
 

@@ -13,10 +13,12 @@ import concurrent.futures
 import dataclasses
 import errno
 import pathlib
+import time
 from typing import Any
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 
 from gedl_jax import configuration, data, files
 from gedl_jax.evaluation.core import evaluate_predictions
@@ -164,26 +166,25 @@ def _where(runs: list[SeedRun]) -> pathlib.Path:
 
 
 class _Validation:
-    """Validation accuracy of every seed at an epoch end; saves each seed's best.
+    """Validation accuracy of every seed at an epoch end; which seeds improved on their best.
 
     In two halves, so the next epoch's steps can be queued between them: `dispatch` queues the
     predictions of the epoch-end states (no wait), `finish` fetches them, writes the records
-    and saves each improved seed's state as its best."""
+    and returns the seeds that improved (the loop keeps their states as the new bests)."""
 
     def __init__(self, runs: list[SeedRun], mesh):
         self.runs, self.mesh, self.predict_steps = runs, mesh, {}
         self.resident: dict[int, inference.ResidentSplit] = {}   # seed -> its validation split
 
-    def __call__(self, members: list[steps.TrainState], step: int, epoch: int,
-                 steps_per_epoch: int) -> None:
-        self.finish(self.dispatch(members), members, step, epoch, steps_per_epoch)
+    def __call__(self, members: list[steps.TrainState], step: int, epoch: int) -> list[int]:
+        return self.finish(self.dispatch(members), members, step, epoch)
 
     def dispatch(self, members: list[steps.TrainState]) -> list[inference.PendingPredictions]:
         return [self._predictions(run_, member) for run_, member in zip(self.runs, members)]
 
     def finish(self, pending: list[inference.PendingPredictions],
-               members: list[steps.TrainState], step: int, epoch: int,
-               steps_per_epoch: int) -> None:
+               members: list[steps.TrainState], step: int, epoch: int) -> list[int]:
+        """Records and the epoch's line; the indices of the seeds whose accuracy improved."""
         report = []
         for run_, member, predictions in zip(self.runs, members, pending):
             labels = run_.experiment.data.validation.labels
@@ -195,7 +196,6 @@ class _Validation:
             improved = accuracy > run_.best_accuracy
             if improved:
                 run_.best_accuracy, run_.best_step = accuracy, step
-                run_.ckpt.save_best(step, member, run_.meta(step, steps_per_epoch))
             report.append((run_, accuracy, improved))
         if len(report) == 1:
             run_, accuracy, improved = report[0]
@@ -205,6 +205,7 @@ class _Validation:
         else:
             listed = " ".join(f"{r.seed}:{a:.4f}{'*' if imp else ''}" for r, a, imp in report)
             log(f"epoch {epoch + 1}: validation accuracy per seed {listed} (* = best so far)")
+        return [i for i, (_, _, improved) in enumerate(report) if improved]
 
     def _epoch_eval(self, run_: SeedRun, state: steps.TrainState, step: int, epoch: int) -> None:
         """config.epoch_eval: the test and OOD sets scored with the current parameters (as the
@@ -259,6 +260,11 @@ def _progress_line(config, method, averaged: dict[str, float], step: int, total:
             f"{rate:,.0f} img/s | ETA {eta}")
 
 
+def _clock() -> float:
+    """Seconds on a clock that only goes forward (`_Loop.checkpoint_due`; tests replace it)."""
+    return time.monotonic()
+
+
 @dataclasses.dataclass
 class _EpochEnd:
     """An epoch end whose host work (its progress line, validation accuracy, checkpoints) waits
@@ -285,6 +291,12 @@ class _Loop:
     defer_epoch_ends: bool = False   # `defers_epoch_ends()`
     saver: concurrent.futures.ThreadPoolExecutor | None = None
     pending: _EpochEnd | None = None
+    # When the newest `last` checkpoints were handed to Orbax (`checkpoint_due`), and the
+    # states of the seeds whose validation improved since: seed index -> (step, state), saved
+    # as `best` just before the next `last`, so a `last` on disk never names a best step whose
+    # state is not on disk.
+    last_saved_at: float = dataclasses.field(default_factory=lambda: _clock())
+    held_bests: dict[int, tuple[int, steps.TrainState]] = dataclasses.field(default_factory=dict)
 
     def members(self) -> list[steps.TrainState]:
         """Every seed's current state; with deferred epoch ends, detached from the buffers the
@@ -297,12 +309,56 @@ class _Loop:
     def save_last(self, step: int, members: list[steps.TrainState] | None = None) -> None:
         """`last` checkpoints of step `step`: the current state, after every pending metric is
         fetched and checked (a non-finite step stops the run before it is saved), or
-        `members`, whose metrics the caller has checked."""
+        `members`, whose metrics the caller has checked; the bests kept since the newest save
+        first."""
         if members is None:
             self.buffer.flush()
             members = self.members()
+        for i, (best_step, best) in sorted(self.held_bests.items()):
+            run_ = self.runs[i]
+            run_.ckpt.save_best(best_step, best, run_.meta(best_step, self.steps_per_epoch))
         for run_, member in zip(self.runs, members):
             run_.ckpt.save_last(step, member, run_.meta(step, self.steps_per_epoch))
+        self.held_bests.clear()
+        self.last_saved_at = _clock()
+
+    def checkpoint_due(self, step: int) -> bool:
+        """Whether the epoch end at `step` saves checkpoints: the run's last one always, the
+        others once `config.checkpoint_interval_seconds` have passed since the newest save (0:
+        every epoch end). An epoch end's saves cost the host a few tens of ms per seed, which
+        an accelerator's epoch of a fraction of a second felt (the GPU notes in docs/gpu.md);
+        the interval bounds that cost. With several processes, process 0's clock decides for
+        all (their Orbax saves are collective)."""
+        interval = self.config.checkpoint_interval_seconds
+        if step == self.total_steps or not interval:
+            return True
+        due = _clock() - self.last_saved_at >= interval
+        if jax.process_count() > 1:
+            due = bool(multihost_utils.broadcast_one_to_all(np.int32(due)))
+        return due
+
+    def end_epoch(self, members: list[steps.TrainState], step: int, epoch: int,
+                  improved: list[int]) -> None:
+        """After the epoch end's validation: the states of the seeds in `improved` kept as
+        their new bests, and when `checkpoint_due`, every kept best and every seed's `last`
+        saved. A best kept for a later save needs buffers of its own: with deferred epoch ends
+        `members` have them; a loop that waits copies the state before its next call donates
+        it."""
+        due = self.checkpoint_due(step)
+        for i in improved:
+            kept = members[i] if due or self.defer_epoch_ends else \
+                self.program.detached(self.program.state, i)
+            self.held_bests[i] = (step, kept)
+        if not due:
+            return
+        bests = len(self.held_bests)
+        self.save_last(step, members)
+        if self.config.checkpoint_interval_seconds:
+            seeds = f" of {len(self.runs)} seeds" if len(self.runs) > 1 else ""
+            best = (f", best of {bests} seed{'s' * (bests != 1)}" if len(self.runs) > 1 else
+                    f", best (step {self.runs[0].best_step})") if bests else ""
+            log(f"epoch {epoch + 1}: checkpoints saving in {_where(self.runs)}/checkpoints: "
+                f"last (step {step}){seeds}{best}")
 
     def start_epoch_end(self, step: int, epoch: int, validate: bool) -> None:
         """The epoch end at `step`, without waiting: the states detached and (if `validate`)
@@ -314,14 +370,13 @@ class _Loop:
 
     def finish_epoch_end(self) -> None:
         """The pending epoch end's host work, in the order a synchronous one does it: the
-        epoch's metrics (checked) and progress line, validation records and best checkpoints,
-        `last` checkpoints."""
+        epoch's metrics (checked) and progress line, validation records, the checkpoints
+        (`end_epoch`)."""
         end, self.pending = self.pending, None
         self.log_progress(end.step, keep_last=True)   # the newest call is the next epoch's
-        if end.validation is not None:
-            self.validate.finish(end.validation, end.members, end.step, end.epoch,
-                                 self.steps_per_epoch)
-        self.save_last(end.step, end.members)
+        improved = [] if end.validation is None else self.validate.finish(
+            end.validation, end.members, end.step, end.epoch)
+        self.end_epoch(end.members, end.step, end.epoch, improved)
 
     def log_progress(self, step: int, keep_last: bool) -> None:
         """The progress line of the steps up to `step` (and their metrics.jsonl records).
@@ -489,9 +544,8 @@ def _run_loop(loop: _Loop, stop_after_steps: int | None) -> tuple[int, bool]:
         elif epoch_end and not stop_now:
             loop.buffer.flush()
             members = loop.members()
-            if validate:
-                loop.validate(members, step, epoch, spe)
-            loop.save_last(step, members)
+            improved = loop.validate(members, step, epoch) if validate else []
+            loop.end_epoch(members, step, epoch, improved)
         if preempted:
             loop.save_last(step)
             _stop_for_preemption(loop.runs, step)
