@@ -26,11 +26,11 @@ TINY = {"train_examples": 256, "val_examples": 64, "batch_size": 32, "num_epochs
         "log_every_steps": 4, "eval_batch_size": 64, "evaluate_at_end": False, "plots": False,
         "ood_datasets": (), "eval_every_epochs": 2}
 # One second a step: epoch ends at 8, 16, 24 and 32 s; validations at the 2nd and 4th. With
-# 20 s, the epoch ends at 8 and 16 are not due (16 - 0 < 20; a deferred epoch end reads the
-# clock after the next call, a few steps later, and decides the same), 24 is, and 32 ends the
-# run: the best of the validation at 16 is kept across the epoch end at 24's first step and
-# saved with `last` at 24.
-INTERVAL = 20.0
+# 22 s, the epoch ends at 8 and 16 are not due, 24 is, and 32 ends the run: the best of the
+# validation at 16 is kept across the epoch end at 24 and saved with `last` at 24. A deferred
+# epoch end reads the clock after the next call: one step later on a CPU, at the next log line
+# (4 steps) off it, so at 16 it reads 17 or 20, and at 24, 25 or 28: the same decisions.
+INTERVAL = 22.0
 
 
 @pytest.fixture(scope="module")
