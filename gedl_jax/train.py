@@ -26,7 +26,8 @@ workdir; one `error:` line says what to fix; --debug or GEDL_DEBUG=1 adds the tr
 3 the run diverged (non-finite loss) or ended at chance accuracy (--config.allow_chance=True when
 intended); 74 a file could not be written (disk full): the previous checkpoint is intact, free
 space and rerun the same command; 75 preempted: SIGTERM or SIGINT arrived, the run saved a
-checkpoint at the next step boundary and stopped (rerun the same command to resume); 1 a crash.
+checkpoint at the next step boundary and stopped, or stopped at once before training began
+(rerun the same command to resume); 1 a crash.
 """
 
 from __future__ import annotations
@@ -34,12 +35,24 @@ from __future__ import annotations
 import pathlib
 import sys
 
-from gedl_jax import cli, configs, configuration, data
-from gedl_jax.run import experiment, heartbeat, lock, numerics, preemption, training
-from gedl_jax.run.distributed import initialize_distributed
-from gedl_jax.run.heartbeat import log
-from gedl_jax.run.progress import NonFiniteLossError
-from gedl_jax.run.rundir import ConfigMismatchError
+if __name__ == "__main__":   # first: the imports below take seconds (run/startup_signals.py)
+    from gedl_jax.run import startup_signals
+
+    startup_signals.install()
+
+from gedl_jax import cli, configs, configuration, data  # noqa: E402
+from gedl_jax.run import (  # noqa: E402
+    experiment,
+    heartbeat,
+    lock,
+    numerics,
+    preemption,
+    training,
+)
+from gedl_jax.run.distributed import initialize_distributed  # noqa: E402
+from gedl_jax.run.heartbeat import log  # noqa: E402
+from gedl_jax.run.progress import NonFiniteLossError  # noqa: E402
+from gedl_jax.run.rundir import ConfigMismatchError  # noqa: E402
 
 __all__ = ["ConfigMismatchError", "NonFiniteLossError", "main", "run", "train_and_evaluate",
            "train_and_evaluate_vmapped", "train_ensemble"]

@@ -5,6 +5,7 @@ the parameters of an uninterrupted run, bit for bit; so does bin/reproduce.py's 
 mid-run. Generated data (tests/training_fixtures.py).
 """
 
+import pathlib
 import shutil
 import signal
 import subprocess
@@ -80,6 +81,39 @@ def _preempt(workdir, data_dir, env, signum) -> tuple[list[str], str]:
     _, meta = saved_state(workdir)
     assert meta["epoch"] == steps[-1] // 8
     return args, out
+
+
+def _catches_sigterm(pid: int) -> bool:
+    """Whether process `pid` has a handler for SIGTERM (Linux: /proc/<pid>/status, SigCgt)."""
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+    return False
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self/status").exists(),
+                    reason="reads a process's signal handlers from /proc (Linux)")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_while_the_command_starts_exits_75_and_says_so(tmp_path, signum):
+    """Sent as soon as the command handles SIGTERM, while it still imports (seconds): not
+    Python's defaults (status 143 and no word, or a KeyboardInterrupt traceback)."""
+    proc = subprocess.Popen(cli_args(tmp_path / "w", tmp_path / "data"), cwd=REPO,
+                            env=subprocess_env(tmp_path / "c"), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 60
+        while not _catches_sigterm(proc.pid):
+            assert proc.poll() is None and time.time() < deadline, proc.communicate()[0]
+            time.sleep(0.002)
+        proc.send_signal(signum)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == preemption.EXIT_PREEMPTED, out
+    assert out == (f"preempted ({signal.Signals(signum).name}) while the command was starting, "
+                   f"before any training: nothing to save; rerun the same command\n")
+    assert not (tmp_path / "w").exists()
 
 
 def test_sigint_checkpoints_and_exits_75(tmp_path, uninterrupted):

@@ -34,10 +34,7 @@ import threading
 
 import jax
 
-# Exit status of a run that stopped for a preemption signal after saving its checkpoint:
-# EX_TEMPFAIL of sysexits.h ("temporary failure, retry"), distinct from 0 (finished), 1 (crash)
-# and 2 (bad input). Rerun the same command (e.g. SLURM --requeue) to resume.
-EXIT_PREEMPTED = 75
+from gedl_jax.run.startup_signals import EXIT_PREEMPTED
 
 _requested = threading.Event()
 _signal_name: list[str] = []
@@ -131,6 +128,12 @@ def install(prompt: bool = False) -> None:
         return
     if _multi_process():
         signal.signal(signal.SIGINT, _forward_to_jax)
+        from jax._src import distributed
+
+        if distributed.global_state.preemption_sync_manager is None:
+            # No service, so no handler of JAX's replaced the start-up one
+            # (`startup_signals`): SIGTERM ends the process, as Python's default does.
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
         return
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
