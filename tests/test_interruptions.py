@@ -264,3 +264,28 @@ def test_a_reproduction_preempted_mid_run_checkpoints_and_the_same_command_finis
     resumed, _ = saved_state(workdir)
     assert int(resumed["step"]) == TOTAL
     assert_same_tree(full, resumed)
+
+
+@pytest.mark.parametrize("service", [False, True])
+def test_with_several_processes_sigterm_leaves_the_start_up_handler(monkeypatch, service):
+    """Several processes: SIGINT is forwarded to JAX's preemption service. SIGTERM is the
+    service's (its own handler replaced the start-up one when it started), or, with the
+    service off, Python's default again: the start-up handler's line would misname a stop
+    during training."""
+    from jax._src import distributed
+
+    from gedl_jax.run import startup_signals
+
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    monkeypatch.setattr(preemption, "_multi_process", lambda: True)
+    monkeypatch.setattr(distributed.global_state, "preemption_sync_manager",
+                        object() if service else None)
+    try:
+        startup_signals.install()
+        preemption.install(prompt=True)
+        assert signal.getsignal(signal.SIGINT) is preemption._forward_to_jax
+        assert signal.getsignal(signal.SIGTERM) is \
+            (startup_signals._stop if service else signal.SIG_DFL)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
