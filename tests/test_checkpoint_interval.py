@@ -14,6 +14,7 @@ import pathlib
 import jax
 import numpy as np
 import pytest
+from test_train import STEPS_PER_EPOCH, _fast, data_dir, tiny_config  # noqa: F401
 from training_fixtures import checkpoint_steps, saved_state
 
 from gedl_jax import configuration, train
@@ -21,34 +22,14 @@ from gedl_jax.run import checkpointing, training
 from gedl_jax.run.progress import MetricsBuffer
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-STEPS_PER_EPOCH = 8   # 256 training examples / batch 32
-TINY = {"train_examples": 256, "val_examples": 64, "batch_size": 32, "num_epochs": 4,
-        "log_every_steps": 4, "eval_batch_size": 64, "evaluate_at_end": False, "plots": False,
-        "ood_datasets": (), "eval_every_epochs": 2}
+# test_train's tiny run, for 4 epochs with validations at the 2nd and 4th.
+FIELDS = {"num_epochs": 4, "eval_every_epochs": 2}
 # One second a step: epoch ends at 8, 16, 24 and 32 s; validations at the 2nd and 4th. With
 # 22 s, the epoch ends at 8 and 16 are not due, 24 is, and 32 ends the run: the best of the
 # validation at 16 is kept across the epoch end at 24 and saved with `last` at 24. A deferred
 # epoch end reads the clock after the next call: one step later on a CPU, at the next log line
 # (4 steps) off it, so at 16 it reads 17 or 20, and at 24, 25 or 28: the same decisions.
 INTERVAL = 22.0
-
-
-@pytest.fixture(scope="module")
-def data_dir(generated_data_files):
-    with generated_data_files.registered() as root:
-        yield root
-
-
-@pytest.fixture(autouse=True)
-def _fast(fast_compile):
-    """Compiles in seconds."""
-
-
-def tiny_config(data_dir, **overrides):
-    c = configuration.build_config("mnist", "gedl")
-    for k, v in {**TINY, "data_dir": str(data_dir), **overrides}.items():
-        configuration.set_fields(c, **{k: v})
-    return c
 
 
 @pytest.fixture
@@ -98,13 +79,13 @@ def _same(a: list[np.ndarray], b: list[np.ndarray]) -> None:
 def test_an_interval_skips_epoch_end_saves_and_changes_nothing_else(
         data_dir, tmp_path, monkeypatch, step_clock, saves, capsys, deferred):
     monkeypatch.setattr(training, "DEFER_EPOCH_ENDS", deferred)
-    every = train.train_and_evaluate(tiny_config(data_dir, checkpoint_interval_seconds=0),
-                                     tmp_path / "every")
+    every = train.train_and_evaluate(
+        tiny_config(data_dir, **FIELDS, checkpoint_interval_seconds=0), tmp_path / "every")
     saved_every = list(saves)
     saves.clear()
     capsys.readouterr()
     step_clock[0] = 0.0
-    spaced = train.train_and_evaluate(tiny_config(data_dir,
+    spaced = train.train_and_evaluate(tiny_config(data_dir, **FIELDS,
                                                   checkpoint_interval_seconds=INTERVAL),
                                       tmp_path / "spaced")
     out = capsys.readouterr().out
@@ -158,7 +139,7 @@ def test_an_interval_skips_epoch_end_saves_and_changes_nothing_else(
 
 def test_a_run_stopped_between_saves_resumes_to_the_same_end(data_dir, tmp_path, step_clock,
                                                             saves, capsys):
-    c = tiny_config(data_dir, checkpoint_interval_seconds=INTERVAL)
+    c = tiny_config(data_dir, **FIELDS, checkpoint_interval_seconds=INTERVAL)
     full = train.train_and_evaluate(c, tmp_path / "full")
     e = STEPS_PER_EPOCH
     # Stopped ("killed") at step 30, after the saves at 24; then the same command again.
