@@ -98,6 +98,25 @@ def test_knn_matches_sklearn_nearest_neighbors(k):
                                atol=1e-7)
 
 
+@pytest.mark.parametrize("columns, k", [(40, 1), (40, 40), (3000, 1), (3000, 50),
+                                         (5000, 50), (5000, 156), (70_000, 3)])
+@pytest.mark.parametrize("kind", ["continuous", "ties", "ascending", "descending"])
+def test_kth_smallest_per_row_is_the_full_partitions(columns, k, kind):
+    """The pre-filtered selection KNN uses gives what partitioning each whole row gives, with
+    ties, rows sorted either way (the strided sample then holds each row's extremes or none of
+    them) and sizes on both sides of the sample's threshold (N < 2 x the sample: whole rows)."""
+    rng = np.random.default_rng(columns + k)
+    values = rng.normal(size=(7, columns))
+    if kind == "ties":
+        values = rng.integers(0, 5, size=(7, columns)).astype(np.float64)
+    elif kind == "ascending":
+        values.sort(axis=1)
+    elif kind == "descending":
+        values = -np.sort(values, axis=1)
+    expected = np.sort(values, axis=1)[:, k - 1]
+    np.testing.assert_array_equal(posthoc._kth_smallest_per_row(values.copy(), k), expected)
+
+
 def test_knn_default_k_is_the_papers():
     assert posthoc.KNN_DEFAULT_K == 50
     assert posthoc.fit_knn(np.ones((60, 3))).k == 50

@@ -62,6 +62,12 @@ _CHUNK = 2048   # rows per block of the pairwise distances (memory: _CHUNK x num
 # rows (200 MB against MNIST's 48k training features) instead of 2048 blocks with temporaries:
 # `python -m gedl_jax.evaluate --pretrained=mnist/gedl` took 63 s instead of 85 s on 2 CPU cores.
 _KNN_CHUNK = 512
+# The sample of each row's columns whose k-th smallest bounds the row's (`_kth_smallest_per_row`):
+# at least _KNN_SAMPLE_PER_K x k and _KNN_MIN_SAMPLE columns, so about N / _KNN_SAMPLE_PER_K
+# values per row (N / 32 against MNIST: 1.5k of 48k) are left to partition. The evaluation above
+# then took 57 s instead of 70 s (the KNN score of 10k features: 4 s instead of 8 s).
+_KNN_SAMPLE_PER_K = 32
+_KNN_MIN_SAMPLE = 1024
 
 
 # ------------------------------------------------------------------------------------- inputs
@@ -238,9 +244,39 @@ def knn_score(fit: KnnFit, features_NxF: Any) -> np.ndarray:
         d2 *= -2.0
         d2 += 2.0
         np.maximum(d2, 0.0, out=d2)
-        d2.partition(fit.k - 1, axis=1)
-        out[start:start + _KNN_CHUNK] = -np.sqrt(d2[:, fit.k - 1])
+        out[start:start + _KNN_CHUNK] = -np.sqrt(_kth_smallest_per_row(d2, fit.k))
     return out
+
+
+def _kth_smallest_per_row(values_RxN: np.ndarray, k: int) -> np.ndarray:
+    """The k-th smallest value of each row (R,), exactly ``np.partition(values_RxN, k - 1,
+    axis=1)[:, k - 1]`` (1 <= k <= N; no NaN), which it may reorder in place.
+
+    Partitioning every full row was most of the KNN score's time (MNIST: 48k columns per row).
+    Instead, the k-th smallest of a strided sample of each row's columns bounds the row's k-th
+    smallest from above (a subset's k smallest are k values of the row), so the row's k-th
+    smallest is the k-th smallest of its values at or below that bound: a few times k values
+    per row instead of N, the same value whatever the sample (exactness does not depend on it,
+    only the speed)."""
+    rows, n = values_RxN.shape
+    stride = n // max(_KNN_SAMPLE_PER_K * k, _KNN_MIN_SAMPLE)
+    if stride < 2:   # the sample would be most of the row: partition the row itself
+        values_RxN.partition(k - 1, axis=1)
+        return values_RxN[:, k - 1].copy()
+    sample_RxM = values_RxN[:, ::stride].copy()
+    sample_RxM.partition(k - 1, axis=1)
+    bound_R = sample_RxM[:, k - 1]
+    kept_RxN = values_RxN <= bound_R[:, None]
+    kept_values = values_RxN[kept_RxN]   # row by row, as the row-major mask orders them
+    ends_R = np.cumsum(np.count_nonzero(kept_RxN, axis=1))
+    out_R = np.empty(rows, values_RxN.dtype)
+    start = 0
+    for r, end in enumerate(ends_R):
+        row_kept = kept_values[start:end]
+        row_kept.partition(k - 1)
+        out_R[r] = row_kept[k - 1]
+        start = end
+    return out_R
 
 
 # ------------------------------------------------------------------------------------------ ViM
