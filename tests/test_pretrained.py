@@ -481,7 +481,7 @@ def test_the_markdown_table_has_a_table_per_dataset_with_its_ood_columns(tmp_pat
 @needs_committed_results
 def test_evaluate_pretrained_mnist_gedl_prints_the_committed_numbers(tmp_path):
     """The command line, on the real test sets: the shipped model's evaluation is its run's
-    committed eval_results.json, number for number (about 20 s on 2 CPU cores)."""
+    committed eval_results.json, number for number (about 1 minute on 2 idle CPU cores)."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "GEDL_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, "-m", "gedl_jax.evaluate", "--pretrained=mnist/gedl",
                            f"--out={tmp_path}"], capture_output=True, text=True, env=env,
