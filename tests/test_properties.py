@@ -90,7 +90,8 @@ def _distinct_specs(k: int) -> dict:
 @functools.cache
 def _loss_and_gradient(specs: tuple) -> Callable:
     """Each spec's ((mean loss, (loss_B, new tau, terms)), gradient), jitted as one program: one
-    compilation per K instead of one per spec (for K = 10, 6 s instead of 11 on 2 CPU cores)."""
+    compilation per K instead of one per spec (`pytest --durations` on 2 CPU cores, this test
+    alone: 22 s instead of 44 s)."""
     def mean_loss(spec, logits_BxK, labels_B, epoch):
         loss_B, new_tau, terms = losses.per_example_loss(spec, logits_BxK, labels_B,
                                                          ev.tau_init(), epoch)
