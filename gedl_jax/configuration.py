@@ -45,6 +45,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     # float32 convolutions and matmuls: XLA's default (TF32 on NVIDIA Ampere+) or true float32
     # (gedl_jax/run/numerics.py)
     "matmul_precision": ("default", "highest"),
+    # how an image-folder OOD set's images of another size are made the model's (data.image_folder)
+    "image_resize": ("crop", "stretch"),
 }
 
 # Per-dataset protocol: models of the I-EDL/R-EDL code (github.com/danruod/IEDL and
@@ -211,7 +213,7 @@ LIST_FIELDS: dict[str, type] = {"seeds": int, "ood_datasets": str, "extra_ood": 
 
 # Fields that do not change the trained parameters: a resumed run may change them.
 RESUME_SAFE_FIELDS = frozenset({
-    "evaluate_at_end", "plots", "log_every_steps", "ood_datasets", "extra_ood",
+    "evaluate_at_end", "plots", "log_every_steps", "ood_datasets", "extra_ood", "image_resize",
     "eval_batch_size", "seeds", "data_dir", "cache_dir", "data_source", "tfds_data_dir",
     "checkpoint_every_steps", "checkpoint_interval_seconds", "distributed", "download",
     "data_mirror", "run_name",
@@ -276,19 +278,20 @@ def legacy_flag_message(name: str) -> str | None:
 
 # --- Your own network and data (docs/library.md) -------------------------------------------
 # `config.model` beyond the protocol networks: "resnet18", "mlp" or "<importable.module>:<Name>"
-# (gedl_jax.networks.user); `config.dataset` / an OOD set: "npz:<path>" or "tfds:<name>".
+# (gedl_jax.networks.user); `config.dataset` / an OOD set: "npz:<path>", "tfds:<name>" or
+# "images:<folder>".
 PROTOCOL_MODELS = ("convnet", "vgg16")   # networks.Backbone; every other model is a user network
-DATA_PREFIXES = ("npz:", "tfds:")
+DATA_PREFIXES = registry.OWN_DATA_PREFIXES
 _MODEL_SPEC = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*")
 
 
 def is_custom_dataset(name: Any) -> bool:
-    """Whether a dataset name is your own data ("npz:<path>", "tfds:<name>")."""
+    """Whether a dataset name is your own data ("npz:<path>", "tfds:<name>", "images:<folder>")."""
     return str(name).startswith(DATA_PREFIXES)
 
 
 def defaults_key(dataset: str) -> str:
-    """The `DATASET_DEFAULTS` entry of a dataset: "custom" for npz:/tfds: data."""
+    """The `DATASET_DEFAULTS` entry of a dataset: "custom" for npz:/tfds:/images: data."""
     return "custom" if is_custom_dataset(dataset) else dataset
 
 
@@ -339,7 +342,7 @@ def _validate_own(c: ml_collections.ConfigDict) -> None:
     are checked when they load, before any step)."""
     if c.dataset == "custom":
         raise ValueError("config.dataset='custom' names no data: give --config.dataset="
-                         "npz:<path to .npz> or tfds:<prepared TFDS name>")
+                         "npz:<path to .npz>, tfds:<prepared TFDS name> or images:<folder>")
     if c.model == "" and not is_custom_dataset(c.dataset):
         raise ValueError("config.model is empty: give --config.model=convnet, vgg16, resnet18, "
                          "mlp or <importable.module>:<Name>")
@@ -409,6 +412,9 @@ def _data_fields(c: ml_collections.ConfigDict, d: dict[str, Any], dataset: str) 
                                        # takes "kmnist,fashion_mnist"
                                        # ("" for none, e.g. where SVHN/CIFAR-100 are absent)
     c.extra_ood = ()                   # extra OOD sets: folders of IDX files
+    c.image_resize = "crop"            # an images:<folder> OOD set's images of another size than
+                                       # the model's: "crop" (aspect kept, scaled to cover, centre
+                                       # cut: torchvision Resize+CenterCrop) or "stretch"
     c.val_fraction = d["val_fraction"]  # fraction of the official train split held out
     c.split_seed = -1                  # seed of the train/val permutation; -1 -> same as `seed`
     c.normalize = False                # standardise with ID channel stats (reference: no)
@@ -786,7 +792,8 @@ def validate_config(c: ml_collections.ConfigDict, num_devices: int = 1) -> None:
         value = c.get(field)
         if value not in allowed and not _own_choice(field, value):
             own = {"model": " or '<importable.module>:<Name>'",
-                   "dataset": " or 'npz:<path>', 'tfds:<name>'"}.get(field, "")
+                   "dataset": " or 'npz:<path>', 'tfds:<name>', 'images:<folder>'"
+                   }.get(field, "")
             raise ValueError(f"config.{field}={value!r} is not allowed; allowed values: "
                              f"{list(allowed)}{own}")
     for field, value in c.items():

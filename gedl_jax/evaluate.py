@@ -119,8 +119,9 @@ def _define_flags() -> None:
                         "from the data folder, results into --out (default: only printed).")
     flags.DEFINE_multi_string("ood", [], "Extra OOD set (repeatable): a dataset name (e.g. "
                               "kmnist), npz:<path> (an .npz file with test_images), "
-                              "tfds:<name>, or a folder of MNIST-format IDX files "
-                              "(t10k-images-idx3-ubyte.gz, ...).")
+                              "tfds:<name>, images:<folder> (image files, resized to the "
+                              "model's input by the run's config.image_resize), or a folder of "
+                              "MNIST-format IDX files (t10k-images-idx3-ubyte.gz, ...).")
     flags.DEFINE_string("data_dir", None, "Override the data folder saved in the run config.")
     flags.DEFINE_string("out", None, "Write the results here instead of into the workdirs: a "
                         "folder (each run's eval_results.json, eval_table.md and plots, one "

@@ -1,4 +1,5 @@
-"""Your own data and network: any preset on an `.npz` file or a prepared TFDS dataset.
+"""Your own data and network: any preset on an `.npz` file, a folder of image files or a prepared
+TFDS dataset.
 
 Usage:
   python -m gedl_jax.train --config=configs/custom.py:gedl,quick \
@@ -6,6 +7,8 @@ Usage:
       --config.model=mypkg.nets:SmallCNN --workdir=runs/mine
   python -m gedl_jax.train --config=configs/custom.py:duq --config.dataset=tfds:my_dataset \
       --config.model=resnet18 --config.tfds_data_dir=~/tensorflow_datasets
+  python -m gedl_jax.train --config=configs/custom.py:gedl --config.dataset=images:my_images \
+      --config.ood_datasets=images:textures --config.model=resnet18
 
 Defaults (configuration.DATASET_DEFAULTS["custom"]): the MNIST family's optimiser settings
 (Adam 1e-3, no weight decay, batch 128, 200 epochs, 20% of the training set validates unless the

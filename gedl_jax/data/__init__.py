@@ -7,6 +7,7 @@
     far = data.load_ood("cifar10_gray28", data_dir)  # derived: CIFAR-10 test as 28x28 gray
     data.ood_group("mnist", "cifar10_gray28")        # "far" (data.OOD_GROUPS: near / far)
     mine = data.load_npz_train_val_test("my.npz", seed=0)  # your own arrays (npz.py)
+    tex = data.load_own_ood("images:dtd/images", like=mine["train"])  # image files, resized
     fog3 = data.load_corrupted("fog", 3, data_dir)  # CIFAR-10-C (official, else regenerated)
     # python -m gedl_jax.data.regenerate --data_dir=D   regenerates CIFAR-10-C (regenerate.py)
 
@@ -15,7 +16,8 @@ folder), download.py (verified download, mirror, offline switch), fetch.py (its 
 `python -m gedl_jax.data.fetch`), readers.py (official formats), cache.py (verification, cache),
 loading.py (sources, the run's pre-flight), splits.py (protocol), tfds_source.py (TFDS),
 derived.py (OOD sets converted from another dataset's test split), npz.py (a user's dataset in
-one .npz file), own.py (`npz:<path>` / `tfds:<name>` by name). Device
+one .npz file), image_folder.py (folders of image files), own.py (`npz:<path>` / `tfds:<name>` /
+`images:<folder>` by name). Device
 side (pure JAX, jit-able): device.py. Nothing here imports TensorFlow; tensorflow_datasets is
 optional (registered checksums, the TFDS source).
 """
@@ -60,7 +62,7 @@ from gedl_jax.data.registry import (
     source_split,
 )
 from gedl_jax.data.splits import load_train_val_test, split_indices, train_val_split
-from gedl_jax.data import npz, own
+from gedl_jax.data import image_folder, npz, own
 from gedl_jax.data.own import OwnDataset, is_own, load_own, load_own_ood
 from gedl_jax.data.npz import NpzDataset, load_npz_ood, load_npz_train_val_test, read_npz
 from gedl_jax.data.tfds_source import prepare_tfds
@@ -74,7 +76,8 @@ __all__ = [
     "default_ood_sets", "ensure_available", "epoch_permutation", "fetch_datasets", "get_info",
     "load_corrupted",
     "load_npz_ood", "load_npz_train_val_test", "load_ood", "load_split", "load_train_val_test",
-    "is_own", "load_own", "load_own_ood", "npz", "own", "pad_for_eval", "prepare_tfds", "read_npz",
+    "image_folder", "is_own", "load_own", "load_own_ood", "npz", "own", "pad_for_eval",
+    "prepare_tfds", "read_npz",
     "read_idx_folder", "registered_files", "resolve_cache_dir",
     "resolve_data_dir", "sha256_file", "source_split", "split_indices", "is_ood_name",
     "ood_group", "ood_sets_by_group",

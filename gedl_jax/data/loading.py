@@ -30,7 +30,7 @@ import numpy as np
 
 from gedl_jax.data import cache as cache_lib
 from gedl_jax.data import download as download_lib
-from gedl_jax.data import derived, readers, regenerated, tfds_source
+from gedl_jax.data import derived, image_folder, readers, regenerated, tfds_source
 from gedl_jax.data.arrays import Split, check_arrays
 from gedl_jax.data.errors import CorruptDataError, DataError, MissingDataError
 from gedl_jax.data.locations import ENV_DATA_DIR, data_dir_origin, resolve_data_dir
@@ -381,9 +381,11 @@ def read_idx_folder(folder: PathLike, name: str | None = None) -> Split:
             if len(labels) and labels.min() < 0:
                 raise CorruptDataError(f"{folder / labels_name}: negative labels")
             return Split(images, labels, name or f"{folder.name}/test", "idx_folder")
+    images = ("; it holds image files: name it images:<folder> (an image-folder OOD set)"
+              if image_folder.list_images(folder) else "")
     raise MissingDataError(
         f"{folder}: no MNIST-format IDX test files; expected {IDX_TEST_NAMES[0][0]} and "
-        f"{IDX_TEST_NAMES[0][1]} (or the same names uncompressed) in that folder")
+        f"{IDX_TEST_NAMES[0][1]} (or the same names uncompressed) in that folder{images}")
 
 
 def load_ood(name_or_path: PathLike, data_dir: PathLike | None = None,

@@ -37,10 +37,10 @@ import numpy as np
 
 from gedl_jax.data.arrays import Split
 from gedl_jax.data.errors import CorruptDataError, MissingDataError
-from gedl_jax.data.registry import OWN_DATA_VAL_FRACTION
+from gedl_jax.data.registry import NPZ_PREFIX, OWN_DATA_VAL_FRACTION
 from gedl_jax.data.splits import train_val_split
 
-PREFIX = "npz:"   # `--config.dataset=npz:<path>`, `--config.ood_datasets=npz:<path>`
+PREFIX = NPZ_PREFIX   # `--config.dataset=npz:<path>`, `--config.ood_datasets=npz:<path>`
 REQUIRED = ("train_images", "train_labels", "test_images", "test_labels")
 SPLIT_KEYS = {"train": ("train_images", "train_labels"), "test": ("test_images", "test_labels"),
               "validation": ("val_images", "val_labels")}

@@ -1,8 +1,11 @@
-"""Your own data by name: `npz:<path>` (`data.npz`) or `tfds:<name>` (a prepared TFDS dataset).
+"""Your own data by name: `npz:<path>` (`data.npz`), `tfds:<name>` (a prepared TFDS dataset) or
+`images:<folder>` (image files, `data.image_folder`).
 
     ds = data.own.load_own("npz:my_data.npz")            # OwnDataset: train, test, validation?, K
     ds = data.own.load_own("tfds:my_dataset", tfds_data_dir="~/tensorflow_datasets")
+    ds = data.own.load_own("images:my_images")           # train/<class>/..., test/<class>/...
     ood = data.own.load_own_ood("npz:far.npz", like=ds.train)
+    ood = data.own.load_own_ood("images:textures", like=ds.train)   # resized to ds's images
 
 A TFDS dataset is read with `tfds.data_source` (download=False, never the network, no
 TensorFlow needed) from `tfds_data_dir` (TFDS's default data folder when None): its "train" and
@@ -20,17 +23,19 @@ from pathlib import Path
 
 import numpy as np
 
+from gedl_jax.data import image_folder
 from gedl_jax.data import npz as npz_lib
+from gedl_jax.data import registry
 from gedl_jax.data import tfds_source
 from gedl_jax.data.arrays import Split
 from gedl_jax.data.errors import CorruptDataError
 
-PREFIXES = ("npz:", "tfds:")
-TFDS_PREFIX = "tfds:"
+PREFIXES = registry.OWN_DATA_PREFIXES
+TFDS_PREFIX = registry.TFDS_PREFIX
 
 
 def is_own(name: str) -> bool:
-    """Whether `name` is your own data ("npz:<path>" or "tfds:<name>")."""
+    """Whether `name` is your own data ("npz:<path>", "tfds:<name>" or "images:<folder>")."""
     return str(name).startswith(PREFIXES)
 
 
@@ -95,15 +100,22 @@ def _load_own(name: str, tfds_data_dir: str | None, stamp: tuple[int, int] | Non
     return OwnDataset(name, train, test, None, k)
 
 
-def load_own(name: str, tfds_data_dir: str | os.PathLike | None = None) -> OwnDataset:
-    """The checked dataset `name` ("npz:<path>" or "tfds:<name>"; module docstring).
+def load_own(name: str, tfds_data_dir: str | os.PathLike | None = None,
+             cache_dir: str | os.PathLike | None = None) -> OwnDataset:
+    """The checked dataset `name` ("npz:<path>", "tfds:<name>" or "images:<folder>"; module
+    docstring). `cache_dir`: where an image folder's decoded arrays are cached.
 
     Raises:
-      MissingDataError: the file, or the prepared TFDS dataset, is not there.
-      CorruptDataError: arrays that break the format (one line naming the array).
+      MissingDataError: the file, folder, or prepared TFDS dataset is not there.
+      CorruptDataError: arrays or files that break the format (one line naming them).
     """
     if not is_own(name):
-        raise ValueError(f"{name!r} is not your own data ('npz:<path>' or 'tfds:<name>')")
+        raise ValueError(f"{name!r} is not your own data ('npz:<path>', 'tfds:<name>' or "
+                         f"'images:<folder>')")
+    folder = image_folder.parse_spec(name)
+    if folder is not None:   # decoded arrays cached on disk, keyed by the files' stat
+        ds = image_folder.load_dataset(folder, cache_dir)
+        return OwnDataset(str(name), ds.train, ds.test, ds.validation, ds.num_classes)
     path = npz_lib.parse_spec(name)
     stamp = None
     if path is not None and path.is_file():
@@ -113,9 +125,19 @@ def load_own(name: str, tfds_data_dir: str | os.PathLike | None = None) -> OwnDa
 
 
 def load_own_ood(name: str, like: Split | tuple[int, ...] | None = None,
-                 tfds_data_dir: str | os.PathLike | None = None) -> Split:
-    """An OOD set: the `test_images` of "npz:<path>", or the "test" split of "tfds:<name>";
-    its examples must have the shape of `like` (the in-distribution training split)."""
+                 tfds_data_dir: str | os.PathLike | None = None, *,
+                 image_resize: str = "crop", cache_dir: str | os.PathLike | None = None
+                 ) -> Split:
+    """An OOD set: the `test_images` of "npz:<path>", or the "test" split of "tfds:<name>",
+    whose examples must have the shape of `like` (the in-distribution training split); or the
+    images of "images:<folder>", made that shape by `image_resize` ("crop" or "stretch":
+    `data.image_folder`)."""
+    folder = image_folder.parse_spec(name)
+    if folder is not None:
+        if like is None:
+            raise ValueError(f"{name!r}: an image folder OOD set needs `like` (the "
+                             f"in-distribution examples' shape) to size its images")
+        return image_folder.load_ood(folder, like, image_resize, cache_dir)
     path = npz_lib.parse_spec(name)
     if path is not None:
         return npz_lib.load_npz_ood(path, like=like, name=f"{Path(path).stem}/test")

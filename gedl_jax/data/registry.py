@@ -124,8 +124,13 @@ DATASETS: dict[str, DatasetInfo] = {
         "test split; load with load_corrupted(corruption, severity)"),
 }
 
+# Your own data by name (gedl_jax.data.own): one .npz file, a prepared TFDS dataset, a folder
+# of image files.
+NPZ_PREFIX, TFDS_PREFIX, IMAGES_PREFIX = "npz:", "tfds:", "images:"
+OWN_DATA_PREFIXES = (NPZ_PREFIX, TFDS_PREFIX, IMAGES_PREFIX)
+
 # Held-out fraction of your own data's training set where it brings no validation split
-# (`npz:<path>`, `tfds:<name>`): the MNIST family's.
+# (`npz:<path>`, `tfds:<name>`, `images:<folder>` without val/): the MNIST family's.
 OWN_DATA_VAL_FRACTION = 0.2
 
 # TFDS config name -> file stem in CIFAR-10-C.tar (tensorflow_datasets cifar10_corrupted.py).

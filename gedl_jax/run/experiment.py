@@ -112,7 +112,8 @@ class OfficialData:
         sources = dict(data_sources.kwargs(), download="never")
         validation = None
         if data.is_own(config.dataset):
-            own = data.load_own(config.dataset, config.tfds_data_dir or None)
+            own = data.load_own(config.dataset, config.tfds_data_dir or None,
+                                config.cache_dir or None)
             official, test, validation = own.train, own.test, own.validation
         else:
             official = data.load_split(config.dataset, "train", **sources)
@@ -150,13 +151,16 @@ class OfficialData:
 
 def load_ood_set(config, name: str, train: data.Split, sources: DataSources | None = None,
                  **fetching) -> data.Split:
-    """The OOD set `name` (a built-in or derived name, an IDX folder, "npz:<path>" or
-    "tfds:<name>"), checked to have the shape of the `train` examples and cut to
+    """The OOD set `name` (a built-in or derived name, an IDX folder, "npz:<path>",
+    "tfds:<name>" or "images:<folder>", whose images config.image_resize sizes), checked to
+    have the shape of the `train` examples and cut to
     config.eval_examples evenly spaced examples as the test set is (a set added at evaluation,
     `evaluate --ood`, included). `sources`: the run's, else the config's; `fetching`:
     `download` / `mirror` for `data.load_ood` (its defaults: fetch what is missing)."""
     if data.is_own(name):
-        ood = data.load_own_ood(name, train, config.tfds_data_dir or None)
+        ood = data.load_own_ood(name, train, config.tfds_data_dir or None,
+                                image_resize=config.get("image_resize", "crop"),
+                                cache_dir=config.cache_dir or None)
     else:
         ood = data.load_ood(name, **(sources or DataSources.from_config(config)).kwargs(),
                             **fetching)
@@ -215,7 +219,8 @@ def own_data_facts(config) -> dict[str, Any]:
     vectors). {} for the built-in datasets."""
     if not data.is_own(config.dataset):
         return {}
-    own = data.load_own(config.dataset, config.tfds_data_dir or None)
+    own = data.load_own(config.dataset, config.tfds_data_dir or None,
+                        config.cache_dir or None)
     shape = own.train.image_shape
     facts: dict[str, Any] = {"num_classes": int(own.num_classes)}
     if not config.model:
