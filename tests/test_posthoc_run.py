@@ -54,6 +54,38 @@ def test_a_softmax_run_writes_every_posthoc_score_and_its_results(softmax_run):
     assert "Post-hoc OOD scores" in table and "| neg_knn_distance |" in table
 
 
+def test_one_pass_gives_the_predictions_and_posthoc_outputs_of_two(softmax_run):
+    """The evaluation's predictor adds the post-hoc outputs to the predictions in one program
+    (one network pass): bit for bit the predictor without them, and the post-hoc outputs of
+    `method.posthoc_outputs` compiled alone."""
+    import jax
+
+    from gedl_jax import data
+    from gedl_jax.run import inference, steps, workdir
+
+    run = workdir.restore_run(softmax_run)
+    exp, state = run.experiment, run.state
+    split = exp.data.test
+
+    def outputs(step):
+        return inference.predict_split(step, state.variables, state.method_state, run.mesh,
+                                       split, exp.config.eval_batch_size, jax.random.PRNGKey(0))
+
+    both = outputs(steps.make_predict_step(exp.method, run.mesh, with_posthoc=True))
+    raw, post = steps.split_posthoc(both)
+    alone = outputs(steps.make_predict_step(exp.method, run.mesh))
+    posthoc_alone = outputs(jax.jit(lambda v, m, x, k: exp.method.posthoc_outputs(
+        v, data.to_float(x))))
+    assert set(raw) == set(alone) and set(post) == {"features_BxF", "logits_BxK"}
+    for name in alone:
+        np.testing.assert_array_equal(raw[name], alone[name], err_msg=name)
+    for name in post:
+        np.testing.assert_array_equal(post[name], posthoc_alone[name], err_msg=name)
+    # the written scores come from those outputs
+    saved = evaluation.load_posthoc_scores(softmax_run / "predictions.npz")["test"]
+    np.testing.assert_array_equal(saved["energy"], posthoc.energy_score(post["logits_BxK"]))
+
+
 def test_none_leaves_them_out_and_a_method_without_logits_gets_none(data_dir, tmp_path):  # noqa: F811
     c = tiny_config(data_dir, "softmax", evaluate_at_end=True, eval_examples=40,
                     ood_datasets="kmnist", num_epochs=1, posthoc_scores="none")

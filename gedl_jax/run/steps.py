@@ -254,10 +254,17 @@ def unstack_state(state_S, index: int) -> Any:
     return jax.tree.map(lambda x: x[index], state_S)
 
 
+POSTHOC_PREFIX = "posthoc/"   # the keys of `method.posthoc_outputs` in a predictor's outputs
+
+
 def make_predict_step(method: Method, mesh, normalize_mean=None,
-                      normalize_std=None) -> Callable:
+                      normalize_std=None, with_posthoc: bool = False) -> Callable:
     """`predict_step(variables, method_state, images_BxHxWxC_u8, key) -> raw outputs`
-    (`method.predict`: a dict of per-example arrays).
+    (`method.predict`: a dict of per-example arrays). `with_posthoc`: also
+    `method.posthoc_outputs` (the network's penultimate features and logits, which the post-hoc
+    OOD scores read) under `POSTHOC_PREFIX` + their names, from the same program: XLA computes
+    the network once for both (on XLA:CPU the predictions are bit for bit those of the
+    predictor without them, tests/test_posthoc_wiring.py).
 
     The batch is laid out over the "data" axis by the jit partitioner (batch norm uses its
     running statistics in evaluation); the outputs are gathered onto every device, so each
@@ -270,22 +277,17 @@ def make_predict_step(method: Method, mesh, normalize_mean=None,
     @functools.partial(jax.jit, out_shardings=replicated(mesh))
     def predict_step(variables, method_state, images_BxHxWxC, key):
         x = jax.lax.with_sharding_constraint(data.to_float(images_BxHxWxC, mean, std), layout)
-        return method.predict(variables, method_state, x, key)
+        out = dict(method.predict(variables, method_state, x, key))
+        if with_posthoc:
+            out.update({POSTHOC_PREFIX + k: v
+                        for k, v in method.posthoc_outputs(variables, x).items()})
+        return out
 
     return predict_step
 
 
-def make_posthoc_step(method: Method, mesh, normalize_mean=None,
-                      normalize_std=None) -> Callable:
-    """As `make_predict_step`, with `method.posthoc_outputs` (the network's penultimate
-    features and logits, which the post-hoc OOD scores read) for `method.predict`."""
-    mean, std = _as_array(normalize_mean), _as_array(normalize_std)
-    layout = batch_sharding(mesh)
-
-    @functools.partial(jax.jit, out_shardings=replicated(mesh))
-    def posthoc_step(variables, method_state, images_BxHxWxC, key):
-        del method_state, key
-        x = jax.lax.with_sharding_constraint(data.to_float(images_BxHxWxC, mean, std), layout)
-        return method.posthoc_outputs(variables, x)
-
-    return posthoc_step
+def split_posthoc(raw: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the method's raw outputs, the post-hoc outputs by their own names) of a
+    `make_predict_step(..., with_posthoc=True)` result."""
+    posthoc = {k[len(POSTHOC_PREFIX):]: v for k, v in raw.items() if k.startswith(POSTHOC_PREFIX)}
+    return {k: v for k, v in raw.items() if not k.startswith(POSTHOC_PREFIX)}, posthoc

@@ -71,14 +71,32 @@ def predict(run: RestoredRun, split: data.Split, with_labels: bool = True,
             batch_size: int | None = None, on_batch=None) -> core.Predictions:
     """The run's `Predictions` on every example of `split`, under the products the run trained
     with (`config.matmul_precision`), whatever precision the caller's code is under: the
-    predictions behind a written evaluation, recomputed in a notebook, are the same numbers."""
+    predictions behind a written evaluation, recomputed in a notebook, are the same numbers
+    (the same compiled predictor)."""
+    return _predict_with_posthoc(run, split, with_labels, batch_size, on_batch)[0]
+
+
+def _predict_with_posthoc(run: RestoredRun, split: data.Split, with_labels: bool = True,
+                          batch_size: int | None = None, on_batch=None
+                          ) -> tuple[core.Predictions, dict[str, np.ndarray]]:
+    """`predict`'s Predictions and, for a `Method.posthoc_from_logits` method, the network's
+    logits ("logits_BxK") and a protocol network's features ("features_BxF") from the same
+    pass ({} otherwise), for the post-hoc OOD scores."""
+    raw, posthoc = _raw_outputs(run, split, batch_size, on_batch)
+    return (run.experiment.method.predictions(raw, split.labels if with_labels else None),
+            posthoc)
+
+
+def _raw_outputs(run: RestoredRun, split: data.Split, batch_size: int | None = None,
+                 on_batch=None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The predictor's outputs on `split`: (the method's raw outputs, the post-hoc ones)."""
     exp = run.experiment
     step = _predict_step(exp, run.mesh)
     with numerics.precision(exp.config):
         raw = inference.predict_split(step, run.state.variables, run.state.method_state,
                                       run.mesh, split, batch_size or exp.config.eval_batch_size,
                                       experiment.predict_key(exp.seed), on_batch=on_batch)
-    return exp.method.predictions(raw, split.labels if with_labels else None)
+    return steps.split_posthoc(raw)
 
 
 _PREDICT_STEPS: dict[Any, Any] = {}
@@ -86,10 +104,13 @@ _PREDICT_STEPS: dict[Any, Any] = {}
 
 def _predict_step(exp: experiment.Experiment, mesh):
     """One compiled predictor per (method, normalisation, mesh): every set of a run, and every
-    corruption of a study, reuses it."""
+    corruption of a study, reuses it. A method whose predictions are a function of its
+    network's logits gets the post-hoc outputs from the same program: one network pass scores
+    a set both ways, and every prediction of an evaluation comes from one program."""
     key = (exp.method, exp.normalization, mesh)
     if key not in _PREDICT_STEPS:
-        _PREDICT_STEPS[key] = steps.make_predict_step(exp.method, mesh, *exp.normalization)
+        _PREDICT_STEPS[key] = steps.make_predict_step(
+            exp.method, mesh, *exp.normalization, with_posthoc=exp.method.posthoc_from_logits)
     return _PREDICT_STEPS[key]
 
 
@@ -170,8 +191,10 @@ def evaluate_run(run: RestoredRun, workdir, extra_ood: tuple[str, ...] = (),
     validation = {"validation": exp.data.validation} if len(exp.data.validation) else {}
     progress = _EvalProgress({"test": exp.data.test, **validation, **ood_sets}, workdir,
                              trained)
+    outputs = {}   # the post-hoc scores' inputs of each scored set, from the same pass
     with numerics.precision(exp.config):   # the products the run trained with
-        id_pred = predict(run, exp.data.test, on_batch=progress.batch("test"))
+        id_pred, outputs["test"] = _predict_with_posthoc(run, exp.data.test,
+                                                         on_batch=progress.batch("test"))
         progress.done("test")
         val_pred = None   # no validation split (a pretrained model without its training files)
         if len(exp.data.validation):
@@ -179,8 +202,8 @@ def evaluate_run(run: RestoredRun, workdir, extra_ood: tuple[str, ...] = (),
             progress.done("validation")
         ood_preds = {}
         for name, split in ood_sets.items():
-            ood_preds[name] = predict(run, split, with_labels=False,
-                                      on_batch=progress.batch(name))
+            ood_preds[name], outputs[f"ood/{name}"] = _predict_with_posthoc(
+                run, split, with_labels=False, on_batch=progress.batch(name))
             progress.done(name)
     results = core.evaluate_predictions(id_pred, ood_preds, validation=val_pred,
                                         options=evaluation_options(exp, ood_preds))
@@ -188,7 +211,7 @@ def evaluate_run(run: RestoredRun, workdir, extra_ood: tuple[str, ...] = (),
     names = posthoc_names(exp)
     if names:
         with numerics.precision(exp.config):
-            posthoc_scores, section = posthoc_results(run, names, id_pred, ood_sets,
+            posthoc_scores, section = posthoc_results(run, names, id_pred, ood_sets, outputs,
                                                       workdir, trained)
         results["posthoc"] = section
     fit = exp.method.fit_summary(run.state.method_state)
@@ -226,24 +249,15 @@ def posthoc_names(exp: experiment.Experiment) -> tuple[str, ...]:
     return tuple(n for n in asked if n in possible)
 
 
-def _posthoc_outputs(run: RestoredRun, split: data.Split,
-                     on_batch=None) -> dict[str, np.ndarray]:
-    exp = run.experiment
-    key = ("posthoc", exp.method, exp.normalization, run.mesh)
-    if key not in _PREDICT_STEPS:
-        _PREDICT_STEPS[key] = steps.make_posthoc_step(exp.method, run.mesh, *exp.normalization)
-    return inference.predict_split(_PREDICT_STEPS[key], run.state.variables,
-                                   run.state.method_state, run.mesh, split,
-                                   exp.config.eval_batch_size, on_batch=on_batch)
-
-
 def posthoc_results(run: RestoredRun, names: tuple[str, ...], id_pred: core.Predictions,
-                    ood_sets: dict[str, data.Split], workdir=None, trained: bool = False
+                    ood_sets: dict[str, data.Split], outputs: dict[str, dict[str, np.ndarray]],
+                    workdir=None, trained: bool = False
                     ) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, Any]]:
     """The post-hoc scores of every example ({"test": {score: (N,)}, "ood/<set>": ...}) and
-    their results section (`sections.posthoc_section`). The feature scores are fitted on the
-    run's training split, never on the test or OOD sets. A line per split says how long its
-    pass (and its scores) took, with the time left."""
+    their results section (`sections.posthoc_section`). `outputs`: the logits (and features)
+    of "test" and each "ood/<set>", from the pass that predicted them (`_predict_with_posthoc`).
+    The feature scores are fitted on the run's training split (one more pass, with a progress
+    line), never on the test or OOD sets; a line per split says how long its scores took."""
     exp = run.experiment
     options = posthoc.PosthocOptions(names)
     fits, settings = {}, {"temperature": options.temperature}
@@ -252,7 +266,7 @@ def posthoc_results(run: RestoredRun, names: tuple[str, ...], id_pred: core.Pred
     progress = _EvalProgress({**fitted, **scored}, workdir, trained, stage="post-hoc scores")
     if options.needs_features:
         name = next(iter(fitted))
-        train = _posthoc_outputs(run, exp.data.train, progress.batch(name))
+        train = _raw_outputs(run, exp.data.train, on_batch=progress.batch(name))[1]
         fits = posthoc.fit_posthoc(options, train["features_BxF"], exp.data.train.labels,
                                    train["logits_BxK"], exp.method.last_layer(run.state.variables))
         progress.done(name)
@@ -260,8 +274,8 @@ def posthoc_results(run: RestoredRun, names: tuple[str, ...], id_pred: core.Pred
         if "vim" in fits:
             settings["vim_dim"] = fits["vim"].principal_dim
     per_example = {}
-    for name, split in scored.items():
-        out = _posthoc_outputs(run, split, progress.batch(name))
+    for name in scored:
+        out = outputs[name]
         per_example[name] = posthoc.posthoc_scores(options, fits, out["logits_BxK"],
                                                    out.get("features_BxF"))
         progress.done(name)
