@@ -206,8 +206,15 @@ def test_extra_ood_idx_folder(tmp_path):
     assert len(data.load_ood(str(folder))) == 15
     with pytest.raises(data.MissingDataError, match="t10k-images-idx3-ubyte.gz"):
         data.load_ood(tmp_path)  # a folder without the files
-    with pytest.raises(data.MissingDataError, match="neither a registered dataset"):
+    with pytest.raises(data.MissingDataError, match="neither a registered dataset") as e:
         data.load_ood("not_a_dataset")
+    assert "did you mean" not in str(e.value) and "images:<folder" in str(e.value)
+    for near_miss, suggested in [("svhn", "(did you mean 'svhn_cropped'?)"),
+                                 ("KMNIST", "(did you mean 'kmnist' or 'mnist'?)"),
+                                 ("cifar-100", "(did you mean 'cifar100' or")]:
+        with pytest.raises(data.MissingDataError) as e:
+            data.load_ood(near_miss)
+        assert suggested in str(e.value), str(e.value)
     write_idx(folder / "t10k-labels-idx1-ubyte.gz", np.zeros(3, np.uint8))
     with pytest.raises(data.CorruptDataError):
         data.load_ood(folder)

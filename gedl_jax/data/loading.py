@@ -21,6 +21,7 @@ fetches what is missing in one go (or names all of it in one error), before any 
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 from pathlib import Path
@@ -410,7 +411,19 @@ def load_ood(name_or_path: PathLike, data_dir: PathLike | None = None,
     raise MissingDataError(
         f"OOD set {str(name_or_path)!r} is neither a registered dataset ({sorted(DATASETS)}), "
         f"nor a derived OOD set ({sorted(DERIVED_OOD)}), nor an existing folder of MNIST-format "
-        "IDX files (t10k-images-idx3-ubyte.gz + t10k-labels-idx1-ubyte.gz)")
+        "IDX files (t10k-images-idx3-ubyte.gz + t10k-labels-idx1-ubyte.gz)"
+        f"{_did_you_mean(str(name_or_path), [*DATASETS, *DERIVED_OOD])}; other OOD sets: "
+        "npz:<file>, images:<folder of image files>, tfds:<prepared TFDS name>")
+
+
+def _did_you_mean(name: str, known: list[str]) -> str:
+    """" (did you mean 'svhn_cropped'?)" for a near miss of a known name, else ""."""
+    text = name.strip().lower()
+    close = {k for k in known if text and (text in k or k in text)}
+    close |= set(difflib.get_close_matches(text, known, n=3, cutoff=0.6))
+    close = sorted(close, key=lambda k: (k != text,   # the name in another case first
+                                         -difflib.SequenceMatcher(None, text, k).ratio(), k))[:3]
+    return f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
 
 
 def _tfds_corruption_name(corruption: str) -> str:
