@@ -15,7 +15,8 @@ its labels are zeros. Each image is made the in-distribution examples' shape (H,
      cut to its centre H x W. For a square H = W = s this is torchvision's
      `Resize(s) + CenterCrop(s)` on a PIL image, OpenOOD's test transform (`crop_box`);
    - "stretch": resized to H x W directly (`Resize((H, W))`), the aspect ratio not kept.
-   An image of the right size is taken as it is, pixel for pixel.
+   An image of the right size is taken as it is, pixel for pixel. Both modes equal
+   torchvision's pipelines pixel for pixel (`python -m studies.image_folder_vs_torchvision`).
 
 **A dataset** (`--config.dataset=images:<folder>`) is the ImageFolder layout: `<folder>/train/
 <class>/...` and `<folder>/test/<class>/...`, optionally `<folder>/val/<class>/...` (else the
