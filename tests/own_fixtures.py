@@ -3,8 +3,10 @@
 `write_user_package(root)` writes `root/userpkg/nets.py` with three networks meeting the contract
 of `gedl_jax.networks.user`: `LinenCNN` (BatchNorm with `axis_name`, a `features` method, no
 dropout switch), `NNXCNN` (NNX, `features`, dropout) and `MLP` (vectors, `features`), and
-`NoFeatures` (logits only). `write_image_data` / `write_vector_data` write `.npz` datasets with a
-learnable signal and an OOD set of the same shape.
+`NoFeatures` (logits only), `SquashedHead` (features, logits not linear in them) and
+`BrokenFeatures` (a `features` method breaking the contract). `write_image_data` /
+`write_vector_data` write `.npz` datasets with a learnable signal and an OOD set of the same
+shape.
 """
 
 from __future__ import annotations
@@ -73,6 +75,36 @@ NETS = textwrap.dedent('''
         @nn.compact
         def __call__(self, x, train=False):
             return nn.Dense(self.num_classes)(x.reshape(x.shape[0], -1))
+
+
+    class SquashedHead(nn.Module):
+        """Features, but logits that no linear layer computes from them."""
+        num_classes: int
+
+        def setup(self):
+            self.hidden = nn.Dense(16)
+            self.head = nn.Dense(self.num_classes)
+
+        def features(self, x, train=False):
+            return nn.relu(self.hidden(x.reshape(x.shape[0], -1)))
+
+        def __call__(self, x, train=False):
+            return 3.0 * nn.tanh(self.head(self.features(x, train)))
+
+
+    class BrokenFeatures(nn.Module):
+        """A `features` method that breaks the contract: one example's features, no batch."""
+        num_classes: int
+
+        def setup(self):
+            self.hidden = nn.Dense(16)
+            self.head = nn.Dense(self.num_classes)
+
+        def features(self, x, train=False):
+            return nn.relu(self.hidden(x.reshape(x.shape[0], -1)))[0]
+
+        def __call__(self, x, train=False):
+            return self.head(nn.relu(self.hidden(x.reshape(x.shape[0], -1))))
 ''')
 
 

@@ -375,6 +375,30 @@ class PosthocOptions:
         return any(s in FEATURE_SCORE_NAMES for s in self.scores)
 
 
+# A candidate reproduces the logits when |f W + b - z| <= this x (|f| |W| + |b|) everywhere: far
+# above float32's and TF32's rounding (2^-24, 2^-11 a product) and bfloat16's (2^-8), and far
+# below what a layer that does not compute the logits misses by.
+_HEAD_RELATIVE_TOLERANCE = 2.0 ** -6
+
+
+def linear_head(candidates, features_NxF: Any, logits_NxK: Any
+                ) -> tuple[np.ndarray, np.ndarray] | None:
+    """The first (weight_FxK, bias_K) among `candidates` (a user network's kernel and bias
+    pairs, `Method.linear_head_candidates`) with which the features give the logits,
+    z = f W + b, on these examples (the training split's): ViM's last layer where the network
+    does not name it. None when no candidate does (a head that is not one linear layer on
+    the features): ViM is then left out."""
+    f, z = _finite_matrix(features_NxF, "features_NxF"), _logits(logits_NxK)
+    for weight, bias in candidates:
+        w, b = np.asarray(weight, np.float64), np.asarray(bias, np.float64)
+        if w.shape != (f.shape[1], z.shape[1]) or b.shape != (z.shape[1],):
+            continue
+        bound = _HEAD_RELATIVE_TOLERANCE * (np.abs(f) @ np.abs(w) + np.abs(b)) + 1e-6
+        if np.all(np.abs(f @ w + b - z) <= bound):
+            return w, b
+    return None
+
+
 def fit_posthoc(options: PosthocOptions, train_features_NxF: Any = None,
                 train_labels_N: Any = None, train_logits_NxK: Any = None,
                 last_layer: tuple[Any, Any] | None = None) -> dict[str, Any]:

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gedl_jax import configuration, networks
+from gedl_jax.networks import user
 from gedl_jax.evaluation.core import Predictions
 
 PyTree = Any
@@ -257,20 +258,55 @@ class Method:
         """argmax of the predictive probabilities (validation accuracy); cheap, no scores."""
         return np.argmax(self.predictions(raw).probs, axis=-1)
 
-    def posthoc_outputs(self, variables: Variables, images_BxHxWxC: jax.Array
-                        ) -> dict[str, jax.Array]:
+    def posthoc_outputs(self, variables: Variables, images_BxHxWxC: jax.Array,
+                        with_features: bool = True) -> dict[str, jax.Array]:
         """What the post-hoc OOD scores read (`posthoc_from_logits` methods): "logits_BxK" of
-        `eval_model` in evaluation mode and, for a protocol network, "features_BxF", the
-        output of its last hidden layer (the input of the final Dense layer)."""
+        `eval_model` in evaluation mode and, with `with_features`, "features_BxF": for a
+        protocol network the output of its last hidden layer (the input of the final Dense
+        layer), for a user network (resnet18, mlp, <module>:<Name>) its `features_and_logits`
+        or `features` (`networks.user.feature_reader`; none when it has neither)."""
         model = self.eval_model
         if isinstance(model, networks.Backbone):
             out = model.clone(output="features").apply(variables, images_BxHxWxC, train=False)
             return {"features_BxF": out["hidden"], "logits_BxK": out["logits"]}
-        return {"logits_BxK": model.apply(variables, images_BxHxWxC, train=False)}
+        reader = user.feature_reader(model) if with_features else None
+        if reader == "features_and_logits":
+            f, logits = model.apply(variables, images_BxHxWxC, train=False, method=reader)
+            return {"features_BxF": f.astype(jnp.float32),
+                    "logits_BxK": logits.astype(jnp.float32)}
+        logits = model.apply(variables, images_BxHxWxC, train=False).astype(jnp.float32)
+        if reader == "features":
+            f = model.apply(variables, images_BxHxWxC, train=False, method=reader)
+            return {"features_BxF": f.astype(jnp.float32), "logits_BxK": logits}
+        return {"logits_BxK": logits}
+
+    def linear_head_candidates(self, variables: Variables
+                               ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Every (kernel (F, K), bias (K,)) pair of a user network's parameters, in the order
+        of the parameter tree, for `evaluation.posthoc.linear_head` to pick the one that
+        computes the logits from the features (ViM's last layer); [] for a protocol network
+        (`last_layer` knows its layer)."""
+        if isinstance(self.eval_model, networks.Backbone):
+            return []
+        found = []
+
+        def visit(tree):
+            if not isinstance(tree, Mapping):
+                return
+            kernel, bias = tree.get("kernel"), tree.get("bias")
+            if (kernel is not None and bias is not None and np.ndim(kernel) == 2
+                    and np.ndim(bias) == 1 and np.shape(kernel)[1] == np.shape(bias)[0]):
+                found.append((np.asarray(kernel, np.float64), np.asarray(bias, np.float64)))
+            for value in tree.values():
+                visit(value)
+
+        visit(variables.get("params", {}))
+        return found
 
     def last_layer(self, variables: Variables) -> tuple[np.ndarray, np.ndarray] | None:
         """(kernel (F, K), bias (K,)) of a protocol network's final Dense layer (ViM's), or
-        None (a user network, or a layer wrapped so that it has no plain kernel)."""
+        None (a user network: `linear_head_candidates`; or a layer wrapped so that it has no
+        plain kernel)."""
         model = self.eval_model
         if not isinstance(model, networks.Backbone):
             return None

@@ -160,6 +160,19 @@ def _accepts(cls: type, kind: str, name: str) -> bool:
     return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
+def feature_reader(module: nn.Module) -> str | None:
+    """How the penultimate features of a loaded user network's Linen `module` (an NNX class
+    behind its `NNXAdapter`) are read: "features_and_logits" (one pass for both), "features"
+    (a pass of its own), or None (the class has neither method). Whether the method keeps
+    the contract is `check(..., need_features=True)`'s to say."""
+    cls = module.nnx_class if isinstance(module, NNXAdapter) else type(module)
+    if callable(getattr(cls, "features_and_logits", None)):
+        return "features_and_logits"
+    if callable(getattr(cls, "features", None)):
+        return "features"
+    return None
+
+
 # ------------------------------------------------------------------------------ NNX as Linen
 def _nnx_rngs(linen_module: nn.Module) -> nnx.Rngs:
     """Streams "default", "params" and "dropout" for building the NNX module, from the Linen

@@ -258,13 +258,15 @@ POSTHOC_PREFIX = "posthoc/"   # the keys of `method.posthoc_outputs` in a predic
 
 
 def make_predict_step(method: Method, mesh, normalize_mean=None,
-                      normalize_std=None, with_posthoc: bool = False) -> Callable:
+                      normalize_std=None, with_posthoc: bool = False,
+                      posthoc_features: bool = True) -> Callable:
     """`predict_step(variables, method_state, images_BxHxWxC_u8, key) -> raw outputs`
     (`method.predict`: a dict of per-example arrays). `with_posthoc`: also
-    `method.posthoc_outputs` (the network's penultimate features and logits, which the post-hoc
-    OOD scores read) under `POSTHOC_PREFIX` + their names, from the same program: XLA computes
-    the network once for both (on XLA:CPU the predictions are bit for bit those of the
-    predictor without them, tests/test_posthoc_wiring.py).
+    `method.posthoc_outputs` (the network's logits and, with `posthoc_features`, its
+    penultimate features, which the post-hoc OOD scores read) under `POSTHOC_PREFIX` + their
+    names, from the same program: XLA computes the network once for both (on XLA:CPU the
+    predictions are bit for bit those of the predictor without them,
+    tests/test_posthoc_run.py).
 
     The batch is laid out over the "data" axis by the jit partitioner (batch norm uses its
     running statistics in evaluation); the outputs are gathered onto every device, so each
@@ -279,8 +281,8 @@ def make_predict_step(method: Method, mesh, normalize_mean=None,
         x = jax.lax.with_sharding_constraint(data.to_float(images_BxHxWxC, mean, std), layout)
         out = dict(method.predict(variables, method_state, x, key))
         if with_posthoc:
-            out.update({POSTHOC_PREFIX + k: v
-                        for k, v in method.posthoc_outputs(variables, x).items()})
+            out.update({POSTHOC_PREFIX + k: v for k, v in method.posthoc_outputs(
+                variables, x, with_features=posthoc_features).items()})
         return out
 
     return predict_step

@@ -19,6 +19,8 @@ import numpy as np
 
 from gedl_jax import configuration, data, files, networks
 from gedl_jax.evaluation import core, posthoc, report, saved, sections
+from gedl_jax.methods import common
+from gedl_jax.networks import user
 from gedl_jax.run import (
     checkpointing,
     experiment,
@@ -107,11 +109,42 @@ def _predict_step(exp: experiment.Experiment, mesh):
     corruption of a study, reuses it. A method whose predictions are a function of its
     network's logits gets the post-hoc outputs from the same program: one network pass scores
     a set both ways, and every prediction of an evaluation comes from one program."""
-    key = (exp.method, exp.normalization, mesh)
+    features = exp.method.posthoc_from_logits and posthoc_features(exp)
+    key = (exp.method, exp.normalization, mesh, features)
     if key not in _PREDICT_STEPS:
         _PREDICT_STEPS[key] = steps.make_predict_step(
-            exp.method, mesh, *exp.normalization, with_posthoc=exp.method.posthoc_from_logits)
+            exp.method, mesh, *exp.normalization, with_posthoc=exp.method.posthoc_from_logits,
+            posthoc_features=features)
     return _PREDICT_STEPS[key]
+
+
+_FEATURE_CHECKS: dict[Any, bool] = {}
+
+
+def posthoc_features(exp: experiment.Experiment) -> bool:
+    """Whether the run's network gives the post-hoc feature scores its penultimate features: a
+    protocol network does; a user network (resnet18, mlp, <module>:<Name>) with a `features`
+    or `features_and_logits` method does once that method keeps the contract
+    (`networks.user.check`, once per network and input shape). A network whose method breaks
+    it gets the logit scores alone, with one line saying why: its training never read them."""
+    model = exp.method.eval_model
+    if isinstance(model, networks.Backbone):
+        return True
+    if user.feature_reader(model) is None:
+        return False
+    config = exp.config
+    shape = tuple(exp.data.test.images.shape[1:])
+    key = (config.model, str(config.get("model_kwargs", "")), int(config.num_classes), shape,
+           config.init, config.compute_dtype, float(config.dropout_rate))
+    if key not in _FEATURE_CHECKS:
+        try:
+            common.user_network(config, int(config.num_classes), axis_name=None,
+                                input_shape=shape, need_features=True)
+            _FEATURE_CHECKS[key] = True
+        except ValueError as e:
+            log(f"post-hoc feature scores left out: {e}")
+            _FEATURE_CHECKS[key] = False
+    return _FEATURE_CHECKS[key]
 
 
 def evaluate_and_write(exp: experiment.Experiment, state: steps.TrainState, workdir, *,
@@ -236,16 +269,16 @@ def posthoc_names(exp: experiment.Experiment) -> tuple[str, ...]:
     text = str(exp.config.get("posthoc_scores", "auto") or "none").strip()
     if text == "none" or not exp.method.posthoc_from_logits:
         return ()
-    has_features = (isinstance(exp.method.eval_model, networks.Backbone)
-                    and len(exp.data.train) > 0)
+    has_features = len(exp.data.train) > 0 and posthoc_features(exp)
     possible = posthoc.LOGIT_SCORE_NAMES + (posthoc.FEATURE_SCORE_NAMES if has_features else ())
     if text == "auto":
         return possible
     asked = tuple(n.strip() for n in text.split(",") if n.strip())
     left_out = [n for n in asked if n not in possible]
     if left_out:
-        log(f"post-hoc scores {left_out} left out: they need a protocol network's features and "
-            "the run's training split")
+        log(f"post-hoc scores {left_out} left out: they need the network's features (a "
+            "protocol network's, or a `features` method of a user network) and the run's "
+            "training split")
     return tuple(n for n in asked if n in possible)
 
 
@@ -267,8 +300,13 @@ def posthoc_results(run: RestoredRun, names: tuple[str, ...], id_pred: core.Pred
     if options.needs_features:
         name = next(iter(fitted))
         train = _raw_outputs(run, exp.data.train, on_batch=progress.batch(name))[1]
+        head = _last_layer(exp, run.state.variables, train) if "vim" in names else None
+        if "vim" in names and head is None:
+            log("post-hoc score vim left out: no layer of the network computes its logits "
+                "from its features as z = f W + b")
+            options = dataclasses.replace(options, scores=tuple(n for n in names if n != "vim"))
         fits = posthoc.fit_posthoc(options, train["features_BxF"], exp.data.train.labels,
-                                   train["logits_BxK"], exp.method.last_layer(run.state.variables))
+                                   train["logits_BxK"], head)
         progress.done(name)
         settings.update(fitted_on="train", num_train=len(exp.data.train), knn_k=options.knn_k)
         if "vim" in fits:
@@ -284,6 +322,18 @@ def posthoc_results(run: RestoredRun, names: tuple[str, ...], id_pred: core.Pred
         correct, per_example["test"],
         {o: per_example[f"ood/{o}"] for o in ood_sets}, settings)
     return per_example, section
+
+
+def _last_layer(exp: experiment.Experiment, variables, train: dict[str, np.ndarray]
+                ) -> tuple[np.ndarray, np.ndarray] | None:
+    """ViM's (weight_FxK, bias_K): a protocol network's final Dense layer, else the user
+    network's kernel and bias pair that computes the training logits from the training
+    features (`posthoc.linear_head`), else None."""
+    known = exp.method.last_layer(variables)
+    if known is not None:
+        return known
+    return posthoc.linear_head(exp.method.linear_head_candidates(variables),
+                               train["features_BxF"], train["logits_BxK"])
 
 
 def write_results(results: dict[str, Any], workdir: pathlib.Path, id_pred: core.Predictions,
