@@ -144,6 +144,18 @@ def test_an_ood_folder_is_every_image_at_any_depth_in_path_order(tmp_path):
             np.testing.assert_array_equal(ood.images[i], np.asarray(Image.open(root / n)))
 
 
+def test_a_subset_decodes_only_the_examples_split_subset_keeps(tmp_path):
+    rng = np.random.default_rng(8)
+    for i in range(11):
+        _save(tmp_path / "ood" / f"{i:02d}.png", _rgb(rng, 5, 5))
+    whole = data.load_own_ood(f"images:{tmp_path / 'ood'}", like=(5, 5, 3),
+                              cache_dir=tmp_path / "cache")
+    for n in (1, 4, 10, 11, 30):
+        part = data.load_own_ood(f"images:{tmp_path / 'ood'}", like=(5, 5, 3),
+                                 cache_dir=tmp_path / "cache", num_examples=n)
+        np.testing.assert_array_equal(part.images, whole.subset(n).images, err_msg=str(n))
+
+
 def test_an_ood_folder_is_cached_and_read_again_when_a_file_changes(tmp_path):
     rng = np.random.default_rng(4)
     root, cache = tmp_path / "ood", tmp_path / "cache"

@@ -221,9 +221,11 @@ def _existing_folder(root: Path, what: str) -> Path:
 
 
 def load_ood(folder, like: Split | tuple[int, ...], resize: str = "crop", cache_dir=None,
-             name: str | None = None) -> Split:
+             name: str | None = None, num_examples: int = 0) -> Split:
     """The OOD set of every image under `folder`, made the shape of `like` (the in-distribution
-    training Split, or its (H, W, C)) by `resize` (module docstring); uint8, labels zeros."""
+    training Split, or its (H, W, C)) by `resize` (module docstring); uint8, labels zeros.
+    `num_examples` > 0: only the evenly spaced files `Split.subset(num_examples)` would keep
+    are decoded (a smoke run's `config.eval_examples` on a large folder), the same examples."""
     root = _existing_folder(Path(folder).expanduser(), "OOD image folder")
     if resize not in RESIZE_MODES:
         raise ValueError(f"resize={resize!r}: expected one of {RESIZE_MODES}")
@@ -235,6 +237,8 @@ def load_ood(folder, like: Split | tuple[int, ...], resize: str = "crop", cache_
     if not files:
         raise MissingDataError(f"OOD image folder {root} holds no image files (suffixes "
                                f"{', '.join(IMAGE_SUFFIXES)})")
+    if 0 < num_examples < len(files):   # Split.subset's positions
+        files = [files[i] for i in (np.arange(num_examples) * len(files)) // num_examples]
     images, hit = _cached_images(root, files, shape[2], shape[:2], resize, "ood", cache_dir)
     return Split(images, np.zeros(len(files), np.int32), name or f"{root.name}/images",
                  "image_folder+cache" if hit else "image_folder")

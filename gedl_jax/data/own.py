@@ -126,18 +126,19 @@ def load_own(name: str, tfds_data_dir: str | os.PathLike | None = None,
 
 def load_own_ood(name: str, like: Split | tuple[int, ...] | None = None,
                  tfds_data_dir: str | os.PathLike | None = None, *,
-                 image_resize: str = "crop", cache_dir: str | os.PathLike | None = None
-                 ) -> Split:
+                 image_resize: str = "crop", cache_dir: str | os.PathLike | None = None,
+                 num_examples: int = 0) -> Split:
     """An OOD set: the `test_images` of "npz:<path>", or the "test" split of "tfds:<name>",
     whose examples must have the shape of `like` (the in-distribution training split); or the
     images of "images:<folder>", made that shape by `image_resize` ("crop" or "stretch":
-    `data.image_folder`)."""
+    `data.image_folder`; `num_examples` > 0 decodes only the examples `Split.subset` keeps)."""
     folder = image_folder.parse_spec(name)
     if folder is not None:
         if like is None:
             raise ValueError(f"{name!r}: an image folder OOD set needs `like` (the "
                              f"in-distribution examples' shape) to size its images")
-        return image_folder.load_ood(folder, like, image_resize, cache_dir)
+        return image_folder.load_ood(folder, like, image_resize, cache_dir,
+                                     num_examples=num_examples)
     path = npz_lib.parse_spec(name)
     if path is not None:
         return npz_lib.load_npz_ood(path, like=like, name=f"{Path(path).stem}/test")

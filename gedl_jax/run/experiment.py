@@ -160,7 +160,8 @@ def load_ood_set(config, name: str, train: data.Split, sources: DataSources | No
     if data.is_own(name):
         ood = data.load_own_ood(name, train, config.tfds_data_dir or None,
                                 image_resize=config.get("image_resize", "crop"),
-                                cache_dir=config.cache_dir or None)
+                                cache_dir=config.cache_dir or None,
+                                num_examples=int(config.eval_examples))
     else:
         ood = data.load_ood(name, **(sources or DataSources.from_config(config)).kwargs(),
                             **fetching)
