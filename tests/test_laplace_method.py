@@ -11,6 +11,7 @@ import sys
 import jax
 import numpy as np
 import pytest
+from own_fixtures import write_user_package
 from training_fixtures import (
     REPO,
     assert_same_tree,
@@ -177,12 +178,60 @@ def test_settings_networks_and_splits_it_cannot_use_are_errors(tiny):
         _method(predictive="bridge")
     with pytest.raises(ValueError, match="num_samples=0 is not allowed"):
         _method(num_samples=0)
-    c = _config()
-    c.model = "my_package.nets:Net"
-    with pytest.raises(ValueError, match="needs a protocol network"):
-        methods.check_config(c)
     with pytest.raises(ValueError, match="val_fraction"):
         tiny["method"].fit(tiny["variables"], {}, tiny["train"], ())
+
+
+@pytest.fixture
+def userpkg(tmp_path, monkeypatch):
+    write_user_package(tmp_path / "pkg")
+    monkeypatch.syspath_prepend(str(tmp_path / "pkg"))
+
+
+def _user_laplace(model: str, k: int, shape: tuple[int, ...]) -> methods.Method:
+    c = _config()
+    configuration.set_fields(c, model=model, num_classes=k)
+    methods.check_config(c)
+    setup = methods.MethodSetup.from_labels(np.arange(k).repeat(3), k, shape)
+    return methods.from_config(c, setup)
+
+
+def test_a_user_network_fits_with_the_layer_that_computes_its_logits():
+    """The built-in MLP (a user network): its `features` and the "head" Dense layer, found as
+    the kernel and bias pair with f W + b = its logits, give the float64 closed form's fit."""
+    k, shape = 4, (6,)
+    method = _user_laplace("mlp", k, shape)
+    variables = method.init(jax.random.PRNGKey(0), shape)
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(150, *shape)).astype(np.float32)
+    y = rng.integers(0, k, 150)
+    with jax.default_matmul_precision("highest"):
+        state = method.fit(variables, {}, [(x[:100], y[:100])], [(x[100:], y[100:])])
+        f = np.asarray(method.eval_model.apply(variables, x, method="features"), np.float64)
+    head = variables["params"]["head"]
+    reference, _ = closed_form.fit_prior_precision(
+        f[:100], np.asarray(head["kernel"], np.float64), np.asarray(head["bias"], np.float64),
+        f[100:], y[100:])
+    assert float(state["prior_precision"]) == pytest.approx(reference.prior_precision)
+    a = reference.theta_AxK.shape[0]
+    np.testing.assert_allclose(np.asarray(state["covariance_AxKxAxK"], np.float64),
+                               reference.covariance_PxP.reshape(a, k, a, k), rtol=1e-4,
+                               atol=1e-7)
+
+
+def test_a_user_network_without_a_linear_last_layer_or_features_is_refused(userpkg):
+    from gedl_jax.methods import common
+
+    method = _user_laplace("userpkg.nets:SquashedHead", 3, (8, 8, 1))
+    variables = method.init(jax.random.PRNGKey(0), (8, 8, 1))
+    x = np.random.default_rng(2).normal(size=(40, 8, 8, 1)).astype(np.float32)
+    y = np.arange(40) % 3
+    with pytest.raises(ValueError, match=r"needs a last layer that computes the logits"):
+        method.fit(variables, {}, [(x[:30], y[:30])], [(x[30:], y[30:])])
+    c = _config()   # before the first step: the features contract
+    configuration.set_fields(c, model="userpkg.nets:NoFeatures", num_classes=3)
+    with pytest.raises(ValueError, match="features"):
+        common.check_user_network(c, laplace_method.LastLayerLaplace, 3, (8, 8, 1))
 
 
 def test_only_a_run_of_the_method_it_trains_as_evaluates_as_it():

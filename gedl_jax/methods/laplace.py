@@ -22,8 +22,12 @@ test compares them to float64 rounding) and takes about 10x as long at MNIST's s
 CPU (`python -m studies.laplace_vs_laplax`), so it is the option, not the default. laplax is
 not a dependency of the package (the dev extra has it): `pip install laplax` for it.
 
-Scores: "mp" and "neg_entropy" of the predictive, as the softmax classifier's. It needs a protocol
-network (the ConvNet or VGG16: the features before a plain final Dense layer).
+Scores: "mp" and "neg_entropy" of the predictive, as the softmax classifier's. The last layer is
+a protocol network's final Dense layer (the ConvNet's or VGG16's, on the features before it), or
+on a user network (resnet18, mlp, <module>:<Name>, whose `features` method is checked before
+the first step) the kernel and bias pair with which its training features give its training
+logits, z = f W + b (`evaluation.posthoc.linear_head`); a network without one is refused at
+the fit, in one line.
 """
 
 from __future__ import annotations
@@ -37,8 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gedl_jax import configuration
-from gedl_jax.evaluation import laplace
+from gedl_jax.evaluation import laplace, posthoc
 from gedl_jax.methods.base import MethodSetup, PyTree, Variables, bad_setting, softmax_probs
 from gedl_jax.methods.common import build_models
 from gedl_jax.methods.softmax import Softmax
@@ -128,6 +131,9 @@ class LastLayerLaplace(Softmax):
     # its prediction is not a function of the logits alone; the post-hoc scores of the same
     # network are the softmax run's
     posthoc_from_logits: ClassVar[bool] = False
+    # the penultimate features: a protocol network's, or a user network's `features` method
+    # (its contract checked before the first step)
+    reads_features: ClassVar[bool] = True
 
     @classmethod
     def check_settings(cls, settings, num_classes: int) -> None:
@@ -141,15 +147,6 @@ class LastLayerLaplace(Softmax):
                               f"allowed: {list(CURVATURES)}")
 
     @classmethod
-    def check_config(cls, config) -> None:
-        super().check_config(config)
-        if configuration.is_user_model(config.model):
-            raise ValueError(f"config.method='laplace' needs a protocol network (config.model="
-                             f"{sorted(configuration.PROTOCOL_MODELS)}): it reads the features "
-                             f"before the final Dense layer; config.model={config.model!r} is "
-                             f"your own network")
-
-    @classmethod
     def build(cls, config, setup: MethodSetup) -> LastLayerLaplace:
         """`config.method="laplace"`: the softmax classifier's network and training."""
         settings = cls.resolved_settings(config, setup.num_classes)
@@ -161,24 +158,32 @@ class LastLayerLaplace(Softmax):
         """The posterior of the last layer: the GGN on `batches` (the training split), the
         prior precision on `validation_batches`. Deterministic (float64 on the host)."""
         del method_state
-        last = self.last_layer(variables)
-        if last is None:
-            raise ValueError("config.method='laplace': the network's final layer has no plain "
-                             "Dense kernel and bias")
-        features = jax.jit(lambda v, x: self.posthoc_outputs(v, x)["features_BxF"])
+        outputs = jax.jit(lambda v, x: self.posthoc_outputs(v, x))
 
         def collect(pairs):
-            out = [(np.asarray(features(variables, x), np.float64), np.asarray(y))
-                   for x, y in pairs]
-            return (np.concatenate([f for f, _ in out]), np.concatenate([y for _, y in out])
-                    ) if out else (None, None)
+            out = [(outputs(variables, x), np.asarray(y)) for x, y in pairs]
+            if not out:
+                return None, None, None
+            return tuple(np.concatenate([np.asarray(o[k], np.float64) for o, _ in out])
+                         for k in ("features_BxF", "logits_BxK")) + (
+                np.concatenate([y for _, y in out]),)
 
-        train_NxF, _ = collect(batches)
-        val_MxF, val_labels_M = collect(validation_batches)
+        train_NxF, train_logits_NxK, _ = collect(batches)
+        val_MxF, _, val_labels_M = collect(validation_batches)
         if train_NxF is None or val_MxF is None:
             raise ValueError("config.method='laplace' fits its posterior on the training split "
                              "and its prior precision on the validation split: both must be "
                              "non-empty (config.val_fraction > 0)")
+        # a protocol network's final Dense layer; a user network's kernel and bias pair that
+        # computes its logits from its features
+        last = self.last_layer(variables)
+        if last is None:
+            last = posthoc.linear_head(self.linear_head_candidates(variables), train_NxF,
+                                       train_logits_NxK)
+        if last is None:
+            raise ValueError("config.method='laplace' needs a last layer that computes the "
+                             "logits from the features, z = f W + b (a Dense kernel and bias); "
+                             "no layer of this network does")
         ggn = laplax_last_layer_ggn(train_NxF, *last) if self.curvature == "laplax" else None
         fit, nlls = laplace.fit_prior_precision(train_NxF, *last, val_MxF, val_labels_M,
                                                 kind=self.predictive,
