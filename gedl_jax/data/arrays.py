@@ -9,6 +9,18 @@ import numpy as np
 from gedl_jax.data.errors import CorruptDataError
 
 
+def subset_indices(total: int, num_examples: int) -> np.ndarray:
+    """`num_examples` evenly spaced indices of range(total) (all of them for 0 or >= total).
+
+    Evenly spaced rather than the first n: a test split stored sorted by label (as some decoded
+    copies of CIFAR-10 are) would otherwise give a subset of one class."""
+    if num_examples < 0:
+        raise ValueError(f"num_examples must be >= 0, got {num_examples}")
+    if not num_examples or num_examples >= total:
+        return np.arange(total)
+    return (np.arange(num_examples) * total) // num_examples
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Split:
     """images: N x H x W x C uint8 (pixels 0..255), or float32 (N x H x W x C images in [0, 1],
@@ -50,10 +62,10 @@ class Split:
         """`n` evenly spaced examples, indices (i * len) // n (a copy), or this Split itself when
         n <= 0 or n >= len. Evenly spaced, not the first n: a split stored sorted by label (the
         decoded CIFAR-10 test arrays) still gives every class; the same positions as
-        `corruptions.subset_indices`, so a subset of the test set matches a subset of CIFAR-10-C."""
+        `subset_indices`, so a subset of the test set matches a subset of CIFAR-10-C."""
         if n <= 0 or n >= len(self):
             return self
-        return self.take((np.arange(n) * len(self)) // n)
+        return self.take(subset_indices(len(self), n))
 
     def label_counts(self, num_classes: int | None = None) -> np.ndarray:
         """The number of examples of each class (length at least `num_classes`)."""

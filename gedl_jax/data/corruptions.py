@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 from scipy import ndimage
 
+from gedl_jax.data.arrays import subset_indices  # noqa: F401  (re-exported: its old home)
 from gedl_jax.data.errors import DataError
 from gedl_jax.data.registry import CORRUPTION_FILES, corruption_file_stem
 from gedl_jax.data.regenerated import (  # noqa: F401  (facts about the regenerated set, re-exported)
@@ -551,14 +552,3 @@ def corrupt(images_NxHxWx3: np.ndarray, corruption: str, severity: int, *,
     out = FUNCTIONS[stem](images, int(severity), generator_for(stem, int(severity), seed))
     return out if out.dtype == np.uint8 else to_uint8(out)
 
-
-def subset_indices(total: int, num_examples: int) -> np.ndarray:
-    """`num_examples` evenly spaced indices of range(total) (all of them for 0 or >= total).
-
-    Evenly spaced rather than the first n: a test split stored sorted by label (as some decoded
-    copies of CIFAR-10 are) would otherwise give a subset of one class."""
-    if num_examples < 0:
-        raise ValueError(f"num_examples must be >= 0, got {num_examples}")
-    if not num_examples or num_examples >= total:
-        return np.arange(total)
-    return (np.arange(num_examples) * total) // num_examples

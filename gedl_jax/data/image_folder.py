@@ -50,7 +50,7 @@ from pathlib import Path
 import numpy as np
 
 from gedl_jax.data import cache as cache_lib
-from gedl_jax.data.arrays import Split
+from gedl_jax.data.arrays import Split, subset_indices
 from gedl_jax.data.errors import CorruptDataError, MissingDataError
 from gedl_jax.data.registry import IMAGES_PREFIX
 
@@ -238,7 +238,7 @@ def load_ood(folder, like: Split | tuple[int, ...], resize: str = "crop", cache_
         raise MissingDataError(f"OOD image folder {root} holds no image files (suffixes "
                                f"{', '.join(IMAGE_SUFFIXES)})")
     if 0 < num_examples < len(files):   # Split.subset's positions
-        files = [files[i] for i in (np.arange(num_examples) * len(files)) // num_examples]
+        files = [files[i] for i in subset_indices(len(files), num_examples)]
     images, hit = _cached_images(root, files, shape[2], shape[:2], resize, "ood", cache_dir)
     return Split(images, np.zeros(len(files), np.int32), name or f"{root.name}/images",
                  "image_folder+cache" if hit else "image_folder")
