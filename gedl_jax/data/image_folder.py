@@ -130,6 +130,7 @@ def _open(path: Path):
         raise CorruptDataError(f"{path}: not a readable image ({type(e).__name__}: {e}); "
                                f"remove or replace the file") from None
     if image.mode in _DEEP_MODES:
+        image.close()
         raise CorruptDataError(f"{path}: an image of mode {image.mode!r} (more than 8 bits a "
                                f"pixel); convert it to 8-bit grayscale or RGB first")
     return image
