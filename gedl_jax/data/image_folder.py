@@ -123,10 +123,13 @@ def crop_box(size_wh: tuple[int, int], target_hw: tuple[int, int], resize: str =
 def _open(path: Path):
     from PIL import Image, UnidentifiedImageError
 
+    image = None
     try:
         image = Image.open(path)
         image.load()
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
+        if image is not None:   # opened, then its pixels failed to decode (a truncated file)
+            image.close()
         raise CorruptDataError(f"{path}: not a readable image ({type(e).__name__}: {e}); "
                                f"remove or replace the file") from None
     if image.mode in _DEEP_MODES:
