@@ -260,6 +260,31 @@ def test_an_image_folder_dataset_has_sorted_classes_and_their_labels(tmp_path):
     assert rgb.train.image_shape == (10, 8, 3) and len(rgb.validation) == 3
 
 
+def test_a_dataset_is_colour_when_any_training_image_is_and_a_cached_one_opens_no_header(
+        tmp_path, monkeypatch):
+    from gedl_jax.data import image_folder
+
+    root, cache = tmp_path / "ds", tmp_path / "cache"
+    _write_dataset(root)
+    assert data.load_own(f"images:{root}", cache_dir=cache).train.image_shape == (10, 8, 1)
+    opened = []
+    real = image_folder._is_gray
+    monkeypatch.setattr(image_folder, "_is_gray", lambda f: opened.append(f) or real(f))
+    again = data.load_own(f"images:{root}", cache_dir=cache)
+    assert again.train.source == "image_folder+cache" and opened == []
+    # one colour image, last in file order, among grayscale ones: the files changed, every
+    # header is read again and the dataset becomes RGB (its gray images replicated)
+    last = sorted((root / "train").rglob("*.png"))[-1]
+    gray = np.asarray(Image.open(last))
+    colour = np.stack([gray, gray, gray], axis=-1)
+    colour[0, 0] = (255, 0, 0)
+    _save(last, colour)
+    rgb = data.load_own(f"images:{root}", cache_dir=cache)
+    assert rgb.train.image_shape == (10, 8, 3) and len(opened) == len(rgb.train)
+    np.testing.assert_array_equal(rgb.train.images[0], np.repeat(again.train.images[0], 3, -1))
+    np.testing.assert_array_equal(rgb.train.images[-1], colour)
+
+
 def test_what_an_image_folder_dataset_refuses(tmp_path):
     cache = tmp_path / "cache"
     with pytest.raises(data.MissingDataError, match="needs train/ and test/"):

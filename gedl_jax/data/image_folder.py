@@ -201,13 +201,21 @@ def _decode_all(files: Sequence[Path], channels: int, target_hw, resize: str,
     return images
 
 
-def _cached_images(root: Path, files: Sequence[Path], channels: int, target_hw, resize: str,
-                   split: str, cache_dir) -> tuple[np.ndarray, bool]:
+def _entry(root: Path, stat_key: list[tuple[str, str]], channels: int, target_hw,
+           resize: str, split: str, cache_dir) -> Path:
+    """The cache file of one decoded split (`_stat_key` of its files)."""
     shape = "x".join(map(str, target_hw)) if target_hw else "own_size"
     tag = f"{root.name or 'root'}_{split}_{shape}x{channels}_{resize if target_hw else 'none'}"
     # Pillow's version too: its resampling may change a pixel between releases
-    entry = cache_lib.entry_path(cache_lib.resolve_cache_dir(cache_dir), _CACHE_DATASET, tag,
-                                 "images", _stat_key(root, files) + [(" pillow", _pillow())])
+    return cache_lib.entry_path(cache_lib.resolve_cache_dir(cache_dir), _CACHE_DATASET, tag,
+                                "images", stat_key + [(" pillow", _pillow())])
+
+
+def _cached_images(root: Path, files: Sequence[Path], channels: int, target_hw, resize: str,
+                   split: str, cache_dir, stat_key: list[tuple[str, str]] | None = None
+                   ) -> tuple[np.ndarray, bool]:
+    stat_key = _stat_key(root, files) if stat_key is None else stat_key
+    entry = _entry(root, stat_key, channels, target_hw, resize, split, cache_dir)
     labels_unused = np.zeros(len(files), np.int32)
     images, _, hit = cache_lib.cached(
         entry, lambda: (_decode_all(files, channels, target_hw, resize, f"{root}/{split}"),
@@ -296,17 +304,33 @@ def _class_files(folder: Path, classes: Sequence[str] | None
     return classes, files, np.asarray(labels, np.int32)
 
 
-def _channels(files: Sequence[Path]) -> int:
+def _is_gray(path: Path) -> bool:
     from PIL import Image
 
-    for f in files:
-        try:
-            with Image.open(f) as image:
-                if image.mode not in _GRAY_MODES:
-                    return 3
-        except (OSError, SyntaxError, ValueError):
-            _open(f)   # raises the error that names the file
-    return 1
+    try:
+        with Image.open(path) as image:   # the header only: no pixels are decoded
+            return image.mode in _GRAY_MODES
+    except (OSError, SyntaxError, ValueError):
+        _open(path)   # raises the error that names the file
+        raise
+
+
+def _channels(root: Path, files: Sequence[Path], stat_key: list[tuple[str, str]],
+              cache_dir) -> int:
+    """1 when every training image is grayscale, else 3. A cached training split of exactly
+    one channel count answers without opening a file: its key covers every file's size and
+    times, so the same files give the same answer. Else every header is read (in threads: on
+    a large folder this is file-system latency, not CPU)."""
+    cached = [c for c in (1, 3)
+              if _entry(root, stat_key, c, None, "crop", "train", cache_dir).is_file()]
+    if len(cached) == 1:
+        return cached[0]
+    workers = max(1, min(_MAX_DECODE_THREADS, os.cpu_count() or 1))
+    pool = concurrent.futures.ThreadPoolExecutor(workers)
+    try:   # in file order: the first colour image answers, the first bad file is named
+        return 1 if all(pool.map(_is_gray, files)) else 3
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def load_dataset(folder, cache_dir=None) -> ImageFolderDataset:
@@ -317,7 +341,8 @@ def load_dataset(folder, cache_dir=None) -> ImageFolderDataset:
         raise MissingDataError(f"image folder dataset {root}: needs train/ and test/ "
                                f"subfolders, each with one folder of images per class")
     classes, train_files, train_labels = _class_files(train_folder, None)
-    channels = _channels(train_files)
+    train_key = _stat_key(root, train_files)
+    channels = _channels(root, train_files, train_key, cache_dir)
     splits: dict[str, Split] = {}
     shape = None
     for split, split_folder in (("train", train_folder), ("test", test_folder),
@@ -326,7 +351,8 @@ def load_dataset(folder, cache_dir=None) -> ImageFolderDataset:
             continue
         _, files, labels = ((classes, train_files, train_labels) if split == "train" else
                             _class_files(split_folder, classes))
-        images, hit = _cached_images(root, files, channels, None, "crop", split, cache_dir)
+        images, hit = _cached_images(root, files, channels, None, "crop", split, cache_dir,
+                                     train_key if split == "train" else None)
         if shape is not None and images.shape[1:] != shape:
             raise CorruptDataError(f"{split_folder}: images of {images.shape[2]} x "
                                    f"{images.shape[1]} pixels, the training images "
