@@ -209,11 +209,13 @@ ENSEMBLE_SIZE = 5
 ENSEMBLE_PRESET = "softmax"   # the members' preset when `ensemble` names no variant
 
 # Fields holding lists, with their item type: tuples in the config (`normalize_lists`).
-LIST_FIELDS: dict[str, type] = {"seeds": int, "ood_datasets": str, "extra_ood": str}
+LIST_FIELDS: dict[str, type] = {"seeds": int, "ood_datasets": str, "extra_ood": str,
+                               "ood_groups": str}
 
 # Fields that do not change the trained parameters: a resumed run may change them.
 RESUME_SAFE_FIELDS = frozenset({
     "evaluate_at_end", "plots", "log_every_steps", "ood_datasets", "extra_ood", "image_resize",
+    "ood_groups",
     "eval_batch_size", "seeds", "data_dir", "cache_dir", "data_source", "tfds_data_dir",
     "checkpoint_every_steps", "checkpoint_interval_seconds", "distributed", "download",
     "data_mirror", "run_name",
@@ -412,6 +414,9 @@ def _data_fields(c: ml_collections.ConfigDict, d: dict[str, Any], dataset: str) 
                                        # takes "kmnist,fashion_mnist"
                                        # ("" for none, e.g. where SVHN/CIFAR-100 are absent)
     c.extra_ood = ()                   # extra OOD sets: folders of IDX files
+    c.ood_groups = ()                  # "GROUP=SET": the near/far group (OpenOOD's averages) of
+                                       # an evaluated OOD set, over the registry's; e.g.
+                                       # "far=images:/data/textures,near=npz:c100.npz"
     c.image_resize = "crop"            # an images:<folder> OOD set's images of another size than
                                        # the model's: "crop" (aspect kept, scaled to cover, centre
                                        # cut: torchvision Resize+CenterCrop) or "stretch"
@@ -874,6 +879,37 @@ def _validate_no_repeats(c: ml_collections.ConfigDict) -> None:
     if both:
         raise ValueError(f"{', '.join(both)} is in both config.ood_datasets and "
                          f"config.extra_ood: list each OOD set once")
+    _parsed_ood_groups(c)   # which sets it may name: `check_ood_groups`, where they are known
+
+
+def _parsed_ood_groups(c: ml_collections.ConfigDict) -> dict[str, str]:
+    try:
+        return registry.parse_ood_groups(c.get("ood_groups", ()))
+    except ValueError as e:
+        raise ValueError(f"config.ood_groups: {e}") from None
+
+
+def check_ood_groups(c: ml_collections.ConfigDict, ood_names) -> dict[str, str]:
+    """`c.ood_groups` parsed (`registry.parse_ood_groups`), every set it groups checked to be
+    among `ood_names`, the OOD sets evaluated (a training run's: config.ood_datasets and
+    config.extra_ood; an evaluation's: those and its --ood sets): a misspelt set would otherwise
+    end in no group, silently."""
+    declared = _parsed_ood_groups(c)
+    missing = [name for name in declared if name not in ood_names]
+    if missing:
+        raise ValueError(f"config.ood_groups groups {', '.join(map(repr, missing))}, not among "
+                         f"the OOD sets evaluated ({', '.join(map(repr, ood_names)) or 'none'}):"
+                         f" name each set as config.ood_datasets, config.extra_ood or "
+                         f"evaluate --ood does")
+    return declared
+
+
+def add_ood_groups(entries, added) -> tuple[str, ...]:
+    """`config.ood_groups` `entries` with the "GROUP=SET" entries `added` (`evaluate
+    --ood_group`): an added set's group replaces the one `entries` gave it."""
+    new = registry.parse_ood_groups(added)
+    kept = [e for e in entries if registry.parse_ood_groups([e]).popitem()[0] not in new]
+    return tuple(kept) + tuple(f"{group}={name}" for name, group in new.items())
 
 
 def _validate_distributed(c: ml_collections.ConfigDict) -> None:

@@ -17,7 +17,7 @@ import pathlib
 import sys
 from typing import Any
 
-from gedl_jax import cli, data, evaluation, files, methods
+from gedl_jax import cli, configuration, data, evaluation, files, methods
 from gedl_jax.data import registry
 from gedl_jax.run import heartbeat, lock, preemption
 from gedl_jax.run.corruption_study import corruption_study, study_table
@@ -122,6 +122,10 @@ def _define_flags() -> None:
                               "tfds:<name>, images:<folder> (image files, resized to the "
                               "model's input by the run's config.image_resize), or a folder of "
                               "MNIST-format IDX files (t10k-images-idx3-ubyte.gz, ...).")
+    flags.DEFINE_multi_string("ood_group", [], "GROUP=SET (repeatable): put OOD set SET (as "
+                              "--ood or the run's config names it) in the near or far group of "
+                              "the OpenOOD-style group means, over the run's config.ood_groups "
+                              "and the registry's groups, e.g. far=images:/data/textures.")
     flags.DEFINE_string("data_dir", None, "Override the data folder saved in the run config.")
     flags.DEFINE_string("out", None, "Write the results here instead of into the workdirs: a "
                         "folder (each run's eval_results.json, eval_table.md and plots, one "
@@ -166,6 +170,9 @@ def main(argv=None) -> int:
             calibrate = True   # a pretrained model's evaluation prints every table
         if calibrate is not None:
             overrides["calibrate"] = bool(calibrate)
+        if FLAGS.ood_group:
+            data.parse_ood_groups(FLAGS.ood_group)   # a malformed entry: before any work
+            overrides["ood_groups"] = tuple(FLAGS.ood_group)
         if FLAGS.pretrained:
             if FLAGS.workdir or FLAGS.corruptions or FLAGS.as_method:
                 raise ValueError("--pretrained evaluates a registered model: give no --workdir, "
@@ -182,6 +189,10 @@ def main(argv=None) -> int:
                              f"run once")
         if FLAGS.study_only and not FLAGS.corruptions:
             raise ValueError("--study_only needs --corruptions=...")
+        for w in FLAGS.workdir:   # before anything is written
+            config = saved_config(w, overrides)
+            configuration.check_ood_groups(
+                config, (*config.ood_datasets, *config.extra_ood, *FLAGS.ood))
         results_dirs, table_path = _results_dirs(FLAGS.workdir, FLAGS.out)
         if FLAGS.as_method:   # never over the run's own results
             results_dirs = [d or pathlib.Path(w) / f"as_{FLAGS.as_method}"

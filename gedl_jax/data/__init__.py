@@ -48,6 +48,7 @@ from gedl_jax.data.registry import (
     DATASETS,
     DERIVED_OOD,
     EXTRA_CORRUPTIONS,
+    OOD_GROUP_NAMES,
     OOD_GROUPS,
     SEVERITIES,
     DatasetInfo,
@@ -58,6 +59,7 @@ from gedl_jax.data.registry import (
     is_ood_name,
     ood_group,
     ood_sets_by_group,
+    parse_ood_groups,
     registered_files,
     source_split,
 )
@@ -69,7 +71,7 @@ from gedl_jax.data.tfds_source import prepare_tfds
 
 __all__ = [
     "CORRUPTIONS", "DATASETS", "DERIVED_OOD", "DOWNLOAD_MODES", "ENV_DATA_DIR",
-    "EXTRA_CORRUPTIONS", "OOD_GROUPS", "SEVERITIES", "SOURCES", "ChecksumError",
+    "EXTRA_CORRUPTIONS", "OOD_GROUP_NAMES", "OOD_GROUPS", "SEVERITIES", "SOURCES", "ChecksumError",
     "CorruptDataError", "DataError", "DatasetInfo", "DerivedSpec", "DownloadError", "FileSpec",
     "MissingDataError", "NpzDataset", "OwnDataset", "Split",
     "apply_geometry", "augment_cifar", "channel_stats", "default_data_dir",
@@ -80,6 +82,6 @@ __all__ = [
     "prepare_tfds", "read_npz",
     "read_idx_folder", "registered_files", "resolve_cache_dir",
     "resolve_data_dir", "sha256_file", "source_split", "split_indices", "is_ood_name",
-    "ood_group", "ood_sets_by_group",
+    "ood_group", "ood_sets_by_group", "parse_ood_groups",
     "take_batch", "to_float", "train_val_split", "verify_file",
 ]

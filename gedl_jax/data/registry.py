@@ -369,13 +369,45 @@ def source_split(name: str, split: str = "test") -> tuple[str, str]:
     return name, split
 
 
-def ood_group(id_dataset: str, ood_name: str) -> str | None:
-    """"near" or "far" for OOD set `ood_name` with `id_dataset` in distribution (OOD_GROUPS), or
-    None where none is declared (an undeclared pair, or an extra OOD folder).
+# The groups an OOD set can be declared in (OOD_GROUPS' keys, `config.ood_groups`' GROUP).
+OOD_GROUP_NAMES: tuple[str, ...] = ("near", "far")
+
+
+def parse_ood_groups(entries) -> dict[str, str]:
+    """{OOD set: group} of `config.ood_groups`' "GROUP=SET" entries (GROUP one of
+    OOD_GROUP_NAMES; SET an OOD set as the config names it, e.g. "far=images:/data/textures").
+    Raises ValueError naming the entry for a malformed one or a set declared twice.
+
+    >>> parse_ood_groups(("far=images:/data/textures", "near=npz:cifar100_like.npz"))
+    {'images:/data/textures': 'far', 'npz:cifar100_like.npz': 'near'}
+    """
+    groups: dict[str, str] = {}
+    for entry in entries:
+        group, sep, name = str(entry).partition("=")
+        group, name = group.strip(), name.strip()
+        if not sep or group not in OOD_GROUP_NAMES or not name:
+            raise ValueError(f"OOD group {entry!r}: expected GROUP=SET with GROUP one of "
+                             f"{', '.join(OOD_GROUP_NAMES)}, e.g. 'far=images:/data/textures'")
+        if groups.get(name, group) != group:
+            raise ValueError(f"OOD set {name!r} is declared both {groups[name]!r} and "
+                             f"{group!r}: declare it once")
+        groups[name] = group
+    return groups
+
+
+def ood_group(id_dataset: str, ood_name: str, declared: Mapping[str, str] | None = None
+              ) -> str | None:
+    """"near" or "far" for OOD set `ood_name` with `id_dataset` in distribution: its group in
+    `declared` (`parse_ood_groups` of `config.ood_groups`, which wins), else in OOD_GROUPS;
+    None where neither declares one (an undeclared pair, or a user's set left undeclared).
 
     >>> ood_group("mnist", "fashion_mnist"), ood_group("cifar10", "mnist_rgb32")
     ('near', 'far')
+    >>> ood_group("cifar10", "images:textures", {"images:textures": "far"})
+    'far'
     """
+    if declared and ood_name in declared:
+        return declared[ood_name]
     for group, names in OOD_GROUPS.get(id_dataset, {}).items():
         if ood_name in names:
             return group

@@ -71,7 +71,8 @@ CONVENTIONS: dict[str, str] = {
                  "be empty. coverage = fraction of test labels in their set. "
                  "gedl_jax.evaluation.conformal.",
     "ood_groups": "ood_groups.<group>.sets: the evaluated OOD sets the ID dataset declares "
-                  "'near' or 'far' (gedl_jax.data.OOD_GROUPS, the OpenOOD protocol); "
+                  "'near' or 'far' (gedl_jax.data.OOD_GROUPS, the OpenOOD protocol) or the "
+                  "run's config.ood_groups declares so; "
                   "ood_groups.<group>.detection: the unweighted mean over those sets of each "
                   "detection metric (null if any set's value is null).",
     "aupr_trapezoidal": "aupr_in_trapezoidal / aupr_out_trapezoidal (only with "

@@ -8,7 +8,8 @@ same numbers can be recomputed from saved per-example outputs (``predictions.npz
 * ``conformal_section``: split-conformal sets (LAC, APS, RAPS; ``conformal.conformal_metrics``)
   calibrated on the validation split, coverage and set size on the test split.
 * ``group_means``: the unweighted mean of every detection metric over the OOD sets of each
-  group ("near" / "far", the OpenOOD protocol; ``data.OOD_GROUPS`` declares them per dataset).
+  group ("near" / "far", the OpenOOD protocol; ``data.OOD_GROUPS`` declares them per dataset,
+  ``config.ood_groups`` a user's sets).
 * ``trapezoidal_detection``: OpenOOD's trapezoidal AUPR-in / AUPR-out (``ood_aupr``).
 * ``ranking_changes``: whether post-hoc calibration changed a score's OOD ranking.
 """
@@ -21,12 +22,13 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from gedl_jax.data.registry import OOD_GROUP_NAMES
 from gedl_jax.evaluation import conformal, metrics, ood_aupr, selective
 
 __all__ = ["GROUPS", "conformal_section", "group_means", "ranking_changes", "selective_section",
            "trapezoidal_detection"]
 
-GROUPS: tuple[str, ...] = ("near", "far")
+GROUPS: tuple[str, ...] = OOD_GROUP_NAMES
 
 
 def selective_section(correct_N: np.ndarray, scores: Mapping[str, np.ndarray],

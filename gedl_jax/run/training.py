@@ -398,6 +398,8 @@ def _prepare_loop(runs: list[SeedRun], pool: data.Split | None, mesh) -> _Loop:
     num_train = len(runs[0].experiment.data.train.labels)
     for run_ in runs:   # everything checked before anything is written
         experiment.check_data_sizes(run_.config, run_.experiment.data)
+        configuration.check_ood_groups(   # the sets the run's end evaluates
+            run_.config, (*run_.config.ood_datasets, *run_.config.extra_ood))
     for run_ in runs:
         rundir.prepare(run_.workdir, run_.config)
     numerics.make_autotune_folder()

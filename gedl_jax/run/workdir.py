@@ -197,11 +197,13 @@ class _EvalProgress:
 def evaluation_options(exp: experiment.Experiment,
                        ood_names=()) -> core.EvaluationOptions:
     """The run's `EvaluationOptions`: config.conformal_alpha / calibrate / aupr_trapezoidal,
-    near/far groups of its OOD sets (`data.ood_group`), and the calibrator of its method
+    near/far groups of its OOD sets (`data.ood_group`: config.ood_groups, else the registry's),
+    and the calibrator of its method
     (`Method.calibrator`: the evidence scale for the EDL family, whose alpha = e + W a;
     temperature scaling otherwise)."""
     config = exp.config
-    groups = {name: data.ood_group(config.dataset, name) for name in ood_names}
+    declared = configuration.check_ood_groups(config, tuple(ood_names))
+    groups = {name: data.ood_group(config.dataset, name, declared) for name in ood_names}
     return core.EvaluationOptions(
         conformal_alpha=float(config.get("conformal_alpha", 0.1)), conformal_seed=0,
         calibrate=bool(config.get("calibrate", False)),
@@ -412,6 +414,8 @@ def config_from_saved(saved: dict[str, Any], overrides: dict[str, Any] | None = 
              for k, v in saved.items()}   # runs saved before the list fields were tuples
     config.update({**configuration.LEGACY_DEFAULTS, **configuration.upgrade_saved(saved)})
     for key, value in (overrides or {}).items():
+        if key == "ood_groups":   # `evaluate --ood_group`: added to the run's own declarations
+            value = configuration.add_ood_groups(config.get(key, ()), value)
         config[key] = value
     return config
 

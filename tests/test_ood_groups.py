@@ -1,0 +1,148 @@
+"""Near/far groups for the user's own OOD sets: `config.ood_groups` and `evaluate --ood_group`
+("GROUP=SET"), parsed, checked against the sets a run evaluates before any work, merged over the
+registry's groups, and averaged into `ood_groups.<group>` like the registered sets (the means
+recomputed here from the per-set results). Generated data only."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from training_fixtures import REPO, TINY_FIELDS, subprocess_env, write_tiny_mnist
+
+from gedl_jax import configuration, data, evaluate, train
+from gedl_jax.run import workdir as workdir_lib
+from compile_mode import fast_compilation
+
+
+def test_group_entries_parse_and_malformed_ones_are_refused():
+    assert data.parse_ood_groups(("far = images:/a=b", "near=npz:c.npz")) == {
+        "images:/a=b": "far", "npz:c.npz": "near"}   # split at the first "=" only
+    assert data.parse_ood_groups(("far=x", "far=x")) == {"x": "far"}
+    for bad in ("far", "middle=x", "far=", "=x", "Far=x"):
+        with pytest.raises(ValueError, match="expected GROUP=SET"):
+            data.parse_ood_groups((bad,))
+    with pytest.raises(ValueError, match="declared both 'near' and 'far'"):
+        data.parse_ood_groups(("near=x", "far=x"))
+
+
+def test_a_declared_group_wins_over_the_registrys():
+    assert data.ood_group("mnist", "fashion_mnist") == "near"
+    assert data.ood_group("mnist", "fashion_mnist", {"fashion_mnist": "far"}) == "far"
+    assert data.ood_group("mnist", "npz:x.npz") is None
+    assert data.ood_group("mnist", "npz:x.npz", {"npz:x.npz": "near"}) == "near"
+    assert data.ood_group("mnist", "kmnist", {"npz:x.npz": "near"}) == "near"
+
+
+def _config(**fields):
+    c = configuration.build_config("mnist", "gedl")
+    configuration.set_fields(c, **fields)
+    return c
+
+
+def test_the_config_checks_its_groups_before_any_work():
+    c = _config(ood_datasets="kmnist,npz:a.npz", ood_groups="far=npz:a.npz,far=kmnist")
+    assert c.ood_groups == ("far=npz:a.npz", "far=kmnist")   # the command line's comma list
+    configuration.validate_config(c)
+    assert configuration.check_ood_groups(c, c.ood_datasets) == {"npz:a.npz": "far",
+                                                                 "kmnist": "far"}
+    with pytest.raises(ValueError, match=r"'npz:b.npz', not among the OOD sets evaluated "
+                                         r"\('kmnist', 'npz:a.npz'\)"):
+        configuration.check_ood_groups(_config(ood_groups="far=npz:b.npz"),
+                                       ("kmnist", "npz:a.npz"))
+    with pytest.raises(ValueError, match="config.ood_groups: OOD group 'outer=kmnist'"):
+        configuration.validate_config(_config(ood_datasets="kmnist", ood_groups="outer=kmnist"))
+    with pytest.raises(ValueError, match="lists far=kmnist twice"):
+        configuration.validate_config(_config(ood_datasets="kmnist",
+                                              ood_groups="far=kmnist,far=kmnist"))
+    assert "ood_groups" in configuration.RESUME_SAFE_FIELDS   # evaluation only
+
+
+def test_evaluate_adds_its_groups_to_the_runs_own():
+    saved = dict(_config(ood_datasets="kmnist,npz:a.npz",
+                         ood_groups="far=npz:a.npz,near=kmnist").to_dict())
+    merged = workdir_lib.config_from_saved(saved, {"ood_groups": ("near=npz:a.npz",
+                                                                  "far=npz:b.npz")})
+    assert data.parse_ood_groups(merged.ood_groups) == {
+        "kmnist": "near", "npz:a.npz": "near", "npz:b.npz": "far"}
+
+
+def test_a_training_run_refuses_a_group_for_a_set_it_does_not_evaluate_before_any_step(
+        tmp_path):
+    c = _config(**{**TINY_FIELDS, "data_dir": str(write_tiny_mnist(tmp_path / "data")),
+                   "cache_dir": str(tmp_path / "cache"), "ood_groups": "far=npz:b.npz"})
+    with pytest.raises(ValueError, match="'npz:b.npz', not among the OOD sets evaluated"):
+        train.train_and_evaluate(c, tmp_path / "w")
+    assert not (tmp_path / "w").exists()
+
+
+def _ood_file(path, seed, high):
+    rng = np.random.default_rng(seed)
+    np.savez(path, test_images=rng.integers(0, high, (24, 28, 28, 1), dtype=np.uint8))
+    return f"npz:{path}"
+
+
+@pytest.fixture(scope="module")
+def run_with_groups(tmp_path_factory):
+    """A tiny MNIST run with three OOD sets of its own (noise of three brightnesses, so their
+    detection metrics differ), one of them declared far, evaluated at its end."""
+    root = tmp_path_factory.mktemp("groups")
+    sets = [_ood_file(root / f"{n}.npz", seed, high)
+            for n, seed, high in (("a", 1, 256), ("b", 2, 8), ("c", 3, 64))]
+    with fast_compilation():
+        c = _config(**{**TINY_FIELDS, "num_epochs": 1, "evaluate_at_end": True,
+                       "data_dir": str(write_tiny_mnist(root / "data")),
+                       "cache_dir": str(root / "cache"), "ood_datasets": ",".join(sets),
+                       "ood_groups": f"far={sets[0]}"})
+        train.train_and_evaluate(c, root / "w")
+    return root, sets, json.loads((root / "w" / "eval_results.json").read_text())
+
+
+def _assert_group_means(results, group, sets):
+    section = results["ood_groups"][group]
+    assert section["sets"] == sets
+    for score, metrics in section["detection"].items():
+        for metric, mean in metrics.items():
+            per_set = [results["ood"][s]["detection"][score][metric] for s in sets]
+            assert mean == pytest.approx(float(np.mean(per_set)), rel=1e-12, abs=1e-15)
+
+
+def test_a_declared_set_is_averaged_into_its_group_and_evaluate_can_regroup(run_with_groups):
+    root, (a, b, c), results = run_with_groups
+    _assert_group_means(results, "far", [a])
+    assert "near" not in results["ood_groups"]
+    assert results["evaluation_options"]["ood_groups"] == {a: "far"}
+    # evaluate's groups join the run's: far = a (the run's) and b, near = c
+    again = evaluate.evaluate_workdir(root / "w", overrides={"ood_groups": (f"far={b}",
+                                                                           f"near={c}")},
+                                      results_dir=root / "regrouped")
+    _assert_group_means(again, "far", [a, b])
+    _assert_group_means(again, "near", [c])
+    far = [again["ood"][s]["detection"]["um"]["auroc"] for s in (a, b)]
+    assert far[0] != far[1]   # a mean of different values: a wrong set would show
+    for s in (a, b, c):   # the same predictions: only the grouping changed
+        assert again["ood"][s] == results["ood"][s]
+    # a set given to this evaluation only (evaluate --ood) joins a group as well
+    extra = _ood_file(root / "d.npz", 4, 128)
+    more = evaluate.evaluate_workdir(root / "w", extra_ood=(extra,),
+                                     overrides={"ood_groups": (f"near={extra}",)},
+                                     results_dir=root / "extra")
+    _assert_group_means(more, "near", [extra])
+    _assert_group_means(more, "far", [a])
+
+
+def test_evaluate_refuses_a_group_for_a_set_it_does_not_evaluate_before_any_work(
+        run_with_groups, tmp_path):
+    root, (a, _, _), _ = run_with_groups
+    for flag, message in [(f"--ood_group=far={a}x", f"'{a}x', not among the OOD sets evaluated"),
+                          ("--ood_group=faraway=kmnist", "expected GROUP=SET")]:
+        proc = subprocess.run([sys.executable, "-m", "gedl_jax.evaluate",
+                               f"--workdir={root / 'w'}", flag, f"--out={tmp_path}/out"],
+                              cwd=REPO, env=subprocess_env(tmp_path / "cli_cache"),
+                              capture_output=True, text=True, timeout=120)
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+        assert proc.returncode == 2 and len(errors) == 1 and message in errors[0], proc.stderr
+        assert not (tmp_path / "out").exists() and "evaluated" not in proc.stdout
