@@ -1,5 +1,5 @@
-"""The `>>>` examples in the docstrings of the public evidential functions run and print what
-they say (doctest), and every public function has one."""
+"""The `>>>` examples in the docstrings of the public evidential functions (and of the modules in
+OTHER_MODULES) run and print what they say (doctest), and every public function has one."""
 
 import doctest
 import importlib
@@ -24,6 +24,17 @@ def test_docstring_examples_run(module_name):
     # The namespace the package docstring states: jnp, np and ev.
     result = doctest.testmod(module, extraglobs={"jnp": jnp, "np": np, "ev": ev},
                              optionflags=doctest.ELLIPSIS, verbose=False, report=True)
+    assert result.attempted > 0, f"{module_name} has no examples"
+    assert result.failed == 0, f"{result.failed} of {result.attempted} examples failed"
+
+
+# Modules beyond the evidential math whose docstrings show examples too (no namespace given).
+OTHER_MODULES = ["gedl_jax.data.registry", "gedl_jax.evaluation.report"]
+
+
+@pytest.mark.parametrize("module_name", OTHER_MODULES)
+def test_other_docstring_examples_run(module_name):
+    result = doctest.testmod(importlib.import_module(module_name), verbose=False, report=True)
     assert result.attempted > 0, f"{module_name} has no examples"
     assert result.failed == 0, f"{result.failed} of {result.attempted} examples failed"
 

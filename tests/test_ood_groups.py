@@ -146,3 +146,27 @@ def test_evaluate_refuses_a_group_for_a_set_it_does_not_evaluate_before_any_work
         errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
         assert proc.returncode == 2 and len(errors) == 1 and message in errors[0], proc.stderr
         assert not (tmp_path / "out").exists() and "evaluated" not in proc.stdout
+
+
+def test_tables_show_a_path_named_set_by_its_last_part_and_name_it_in_full_once(
+        run_with_groups):
+    from gedl_jax.evaluation import report
+
+    _, (a, b, c), results = run_with_groups
+    text = report.results_table([results])
+    assert f"mnist→{a}" not in text and "| mnist→npz:a.npz MP |" in text
+    assert "| gedl | npz:b.npz | MP |" in text   # the detection details' set column
+    assert f"npz:a.npz = {a}; npz:b.npz = {b}; npz:c.npz = {c}." in text
+    assert "unweighted mean over the sets of each group (far: npz:a.npz)" in text
+    latex = report.results_table([results], fmt="latex")
+    tabulars = latex.split(r"\begin{tabular}")[1:]
+    assert tabulars and all(report._latex_escape(a) not in t.split(r"\end{tabular}")[0]
+                            for t in tabulars)
+    assert r"mnist$\rightarrow$npz:a.npz" in latex
+    # two sets whose paths end alike keep their full names: a label names one set
+    assert report.set_labels(["images:/x/set/", "images:/y/set", "images:/z/other"]) == {
+        "images:/x/set/": "images:/x/set/", "images:/y/set": "images:/y/set",
+        "images:/z/other": "images:other"}
+    assert report.set_labels(["tfds:cifar10_corrupted/snow_1", "npz:rel/x.npz", "/data/idx"]
+                             ) == {"tfds:cifar10_corrupted/snow_1": "tfds:cifar10_corrupted/snow_1",
+                                   "npz:rel/x.npz": "npz:rel/x.npz", "/data/idx": "idx"}

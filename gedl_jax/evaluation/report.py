@@ -10,6 +10,7 @@ paper's calibration table) and a detection-detail table (AUPR-in/out, AUROC, FPR
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import json
@@ -231,6 +232,30 @@ def _calibrated_label(name: str, runs: Sequence[Mapping[str, Any]]) -> str | Non
     return f"{name} (calibrated: {'/'.join(dict.fromkeys(str(f) for f in fits))})"
 
 
+def set_labels(names: Sequence[str]) -> dict[str, str]:
+    """The tables' label of each OOD set in `names`: a set named by an absolute or home path
+    (`images:/data/ood/textures`, `npz:~/sets/c100.npz`, an IDX folder) by its prefix and the
+    path's last part (`images:textures`), where no other set of `names` gets that label; every
+    other name as it is. The results files keep the full names.
+
+    >>> set_labels(["kmnist", "images:/data/ood/textures/", "npz:/a/x.npz", "npz:/b/x.npz"])
+    {'kmnist': 'kmnist', 'images:/data/ood/textures/': 'images:textures', \
+'npz:/a/x.npz': 'npz:/a/x.npz', 'npz:/b/x.npz': 'npz:/b/x.npz'}
+    """
+    def short(name: str) -> str:
+        prefix, sep, rest = name.partition(":")
+        if not sep or not prefix.isalpha():
+            prefix, sep, rest = "", "", name
+        if not rest.startswith(("/", "~")):
+            return name
+        last = rest.rstrip("/").rsplit("/", 1)[-1]
+        return f"{prefix}{sep}{last}" if last else name
+
+    shorts = {n: short(n) for n in names}
+    counts = collections.Counter(shorts.values())
+    return {n: label if counts[label] == 1 else n for n, label in shorts.items()}
+
+
 @dataclasses.dataclass(frozen=True)
 class _Tables:
     """The aggregated rows of `results_table` and how to print them."""
@@ -244,6 +269,7 @@ class _Tables:
     seeds: str
 
     calibrated_rows: tuple[str, ...] = ()
+    labels: dict[str, str] = dataclasses.field(default_factory=dict)   # `set_labels`
 
     @classmethod
     def build(cls, groups, latex: bool, ood_names) -> _Tables:
@@ -263,7 +289,7 @@ class _Tables:
                                      "scores": aggregates[name].get("scores")}
                 calibrated.append(label)
         return cls(rows, aggregates, latex, list(ood_names), datasets.pop() if known else "ID",
-                   known, seeds, tuple(calibrated))
+                   known, seeds, tuple(calibrated), set_labels(list(ood_names)))
 
     @property
     def um_note(self) -> str:
@@ -295,6 +321,16 @@ class _Tables:
     def esc(self, text: str) -> str:
         return _latex_escape(text) if self.latex else str(text)
 
+    def set_label(self, name: str) -> str:
+        """OOD set `name` as the tables show it (`set_labels`), escaped."""
+        return self.esc(self.labels.get(name, name))
+
+    @property
+    def labels_note(self) -> str:
+        """The full name of each set shown by a shorter label."""
+        short = [f"{label} = {name}" for name, label in self.labels.items() if label != name]
+        return f" OOD sets shown by their path's last part: {'; '.join(short)}." if short else ""
+
     def pct(self, name: str):
         return functools.partial(_fmt, scale=100, digits=2, latex=self.latex,
                                  runs=len(self.groups[name]))
@@ -306,7 +342,7 @@ class _Tables:
                                                      for _, label in _PAPER_SCORES]
         else:            # markdown has no multi-row header: name the sets in the column titles
             header = ["Method", f"Acc ({self.id_name})", "Conf.MP"] + [
-                f"{self.id_name}→{o} {label}" for o in self.ood_names
+                f"{self.id_name}→{self.labels.get(o, o)} {label}" for o in self.ood_names
                 for _, label in _PAPER_SCORES]
         rows = []
         for name, agg in self.aggregates.items():
@@ -319,13 +355,14 @@ class _Tables:
         arrow = r"$\rightarrow$" if self.latex else "→"
         group_titles = [(f"{self.esc(self.id_name)} ID classification" if self.datasets_known
                          else "ID classification", 2)] + [
-            (f"{self.esc(self.id_name)}{arrow}{self.esc(o)}", 2) for o in self.ood_names]
+            (f"{self.esc(self.id_name)}{arrow}{self.set_label(o)}", 2) for o in self.ood_names]
         return [self.comment + f"Main table, mean ± sample std (ddof=1) over {self.seeds}; all "
                 "values in %. Acc = top-1 accuracy. Conf.MP = misclassification detection "
                 "(correct predictions positive). OOD columns: in-distribution positive. AUPR = "
                 "average precision (step-wise, = sklearn average_precision_score). Scores higher "
                 "= more confident: MP = max_k p_k (alpha_k/S for a Dirichlet); UM = the method's "
-                "precision score" + self.um_note + "." + self.calibrated_note,
+                "precision score" + self.um_note + "." + self.calibrated_note
+                + self.labels_note,
                 _render(header, rows, self.latex, group_titles if self.latex else None)]
 
     def methods(self) -> list[str]:
@@ -368,7 +405,7 @@ class _Tables:
                              pct(_get(agg, conf + ("auroc",))), dash])
             for o in self.ood_names:
                 for s, label in _PAPER_SCORES:
-                    rows.append([esc(name), esc(o), label] + [
+                    rows.append([esc(name), self.set_label(o), label] + [
                         pct(_get(agg, ("ood", o, "detection", s, k)))
                         for k in ("aupr_in", "aupr_out", "auroc", "fpr95")])
         return [self.comment + f"Detection details, mean ± sample std (ddof=1) over "
@@ -416,7 +453,7 @@ class _Tables:
         names = [n for n in self.aggregates if _node(self.aggregates[n], ("posthoc",))]
         if not names:
             return []
-        header = ["Method", "Score"] + [f"{self.esc(o)} {what}" for o in self.ood_names
+        header = ["Method", "Score"] + [f"{self.set_label(o)} {what}" for o in self.ood_names
                                         for what in ("AUPR", "AUROC")]
         rows = []
         for name in names:
@@ -449,7 +486,7 @@ class _Tables:
             pct = self.pct(name)
             for o in self.ood_names:
                 for s, label in self._score_labels(agg, ("ood", o, "scod")):
-                    rows.append([self.esc(name), self.esc(o), label] + [
+                    rows.append([self.esc(name), self.set_label(o), label] + [
                         pct(_get(agg, ("ood", o, "scod", s, k))) for k, _ in keys])
         if not rows:
             return []
@@ -501,7 +538,8 @@ class _Tables:
                                          for n in ((r.get("ood_groups") or {}).get(g) or {})
                                          .get("sets", [])))
                    for g in groups}
-        sets = "; ".join(f"{g}: {', '.join(members[g])}" for g in groups)
+        sets = "; ".join(f"{g}: {', '.join(self.labels.get(n, n) for n in members[g])}"
+                         for g in groups)
         return [self.comment + f"Near / far OOD (OpenOOD protocol), unweighted mean over the "
                 f"sets of each group ({self.esc(sets)}), mean ± sample std (ddof=1) over "
                 f"{self.seeds}; in %. In-distribution positive; FPR95 lower is better.",
@@ -524,7 +562,7 @@ class _Tables:
                 for s, label in _PAPER_SCORES:
                     cells = [pct(_get(agg, ("ood", o, "detection", s, k)))
                              for k in ("aupr_in_trapezoidal", "aupr_out_trapezoidal")]
-                    rows.append([self.esc(name), self.esc(o), label] + cells)
+                    rows.append([self.esc(name), self.set_label(o), label] + cells)
         return [self.comment + f"{AUPR_TRAPEZOIDAL_HEADER}: sklearn.metrics.auc(recall, "
                 "precision) through precision_recall_curve's points, as OpenOOD v1.5 computes "
                 "it (the other tables' AUPR is average precision); mean ± sample std (ddof=1) "
