@@ -170,3 +170,17 @@ def test_tables_show_a_path_named_set_by_its_last_part_and_name_it_in_full_once(
     assert report.set_labels(["tfds:cifar10_corrupted/snow_1", "npz:rel/x.npz", "/data/idx"]
                              ) == {"tfds:cifar10_corrupted/snow_1": "tfds:cifar10_corrupted/snow_1",
                                    "npz:rel/x.npz": "npz:rel/x.npz", "/data/idx": "idx"}
+
+
+def test_the_command_line_gives_the_entries_with_their_equals_signs(tmp_path):
+    parse = ("import sys\nfrom absl import flags\nfrom gedl_jax import configs, configuration\n"
+             "configs.define_config_flag('config')\n"
+             "flags.FLAGS(['prog', '--config=mnist:gedl', *sys.argv[1:]])\n"
+             "print(repr(configuration.normalize_lists(flags.FLAGS.config).ood_groups))\n")
+    proc = subprocess.run([sys.executable, "-c", parse,
+                           "--config.ood_groups=far=images:/d/tex tures,near=npz:a=b.npz"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env=subprocess_env(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == repr(("far=images:/d/tex tures",
+                                                         "near=npz:a=b.npz"))
