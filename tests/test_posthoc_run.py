@@ -86,6 +86,37 @@ def test_one_pass_gives_the_predictions_and_posthoc_outputs_of_two(softmax_run):
     np.testing.assert_array_equal(saved["energy"], posthoc.energy_score(post["logits_BxK"]))
 
 
+def test_predict_fetches_no_posthoc_output_and_gives_the_evaluations_predictions(
+        softmax_run, monkeypatch):
+    """`workdir.predict` (validation, the corruption study, a notebook) runs the evaluation's
+    program but leaves the post-hoc outputs on the device: the same predictions, no features
+    copied to the host unused."""
+    from gedl_jax.run import inference, steps, workdir
+
+    run = workdir.restore_run(softmax_run)
+    fetched = []
+    real = inference.PendingPredictions.fetch
+
+    def recording(self, keep_output=None):
+        out = real(self, keep_output)
+        fetched.append(sorted(out))
+        return out
+
+    monkeypatch.setattr(inference.PendingPredictions, "fetch", recording)
+    split = run.experiment.data.test
+    plain = workdir.predict(run, split)
+    with_posthoc, outputs = workdir._predict_with_posthoc(run, split)
+    assert not any(k.startswith(steps.POSTHOC_PREFIX) for k in fetched[0]), fetched[0]
+    assert any(k.startswith(steps.POSTHOC_PREFIX) for k in fetched[1]), fetched[1]
+    assert set(outputs) == {"features_BxF", "logits_BxK"}
+    np.testing.assert_array_equal(plain.probs, with_posthoc.probs)
+    assert set(plain.scores) == set(with_posthoc.scores)
+    for name in plain.scores:
+        np.testing.assert_array_equal(plain.scores[name], with_posthoc.scores[name])
+    saved = evaluation.load_predictions(softmax_run / "predictions.npz")["test"]
+    np.testing.assert_array_equal(plain.probs, saved.probs)
+
+
 def test_none_leaves_them_out_and_a_method_without_logits_gets_none(data_dir, tmp_path):  # noqa: F811
     c = tiny_config(data_dir, "softmax", evaluate_at_end=True, eval_examples=40,
                     ood_datasets="kmnist", num_epochs=1, posthoc_scores="none")

@@ -27,16 +27,18 @@ from gedl_jax.run.sharding import put_batched
 def predict_split(predict_step: Callable, variables: Any, method_state: Any, mesh,
                   split: data.Split, batch_size: int,
                   key: jax.Array | None = None,
-                  on_batch: Callable[[int, int], None] | None = None) -> dict[str, np.ndarray]:
+                  on_batch: Callable[[int, int], None] | None = None,
+                  keep_output: Callable[[str], bool] | None = None) -> dict[str, np.ndarray]:
     """The raw outputs of `predict_step` (`steps.make_predict_step`) for every example of
-    `split`, each exactly once, as NumPy arrays with N leading rows.
+    `split`, each exactly once, as NumPy arrays with N leading rows (those whose name
+    `keep_output` accepts: `PendingPredictions.fetch`).
 
     The split is padded to whole batches (`data.pad_for_eval`); padding rows are dropped by the
     mask before anything is returned. Batch m draws its randomness (MC Dropout's masks) from
     `fold_in(key, m)`, so a prediction is reproducible.
     """
     return dispatch_predictions(predict_step, variables, method_state, mesh, split,
-                                batch_size, key, on_batch).fetch()
+                                batch_size, key, on_batch).fetch(keep_output)
 
 
 @dataclasses.dataclass
@@ -48,10 +50,13 @@ class PendingPredictions:
     batches: list[dict[str, jax.Array]]
     keep: np.ndarray
 
-    def fetch(self) -> dict[str, np.ndarray]:
-        """Wait for every batch; the outputs of the split's real rows, as NumPy arrays."""
+    def fetch(self, keep_output: Callable[[str], bool] | None = None
+              ) -> dict[str, np.ndarray]:
+        """Wait for every batch; the outputs of the split's real rows, as NumPy arrays: those
+        whose name `keep_output` accepts (default all; the others are neither joined nor
+        copied to the host)."""
         joined = {name: jnp.concatenate([b[name] for b in self.batches])
-                  for name in self.batches[0]}
+                  for name in self.batches[0] if keep_output is None or keep_output(name)}
         return {name: np.asarray(value)[self.keep]
                 for name, value in jax.device_get(joined).items()}
 

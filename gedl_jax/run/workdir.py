@@ -75,29 +75,35 @@ def predict(run: RestoredRun, split: data.Split, with_labels: bool = True,
     with (`config.matmul_precision`), whatever precision the caller's code is under: the
     predictions behind a written evaluation, recomputed in a notebook, are the same numbers
     (the same compiled predictor)."""
-    return _predict_with_posthoc(run, split, with_labels, batch_size, on_batch)[0]
+    return _predict_with_posthoc(run, split, with_labels, batch_size, on_batch,
+                                 posthoc=False)[0]
 
 
 def _predict_with_posthoc(run: RestoredRun, split: data.Split, with_labels: bool = True,
-                          batch_size: int | None = None, on_batch=None
+                          batch_size: int | None = None, on_batch=None, posthoc: bool = True
                           ) -> tuple[core.Predictions, dict[str, np.ndarray]]:
     """`predict`'s Predictions and, for a `Method.posthoc_from_logits` method, the network's
     logits ("logits_BxK") and a protocol network's features ("features_BxF") from the same
-    pass ({} otherwise), for the post-hoc OOD scores."""
-    raw, posthoc = _raw_outputs(run, split, batch_size, on_batch)
+    pass ({} otherwise, or with `posthoc` False), for the post-hoc OOD scores."""
+    raw, outputs = _raw_outputs(run, split, batch_size, on_batch, posthoc)
     return (run.experiment.method.predictions(raw, split.labels if with_labels else None),
-            posthoc)
+            outputs)
 
 
 def _raw_outputs(run: RestoredRun, split: data.Split, batch_size: int | None = None,
-                 on_batch=None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """The predictor's outputs on `split`: (the method's raw outputs, the post-hoc ones)."""
+                 on_batch=None, posthoc: bool = True
+                 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The predictor's outputs on `split`: (the method's raw outputs, the post-hoc ones; {}
+    with `posthoc` False, when they are not fetched: the program is the same, so the
+    predictions are too, and a set's features never cross to the host unused)."""
     exp = run.experiment
     step = _predict_step(exp, run.mesh)
+    keep = None if posthoc else (lambda name: not name.startswith(steps.POSTHOC_PREFIX))
     with numerics.precision(exp.config):
         raw = inference.predict_split(step, run.state.variables, run.state.method_state,
                                       run.mesh, split, batch_size or exp.config.eval_batch_size,
-                                      experiment.predict_key(exp.seed), on_batch=on_batch)
+                                      experiment.predict_key(exp.seed), on_batch=on_batch,
+                                      keep_output=keep)
     return steps.split_posthoc(raw)
 
 
