@@ -5,7 +5,8 @@ exits 0, and exceptions turned into one `error: ...` line and a documented exit 
 Exit status of every CLI:
     0   finished
     1   a crash (a bug: the traceback is printed)
-    2   bad input (config, data, workdir, flags): the message says what to fix; nothing was lost
+    2   bad input (config, data, workdir, flags), or out of device or host memory: the
+        message says what to fix; nothing was lost
     3   the run diverged (a non-finite loss) or ended at chance accuracy
         (`--config.allow_chance=True` when that is intended)
     74  a file could not be written (disk full, quota, I/O error): the previous checkpoint is
@@ -175,6 +176,12 @@ def guarded(body: Callable[[], int], debug: bool,
                 return _report(e, code, debug)
         if is_write_failure(e):
             return _report(e, EXIT_WRITE_FAILED, debug, prefix=_write_prefix(e))
+        memory = out_of_memory(e)
+        if memory is not None:
+            if debug:
+                traceback.print_exception(e)
+            print_error(memory)
+            return EXIT_BAD_INPUT
         if isinstance(e, KeyboardInterrupt):
             return _report("interrupted (Ctrl-C)", EXIT_INTERRUPTED, debug)
         if isinstance(e, BAD_INPUT) or "Failed loading config file" in str(e):
@@ -359,6 +366,26 @@ def quiet_write_failures():
             threading.excepthook, sys.unraisablehook = previous_hook, previous_unraisable_hook
             for logger in loggers:
                 logger.removeFilter(record_filter)
+
+
+def out_of_memory(error: BaseException) -> str | None:
+    """The `error:` line of an out-of-memory error anywhere in `error`'s chain
+    (`files.out_of_memory`); None for any other error. It is not a crash: the line says what
+    to lower."""
+    from gedl_jax import files
+
+    found = files.out_of_memory(error)
+    if found is None:
+        return None
+    device = not isinstance(found, MemoryError)
+    text = str(found).strip()
+    first = " ".join(text.splitlines()[0].split())[:240] if text else "MemoryError"
+    return (f"out of {'device' if device else 'host'} memory ({first}): what the run holds "
+            f"did not fit (the training and validation images, kept on the device; the model "
+            f"and its optimizer state; one batch's activations). Lower --config.batch_size (a "
+            f"new run) or --config.eval_batch_size (any time), train on fewer examples "
+            f"(--config.train_examples), or free the device (another process may hold its "
+            f"memory: nvidia-smi). Checkpoints already saved are intact.")
 
 
 def is_write_failure(error: BaseException) -> bool:

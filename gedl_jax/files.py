@@ -1,7 +1,9 @@
 """Writing result files safely: every file gedl-jax writes as a result (config.json,
 eval_results.json, eval_table.md, plots, tables) goes to a temporary file in the same folder
 and is renamed over the target, so a crash, a Ctrl-C or a full disk leaves either the old file
-or the new one, never half of one. Imports nothing from gedl_jax (every layer may use it)."""
+or the new one, never half of one. Also which errors are a full resource (a full disk, memory
+that ran out) rather than bad data or a bug. Imports nothing from gedl_jax (every layer may use
+it)."""
 
 from __future__ import annotations
 
@@ -60,6 +62,21 @@ def is_disk_full(error: BaseException) -> bool:
             return True
         error = error.__cause__ or error.__context__
     return False
+
+
+def out_of_memory(error: BaseException) -> BaseException | None:
+    """The out-of-memory error in `error`'s chain (XLA's RESOURCE_EXHAUSTED status on any
+    backend, or NumPy's MemoryError on the host), else None. Never evidence of a damaged file:
+    a checkpoint that fails to restore for want of memory is not set aside."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, MemoryError) or (
+                isinstance(error, RuntimeError)
+                and str(error).lstrip().startswith("RESOURCE_EXHAUSTED")):
+            return error
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def check_writable(folder: str | os.PathLike, what: str = "--workdir") -> None:

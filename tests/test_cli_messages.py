@@ -119,3 +119,58 @@ def test_a_long_evaluation_set_says_where_it_is_every_few_seconds(monkeypatch, c
     assert lines[0].startswith("post-hoc scores: evaluated train (the fit): 10 images in")
     assert "1 set(s) left, ETA" in lines[0]
     assert lines[1].startswith("post-hoc scores: evaluated test: 10 images in")
+
+
+def test_out_of_memory_is_one_line_that_says_what_to_lower_not_a_crash(capsys):
+    """XLA's RESOURCE_EXHAUSTED (a real one: an allocation no machine has) and NumPy's
+    MemoryError are exit 2 with one line naming the allocation and the settings to lower;
+    another runtime error is still a crash."""
+    def device_oom():
+        jnp.zeros((2**50,), jnp.uint8).block_until_ready()
+
+    def host_oom():
+        import numpy as np
+
+        np.zeros((2**46, 28, 28), np.uint8)
+
+    def wrapped():
+        try:
+            device_oom()
+        except RuntimeError as e:
+            raise ValueError("evaluating the test set failed") from e
+
+    for body, where in ((device_oom, "device"), (host_oom, "host"), (wrapped, "device")):
+        assert cli.guarded(lambda b=body: b() or 0, debug=False) == cli.EXIT_BAD_INPUT
+        err = capsys.readouterr().err
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"error: out of {where} memory ("), err
+        assert "--config.batch_size" in lines[0] and "--config.eval_batch_size" in lines[0]
+        assert "Traceback" not in err
+    assert "RESOURCE_EXHAUSTED" in cli.out_of_memory(_raised(device_oom))
+    assert cli.out_of_memory(RuntimeError("INTERNAL: something else")) is None
+
+    def crash():
+        raise RuntimeError("INTERNAL: something else")
+
+    assert cli.guarded(crash, debug=False) == cli.EXIT_CRASH
+    assert "a crash" in capsys.readouterr().err
+
+
+def _raised(body) -> BaseException:
+    try:
+        body()
+    except BaseException as e:  # noqa: BLE001
+        return e
+    raise AssertionError("no error")
+
+
+def test_a_training_run_out_of_memory_exits_2_with_one_line(tmp_path):
+    from training_fixtures import cli_args, write_tiny_mnist
+
+    args = cli_args(tmp_path / "w", write_tiny_mnist(tmp_path / "data"), eval_batch_size=2**36)
+    proc = subprocess.run(args, cwd=REPO, env=subprocess_env(tmp_path / "cache"),
+                          capture_output=True, text=True, timeout=300)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 2 and len(errors) == 1, proc.stderr
+    assert errors[0].startswith("error: out of host memory (Unable to allocate")
+    assert "Traceback" not in proc.stderr

@@ -270,6 +270,51 @@ def test_no_checkpoint_restores_is_one_error_and_nothing_is_renamed(finished, tm
     assert sorted(p.relative_to(workdir) for p in workdir.rglob("*")) == before
 
 
+def test_a_checkpoint_that_runs_out_of_memory_is_not_set_aside_as_damaged(
+        finished, tmp_path, monkeypatch, fast_compile):
+    """Memory that runs out while a checkpoint restores (a GPU another process fills) says
+    nothing about the file: resume and evaluation stop with that error, nothing renamed."""
+    import shutil
+
+    import jax.numpy as jnp
+
+    from gedl_jax import cli, evaluate
+    from gedl_jax.run import checkpointing
+
+    try:   # a real out-of-memory error: an allocation no machine has
+        jnp.zeros((2**50,), jnp.uint8).block_until_ready()
+    except RuntimeError as e:
+        oom = e
+
+    def first_call_out_of_memory(method):
+        """`method`, whose first call runs out of memory: the next checkpoint would restore,
+        so a restore that took the error for damage would set the first one aside."""
+        calls = []
+
+        def patched(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == 1:
+                raise oom
+            return method(*args, **kwargs)
+        return patched
+
+    c, _, reference = finished
+    workdir = tmp_path / "w"
+    shutil.copytree(reference, workdir)
+    before = sorted(p.relative_to(workdir) for p in workdir.rglob("*"))
+    with monkeypatch.context() as m:
+        m.setattr(checkpointing.RunCheckpoints, "restore_last",
+                  first_call_out_of_memory(checkpointing.RunCheckpoints.restore_last))
+        with pytest.raises(RuntimeError, match="RESOURCE_EXHAUSTED") as raised:
+            train.train_and_evaluate(c, workdir)
+    assert cli.out_of_memory(raised.value).startswith("out of device memory (RESOURCE_")
+    monkeypatch.setattr(checkpointing.RunCheckpoints, "_restore",
+                        first_call_out_of_memory(checkpointing.RunCheckpoints._restore))
+    with pytest.raises(RuntimeError, match="RESOURCE_EXHAUSTED"):
+        evaluate.evaluate_workdir(workdir, results_dir=tmp_path / "out")
+    assert sorted(p.relative_to(workdir) for p in workdir.rglob("*")) == before
+
+
 # --------------------------------------------------------------- 5. divergence, chance level
 def test_a_run_at_chance_level_says_so_and_exits_3_unless_allowed(tmp_path):
     data = write_tiny_mnist(tmp_path / "data")

@@ -21,6 +21,7 @@ from typing import Any
 import jax
 import orbax.checkpoint as ocp
 
+from gedl_jax import files
 from gedl_jax.run.rundir import ConfigMismatchError
 
 
@@ -229,6 +230,8 @@ def restore_for_resume(ckpt: RunCheckpoints, abstract_state, step: int,
     try:
         return ckpt.restore_last(abstract_state, step)
     except Exception as e:  # noqa: BLE001 (Orbax and TensorStore raise many kinds)
+        if files.out_of_memory(e) is not None:   # not a checkpoint that does not fit
+            raise
         raise no_checkpoint_restores(workdir, "last", [(step, e)]) from None
 
 
@@ -246,6 +249,8 @@ def restore_for_evaluation(ckpt: RunCheckpoints, abstract_state, workdir, log=pr
         try:
             state, meta = ckpt._restore(manager, step, abstract_state)
         except Exception as e:  # noqa: BLE001 (Orbax and TensorStore raise many kinds)
+            if files.out_of_memory(e) is not None:   # not damage: rename nothing
+                raise
             failures.append((manager, kind, step, e))
             continue
         for bad_manager, _, bad_step, error in failures:

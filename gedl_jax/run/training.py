@@ -142,6 +142,8 @@ def _restore(runs: list[SeedRun], program: programs.SeedProgram, mesh,
             try:
                 restored.append(run_.ckpt.restore_last(seed_abstract, resume_step))
             except Exception as e:  # noqa: BLE001 (Orbax and TensorStore raise many kinds)
+                if files.out_of_memory(e) is not None:   # not damage: rename nothing
+                    raise
                 failures.append((run_, resume_step, e))
                 break
         if len(restored) < len(runs):
