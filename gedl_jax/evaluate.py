@@ -120,8 +120,14 @@ def _define_flags() -> None:
     flags.DEFINE_multi_string("ood", [], "Extra OOD set (repeatable): a dataset name (e.g. "
                               "kmnist), npz:<path> (an .npz file with test_images), "
                               "tfds:<name>, images:<folder> (image files, resized to the "
-                              "model's input by the run's config.image_resize), or a folder of "
+                              "model's input by --image_resize, else the run's "
+                              "config.image_resize), or a folder of "
                               "MNIST-format IDX files (t10k-images-idx3-ubyte.gz, ...).")
+    flags.DEFINE_enum("image_resize", None, list(configuration.ALLOWED["image_resize"]),
+                      "How an images:<folder> OOD "
+                      "set's images of another size become the model's input (default: the "
+                      "run's config.image_resize): crop (aspect kept, scaled to cover, centre "
+                      "cut; torchvision Resize+CenterCrop) or stretch (resized to the input).")
     flags.DEFINE_multi_string("ood_group", [], "GROUP=SET (repeatable): put OOD set SET (as "
                               "--ood or the run's config names it) in the near or far group of "
                               "the OpenOOD-style group means, over the run's config.ood_groups "
@@ -170,6 +176,8 @@ def main(argv=None) -> int:
             calibrate = True   # a pretrained model's evaluation prints every table
         if calibrate is not None:
             overrides["calibrate"] = bool(calibrate)
+        if FLAGS.image_resize:
+            overrides["image_resize"] = FLAGS.image_resize
         if FLAGS.ood_group:
             data.parse_ood_groups(FLAGS.ood_group)   # a malformed entry: before any work
             overrides["ood_groups"] = tuple(FLAGS.ood_group)

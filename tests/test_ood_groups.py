@@ -1,7 +1,8 @@
-"""Near/far groups for the user's own OOD sets: `config.ood_groups` and `evaluate --ood_group`
-("GROUP=SET"), parsed, checked against the sets a run evaluates before any work, merged over the
-registry's groups, and averaged into `ood_groups.<group>` like the registered sets (the means
-recomputed here from the per-set results). Generated data only."""
+"""Evaluating the user's own OOD sets: near/far groups (`config.ood_groups`, `evaluate
+--ood_group`: "GROUP=SET") parsed, checked against the sets a run evaluates before any work,
+merged over the registry's groups and averaged into `ood_groups.<group>` like the registered
+sets (the means recomputed here from the per-set results); their labels in the tables; and
+`evaluate --image_resize`. Generated data only."""
 
 from __future__ import annotations
 
@@ -184,3 +185,36 @@ def test_the_command_line_gives_the_entries_with_their_equals_signs(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == repr(("far=images:/d/tex tures",
                                                          "near=npz:a=b.npz"))
+
+
+def test_evaluate_image_resize_chooses_how_an_image_folder_set_is_sized(run_with_groups,
+                                                                         tmp_path):
+    """`evaluate --image_resize` (over the run's config.image_resize): the predictions of an
+    images:<folder> set of wide colour images are those of the folder loaded with that mode."""
+    from PIL import Image
+
+    from gedl_jax import evaluation
+
+    root = run_with_groups[0]
+    rng = np.random.default_rng(5)
+    (tmp_path / "wide").mkdir()
+    for i in range(4):
+        Image.fromarray(rng.integers(0, 256, (20, 44, 3), dtype=np.uint8)).save(
+            tmp_path / "wide" / f"{i}.png")
+    name = f"images:{tmp_path / 'wide'}"
+    run = workdir_lib.restore_run(root / "w")
+    probs = {}
+    for mode in ("crop", "stretch"):
+        proc = subprocess.run([sys.executable, "-m", "gedl_jax.evaluate",
+                               f"--workdir={root / 'w'}", f"--ood={name}",
+                               f"--image_resize={mode}", f"--out={tmp_path / mode}"],
+                              cwd=REPO, env=subprocess_env(tmp_path / "cli_cache"),
+                              capture_output=True, text=True, timeout=240)
+        assert proc.returncode == 0, proc.stderr
+        probs[mode] = evaluation.load_predictions(
+            tmp_path / mode / "predictions.npz")[f"ood/{name}"].probs
+        split = data.load_own_ood(name, like=(28, 28, 1), image_resize=mode,
+                                  cache_dir=tmp_path / "cache")
+        np.testing.assert_array_equal(probs[mode],
+                                      workdir_lib.predict(run, split, with_labels=False).probs)
+    assert not np.array_equal(probs["crop"], probs["stretch"])
