@@ -221,6 +221,7 @@ RESUME_SAFE_FIELDS = frozenset({
     "data_mirror", "run_name",
     "eval_examples", "coordinator_address", "num_processes", "process_id", "mc_samples",
     "epoch_eval", "allow_chance", "conformal_alpha", "calibrate", "aupr_trapezoidal",
+    "bootstrap_samples", "bootstrap_confidence",
     "posthoc_scores",
     # equal parameters on a CPU; on a GPU equal to rounding (deterministic) and bit for bit
     # (steps_per_dispatch: tests/test_multi_step.py)
@@ -388,6 +389,9 @@ def _evaluation_fields(c: ml_collections.ConfigDict) -> None:
                                        # temperature scaling (categorical), evidence scale (EDL
                                        # family); calibrated rows in every table
     c.aupr_trapezoidal = False         # also OpenOOD's trapezoidal AUPR (its own table)
+    c.bootstrap_samples = 0            # > 0: percentile intervals of every metric over that
+                                       # many resamples of the test and OOD examples (a table)
+    c.bootstrap_confidence = 0.95      # the intervals' level
     c.posthoc_scores = "auto"          # post-hoc OOD scores of a softmax / EDL-family network
                                        # (evaluation.posthoc): "auto" = every one its network
                                        # gives the inputs for, "none", or a comma list of msp,
@@ -825,8 +829,7 @@ def validate_config(c: ml_collections.ConfigDict, num_devices: int = 1) -> None:
     if c.ensemble_size < 0 or c.ensemble_size == 1:
         raise ValueError(f"config.ensemble_size={c.ensemble_size} must be 0 (no ensemble) or "
                          f">= 2 members")
-    if not 0.0 < c.get("conformal_alpha", 0.1) < 1.0:
-        raise ValueError(f"config.conformal_alpha={c.conformal_alpha!r} must be in (0, 1)")
+    _validate_evaluation(c)
     if not 0.0 < c.val_fraction < 1.0:
         raise ValueError(f"config.val_fraction={c.val_fraction!r} must be in (0, 1)")
     if c.batch_size % num_devices:
@@ -865,6 +868,18 @@ def validate_config(c: ml_collections.ConfigDict, num_devices: int = 1) -> None:
         if c.model == "vgg16" and c.dataset in ("mnist", "fashion_mnist"):
             raise ValueError("config.model='vgg16' needs 32x32 RGB input; MNIST-family data is "
                              "28x28x1: use config.model='convnet'")
+
+
+def _validate_evaluation(c: ml_collections.ConfigDict) -> None:
+    """The evaluation extras' fields (`_evaluation_fields`)."""
+    if not 0.0 < c.get("conformal_alpha", 0.1) < 1.0:
+        raise ValueError(f"config.conformal_alpha={c.conformal_alpha!r} must be in (0, 1)")
+    if not 0.0 < c.get("bootstrap_confidence", 0.95) < 1.0:
+        raise ValueError(f"config.bootstrap_confidence={c.bootstrap_confidence!r} must be in "
+                         f"(0, 1)")
+    if c.get("bootstrap_samples", 0) < 0 or c.get("bootstrap_samples", 0) == 1:
+        raise ValueError(f"config.bootstrap_samples={c.bootstrap_samples!r} must be 0 (none) or "
+                         f">= 2 (1,000 is usual)")
 
 
 def _validate_no_repeats(c: ml_collections.ConfigDict) -> None:

@@ -128,6 +128,10 @@ def _define_flags() -> None:
                       "set's images of another size become the model's input (default: the "
                       "run's config.image_resize): crop (aspect kept, scaled to cover, centre "
                       "cut; torchvision Resize+CenterCrop) or stretch (resized to the input).")
+    flags.DEFINE_integer("bootstrap_samples", None, "Percentile intervals of every metric "
+                         "over N resamples of the test and OOD examples (a table; "
+                         "config.bootstrap_samples; seconds a thousand replicates on a CPU, "
+                         "timed in the output). Default: as the run was configured (0: none).")
     flags.DEFINE_multi_string("ood_group", [], "GROUP=SET (repeatable): put OOD set SET (as "
                               "--ood or the run's config names it) in the near or far group of "
                               "the OpenOOD-style group means, over the run's config.ood_groups "
@@ -161,6 +165,27 @@ def _define_flags() -> None:
     flags.DEFINE_bool("debug", False, "Show the traceback of an error (also GEDL_DEBUG=1).")
 
 
+def _overrides(FLAGS) -> dict[str, Any]:
+    """The config fields the flags change for this evaluation (`saved_config`'s overrides)."""
+    overrides: dict[str, Any] = {"data_dir": FLAGS.data_dir} if FLAGS.data_dir else {}
+    calibrate = FLAGS.calibrate
+    if calibrate is None and FLAGS.pretrained:
+        calibrate = True   # a pretrained model's evaluation prints every table
+    if calibrate is not None:
+        overrides["calibrate"] = bool(calibrate)
+    if FLAGS.bootstrap_samples is not None:
+        if FLAGS.bootstrap_samples < 0 or FLAGS.bootstrap_samples == 1:
+            raise ValueError(f"--bootstrap_samples={FLAGS.bootstrap_samples} must be 0 (none) "
+                             f"or >= 2 (1,000 is usual)")
+        overrides["bootstrap_samples"] = FLAGS.bootstrap_samples
+    if FLAGS.image_resize:
+        overrides["image_resize"] = FLAGS.image_resize
+    if FLAGS.ood_group:
+        data.parse_ood_groups(FLAGS.ood_group)   # a malformed entry: before any work
+        overrides["ood_groups"] = tuple(FLAGS.ood_group)
+    return overrides
+
+
 def main(argv=None) -> int:
     """The command line `python -m gedl_jax.evaluate` (module docstring); returns the exit
     status."""
@@ -170,17 +195,7 @@ def main(argv=None) -> int:
     FLAGS = flags.FLAGS
 
     def body() -> int:
-        overrides = {"data_dir": FLAGS.data_dir} if FLAGS.data_dir else {}
-        calibrate = FLAGS.calibrate
-        if calibrate is None and FLAGS.pretrained:
-            calibrate = True   # a pretrained model's evaluation prints every table
-        if calibrate is not None:
-            overrides["calibrate"] = bool(calibrate)
-        if FLAGS.image_resize:
-            overrides["image_resize"] = FLAGS.image_resize
-        if FLAGS.ood_group:
-            data.parse_ood_groups(FLAGS.ood_group)   # a malformed entry: before any work
-            overrides["ood_groups"] = tuple(FLAGS.ood_group)
+        overrides = _overrides(FLAGS)
         if FLAGS.pretrained:
             if FLAGS.workdir or FLAGS.corruptions or FLAGS.as_method:
                 raise ValueError("--pretrained evaluates a registered model: give no --workdir, "

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from gedl_jax.evaluation import bootstrap as bootstrap_lib
 from gedl_jax.evaluation import calibration as calibration_lib
 from gedl_jax.evaluation import metrics, sections
 from gedl_jax.evaluation import scores as scores_lib
@@ -75,6 +76,11 @@ CONVENTIONS: dict[str, str] = {
                   "run's config.ood_groups declares so; "
                   "ood_groups.<group>.detection: the unweighted mean over those sets of each "
                   "detection metric (null if any set's value is null).",
+    "bootstrap": "bootstrap (only with bootstrap_samples > 0): percentile intervals [low, high] "
+                 "at bootstrap_confidence and the standard error se of each metric over "
+                 "bootstrap_samples replicates that draw the test examples and, independently, "
+                 "each OOD set's examples with replacement (seeded); undefined = replicates "
+                 "where the metric is undefined, left out. gedl_jax.evaluation.bootstrap.",
     "aupr_trapezoidal": "aupr_in_trapezoidal / aupr_out_trapezoidal (only with "
                         "aupr_trapezoidal=True): OpenOOD v1.5's AUPR, the trapezoidal area "
                         "sklearn.metrics.auc(recall, precision) through precision_recall_curve's "
@@ -302,6 +308,10 @@ class EvaluationOptions:
       base_rate: the EDL family's base rate a, (K,), for "evidence_scale"; None = uniform.
       ood_groups: {OOD set: "near" | "far"}; sets not named are in no group.
       aupr_trapezoidal: also OpenOOD's trapezoidal AUPR-in / AUPR-out per OOD set and score.
+      bootstrap_samples: > 0: percentile intervals of the metrics over that many replicates of
+        the test and OOD examples ("bootstrap"; ``gedl_jax.evaluation.bootstrap``); 0: none.
+      bootstrap_confidence: the intervals' level.
+      bootstrap_seed: seeds the replicates' draws.
     """
 
     conformal_alpha: float = 0.1
@@ -311,6 +321,9 @@ class EvaluationOptions:
     base_rate: tuple[float, ...] | None = None
     ood_groups: Mapping[str, str] | None = None
     aupr_trapezoidal: bool = False
+    bootstrap_samples: int = 0
+    bootstrap_confidence: float = 0.95
+    bootstrap_seed: int = 0
 
     def __post_init__(self):
         if not 0.0 < float(self.conformal_alpha) < 1.0:
@@ -318,6 +331,13 @@ class EvaluationOptions:
         if self.calibrator not in CALIBRATORS:
             raise ValueError(f"calibrator must be one of {CALIBRATORS}, got "
                              f"{self.calibrator!r}.")
+        if int(self.bootstrap_samples) != self.bootstrap_samples or \
+                self.bootstrap_samples < 0 or self.bootstrap_samples == 1:
+            raise ValueError(f"bootstrap_samples must be 0 (none) or an integer >= 2, got "
+                             f"{self.bootstrap_samples}.")
+        if not 0.0 < float(self.bootstrap_confidence) < 1.0:
+            raise ValueError(f"bootstrap_confidence must lie in (0, 1), got "
+                             f"{self.bootstrap_confidence}.")
         bad = {g for g in (self.ood_groups or {}).values()} - set(sections.GROUPS)
         if bad:
             raise ValueError(f"ood_groups values must be in {sections.GROUPS}, got {sorted(bad)}.")
@@ -420,8 +440,10 @@ def evaluate_predictions(id_predictions: Predictions,
        ["validation": {"num_examples", "accuracy"},
         "conformal": {"alpha", "seed", "sets": {method: {"coverage", "mean_set_size", ...}}}],
        ["posthoc_calibration": {...}, "calibrated": {the same sections, calibrated}],
+       ["bootstrap": bootstrap.bootstrap_section(...)],
        "evaluation_options": options.as_dict()}
-    (bracketed parts: with ood_groups, with a validation split, with calibrate=True).
+    (bracketed parts: with ood_groups, with a validation split, with calibrate=True, with
+    bootstrap_samples > 0).
     """
     ood_predictions = dict(ood_predictions or {})
     options = options or EvaluationOptions()
@@ -431,6 +453,12 @@ def evaluate_predictions(id_predictions: Predictions,
         raise ValueError("calibrate=True needs validation predictions (calibration is fitted "
                          "on the validation split, never on the test set).")
     result = _evaluate(idd, ood_predictions, num_bins, validation, options)
+    if options.bootstrap_samples:
+        result["bootstrap"] = bootstrap_lib.bootstrap_section(
+            idd.probs, idd.labels, idd.scores,
+            {name: o.scores for name, o in ood_predictions.items()}, result["scores"],
+            int(options.bootstrap_samples), float(options.bootstrap_confidence),
+            int(options.bootstrap_seed), num_bins)
     if options.calibrate:
         fit, calibrated = calibrated_predictions(
             validation, {"test": idd, **{f"ood/{k}": v for k, v in ood_predictions.items()}},

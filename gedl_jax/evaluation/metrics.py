@@ -40,6 +40,10 @@ __all__ = [
     "fpr_at_tpr",
     "misclassification_detection",
     "ood_detection",
+    "average_precision_of_curve",
+    "auroc_of_curve",
+    "fpr_at_tpr_of_curve",
+    "equal_width_bins",
 ]
 
 # Rows of probs_NxK must sum to 1 within this tolerance (float32 softmax / alpha/S sums are ~1e-6).
@@ -248,6 +252,14 @@ class CalibrationResult:
         }
 
 
+def equal_width_bins(conf_N: np.ndarray, num_bins: int) -> np.ndarray:
+    """The equal-width bin of each confidence in [0, 1]: bin b is (b/num_bins, (b+1)/num_bins],
+    and a confidence of exactly 0 goes to bin 0 (`expected_calibration_error`)."""
+    edges = np.linspace(0.0, 1.0, num_bins + 1)
+    # side="left": conf in (edges[b], edges[b+1]] -> b + 1, hence (lower, upper] bins.
+    return np.clip(np.searchsorted(edges, conf_N, side="left") - 1, 0, num_bins - 1)
+
+
 def expected_calibration_error(probs_NxK: Any, labels_N: Any, num_bins: int = 15,
                                binning: str = "equal_width", *, mask_N: Any = None
                                ) -> CalibrationResult:
@@ -275,8 +287,7 @@ def expected_calibration_error(probs_NxK: Any, labels_N: Any, num_bins: int = 15
 
     if binning == "equal_width":
         edges = np.linspace(0.0, 1.0, num_bins + 1)
-        # side="left": conf in (edges[b], edges[b+1]] -> b + 1, hence (lower, upper] bins.
-        bin_N = np.clip(np.searchsorted(edges, conf_N, side="left") - 1, 0, num_bins - 1)
+        bin_N = equal_width_bins(conf_N, num_bins)
         lower, upper = edges[:-1].copy(), edges[1:].copy()
     else:
         order = np.argsort(conf_N, kind="stable")
@@ -315,7 +326,13 @@ def average_precision(is_positive_N: Any, scores_N: Any, *, mask_N: Any = None) 
     is_positive_N, scores_N = _binary_inputs(is_positive_N, scores_N, mask_N)
     if not is_positive_N.any():
         return _undefined("Average precision", "positive")
-    tps, fps = _binary_curve(is_positive_N, scores_N)
+    return average_precision_of_curve(*_binary_curve(is_positive_N, scores_N))
+
+
+def average_precision_of_curve(tps: np.ndarray, fps: np.ndarray) -> float:
+    """`average_precision` from the cumulative true/false positive counts at each distinct
+    threshold, highest first (`_binary_curve`; each point with some example at its threshold,
+    and some positive)."""
     precision = tps / (tps + fps)
     # sum_n (R_n - R_{n-1}) P_n with the recall steps as integer counts, divided once at the end
     # (so that e.g. perfect separation gives exactly 1.0).
@@ -334,7 +351,11 @@ def auroc(is_positive_N: Any, scores_N: Any, *, mask_N: Any = None) -> float:
         return _undefined("AUROC", "positive")
     if is_positive_N.all():
         return _undefined("AUROC", "negative")
-    tps, fps = _binary_curve(is_positive_N, scores_N)
+    return auroc_of_curve(*_binary_curve(is_positive_N, scores_N))
+
+
+def auroc_of_curve(tps: np.ndarray, fps: np.ndarray) -> float:
+    """`auroc` from a `_binary_curve` (`average_precision_of_curve`; positives and negatives)."""
     # Trapezoids on the integer count grid (exact in float64 below 2**53), one division at the end.
     tps, fps = np.r_[0.0, tps], np.r_[0.0, fps]
     twice_area = np.sum(np.diff(fps) * (tps[1:] + tps[:-1]))
@@ -359,7 +380,12 @@ def fpr_at_tpr(is_positive_N: Any, scores_N: Any, tpr: float = 0.95, *,
         return _undefined("FPR at TPR", "positive")
     if is_positive_N.all():
         return _undefined("FPR at TPR", "negative")
-    tps, fps = _binary_curve(is_positive_N, scores_N)
+    return fpr_at_tpr_of_curve(*_binary_curve(is_positive_N, scores_N), tpr)
+
+
+def fpr_at_tpr_of_curve(tps: np.ndarray, fps: np.ndarray, tpr: float = 0.95) -> float:
+    """`fpr_at_tpr` from a `_binary_curve` (`average_precision_of_curve`; positives and
+    negatives)."""
     tpr_curve = tps / tps[-1]
     fpr_curve = fps / fps[-1]
     # FPR is non-decreasing along the curve, so the first index reaching tpr has the minimum.

@@ -217,7 +217,8 @@ def results_table(results: Sequence[Mapping[str, Any]] | Mapping[str, Sequence[M
     if extra:
         parts += t.calibration() + t.details()
         parts += (t.posthoc_scores() + t.selective() + t.scod() + t.conformal()
-                  + t.ood_groups() + t.trapezoidal() + t.posthoc() + t.calibrators())
+                  + t.ood_groups() + t.trapezoidal() + t.bootstrap() + t.posthoc()
+                  + t.calibrators())
     return "\n\n".join(parts) + "\n"
 
 
@@ -544,6 +545,61 @@ class _Tables:
                 f"sets of each group ({self.esc(sets)}), mean ± sample std (ddof=1) over "
                 f"{self.seeds}; in %. In-distribution positive; FPR95 lower is better.",
                 _render(header, rows, self.latex)]
+
+    def bootstrap(self) -> list[str]:
+        """The bootstrap intervals (results' "bootstrap") of the methods with one run each:
+        value [low, high] at the run's confidence. Over several seeds each run's intervals stay
+        in its eval_results.json (their mean is no interval)."""
+        single = {name: runs[0] for name, runs in self.groups.items()
+                  if len(runs) == 1 and isinstance(runs[0].get("bootstrap"), Mapping)
+                  and name not in self.calibrated_rows}
+        if not single:
+            return []
+        dash = "--" if self.latex else "–"
+
+        def cell(value, bounds, scale):
+            if value is None or not isinstance(bounds, Mapping) or bounds.get("low") is None:
+                return dash
+            digits = 2 if scale == 100 else 4
+            return (f"{value * scale:.{digits}f} [{bounds['low'] * scale:.{digits}f}, "
+                    f"{bounds['high'] * scale:.{digits}f}]")
+
+        id_keys = (("accuracy", "Acc", 100), ("nll", "NLL", 1), ("brier", "Brier", 1),
+                   ("ece", "ECE", 1))
+        id_rows, rows = [], []
+        for name, run in single.items():
+            boot, esc = run["bootstrap"], self.esc
+            id_rows.append([esc(name)] + [cell(_node(run, ("id", k)), _node(boot, ("id", k)),
+                                               scale) for k, _, scale in id_keys])
+            for s, label in _PAPER_SCORES:
+                conf = ("id", "misclassification", s)
+                if _node(run, conf) is not None:
+                    rows.append([esc(name), "Conf.", label,
+                                 cell(_node(run, conf + ("aupr",)),
+                                      _node(boot, conf + ("aupr",)), 100), dash,
+                                 cell(_node(run, conf + ("auroc",)),
+                                      _node(boot, conf + ("auroc",)), 100), dash])
+            for o in self.ood_names:
+                for s, label in _PAPER_SCORES:
+                    path = ("ood", o, "detection", s)
+                    if _node(run, path) is not None:
+                        rows.append([esc(name), self.set_label(o), label] + [
+                            cell(_node(run, path + (k,)), _node(boot, ("ood", o, s, k)), 100)
+                            for k in ("aupr_in", "aupr_out", "auroc", "fpr95")])
+        settings = {(r["bootstrap"]["settings"]["samples"],
+                     r["bootstrap"]["settings"]["confidence"]) for r in single.values()}
+        level = "; ".join(f"{c:.0%} over {b:,} replicates" for b, c in sorted(settings))
+        note = (f"Bootstrap intervals of each single run ({level}; percentile method): the test "
+                f"examples and, independently, each OOD set's examples drawn with replacement; "
+                f"value [low, high]")
+        return [self.comment + note + ". Acc in %, NLL, Brier and ECE (15 equal-width bins) as "
+                "fractions.",
+                _render([self.esc(h) for h in ["Method", "Acc", "NLL", "Brier", "ECE"]],
+                        id_rows, self.latex),
+                self.comment + note + "; in %. Conf.: correct positive; AUPR-in / AUROC: "
+                "in-distribution positive; AUPR-out: OOD positive; FPR95 lower is better.",
+                _render([self.esc(h) for h in ["Method", "Set", "Score", "AUPR-in", "AUPR-out",
+                                               "AUROC", "FPR95"]], rows, self.latex)]
 
     def trapezoidal(self) -> list[str]:
         """OpenOOD's trapezoidal AUPR, only where the results hold it (aupr_trapezoidal=True)."""

@@ -24,6 +24,7 @@ from gedl_jax.networks import user
 from gedl_jax.run import (
     checkpointing,
     experiment,
+    heartbeat,
     inference,
     numerics,
     optimizer,
@@ -202,7 +203,8 @@ class _EvalProgress:
 
 def evaluation_options(exp: experiment.Experiment,
                        ood_names=()) -> core.EvaluationOptions:
-    """The run's `EvaluationOptions`: config.conformal_alpha / calibrate / aupr_trapezoidal,
+    """The run's `EvaluationOptions`: config.conformal_alpha / calibrate / aupr_trapezoidal /
+    bootstrap_samples / bootstrap_confidence,
     near/far groups of its OOD sets (`data.ood_group`: config.ood_groups, else the registry's),
     and the calibrator of its method
     (`Method.calibrator`: the evidence scale for the EDL family, whose alpha = e + W a;
@@ -215,7 +217,9 @@ def evaluation_options(exp: experiment.Experiment,
         calibrate=bool(config.get("calibrate", False)),
         calibrator=exp.method.calibrator, base_rate=exp.method.base_rate,
         ood_groups={k: v for k, v in groups.items() if v is not None},
-        aupr_trapezoidal=bool(config.get("aupr_trapezoidal", False)))
+        aupr_trapezoidal=bool(config.get("aupr_trapezoidal", False)),
+        bootstrap_samples=int(config.get("bootstrap_samples", 0)),
+        bootstrap_confidence=float(config.get("bootstrap_confidence", 0.95)))
 
 
 def evaluate_run(run: RestoredRun, workdir, extra_ood: tuple[str, ...] = (),
@@ -246,8 +250,12 @@ def evaluate_run(run: RestoredRun, workdir, extra_ood: tuple[str, ...] = (),
             ood_preds[name], outputs[f"ood/{name}"] = _predict_with_posthoc(
                 run, split, with_labels=False, on_batch=progress.batch(name))
             progress.done(name)
-    results = core.evaluate_predictions(id_pred, ood_preds, validation=val_pred,
-                                        options=evaluation_options(exp, ood_preds))
+    options = evaluation_options(exp, ood_preds)
+    replicates = (f" and {options.bootstrap_samples:,} bootstrap replicates"
+                  if options.bootstrap_samples else "")
+    with heartbeat.announced(f"computing the metrics{replicates}"):
+        results = core.evaluate_predictions(id_pred, ood_preds, validation=val_pred,
+                                            options=options)
     posthoc_scores = None
     names = posthoc_names(exp)
     if names:

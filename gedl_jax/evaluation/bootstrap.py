@@ -1,0 +1,197 @@
+"""Bootstrap confidence intervals of a single run's metrics over its test examples.
+
+A mean ± std over seeds says how much training varies; it says nothing about how much a number
+would move on another draw of test examples, which is what a single run (your own network, one
+seed) needs. With ``EvaluationOptions(bootstrap_samples=B)`` (``config.bootstrap_samples``,
+``evaluate --bootstrap_samples``) the evaluation adds ``results["bootstrap"]``: for each metric a
+percentile interval ``[low, high]`` at ``bootstrap_confidence`` (default 0.95) and the
+bootstrap standard error ``se`` (the replicates' std, ddof=1), from B replicates in which:
+
+* the in-distribution test examples are drawn n times with replacement (one draw per replicate,
+  shared by every metric and OOD set of that replicate);
+* each OOD set's examples are drawn m times with replacement, independently of the test set and
+  of the other OOD sets (a stream per set, keyed by its name, so adding a set moves no other
+  set's interval).
+
+Metrics: accuracy, NLL, Brier, 15-bin equal-width ECE and misclassification AUPR / AUROC of each
+score on the test set; AUPR-in, AUPR-out, AUROC and FPR95 of each score and OOD set. A replicate
+in which a metric is undefined (no misclassified example drawn) is left out of that metric's
+interval and counted in ``undefined``.
+
+Each replicate's value is the metric of the resampled arrays, as ``gedl_jax.evaluation.metrics``
+computes it (ties included): the examples are ranked once, and a replicate counts how often each
+tied run of scores was drawn (``tests/test_bootstrap.py`` checks it against the metric functions
+on explicitly resampled arrays, and the intervals' coverage on data of known AUROC and accuracy).
+The intervals are the percentile method (Efron & Tibshirani, 1993, ch. 13): simple and
+transformation-respecting; BCa would need a jackknife pass of n metric evaluations per metric.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from gedl_jax.evaluation import metrics
+
+__all__ = ["bootstrap_section", "detection_replicates", "id_replicates", "interval",
+           "resample_indices"]
+
+DETECTION_KEYS = ("aupr_in", "aupr_out", "auroc", "fpr95")
+ID_KEYS = ("accuracy", "nll", "brier", "ece")
+
+
+def resample_indices(n: int, samples: int, seed: int, stream: str) -> Iterator[np.ndarray]:
+    """`samples` rows of n int32 indices drawn uniformly with replacement from range(n), one row
+    at a time (a (samples, n) array of a large test set would not fit), seeded by (seed, the
+    CRC-32 of `stream`): the same rows for the same set name and seed."""
+    rng = np.random.default_rng([int(seed), zlib.crc32(stream.encode())])
+    for _ in range(int(samples)):
+        yield rng.integers(0, n, size=n, dtype=np.int32)
+
+
+class _Ranking:
+    """Scores ranked once: each example's run of tied scores, from the highest run down
+    (`metrics._binary_curve`'s thresholds)."""
+
+    def __init__(self, scores_N: np.ndarray):
+        order = np.argsort(-scores_N, kind="stable")
+        ranked = scores_N[order]
+        starts = np.r_[True, ranked[1:] != ranked[:-1]]   # compare: +-inf ties work
+        self.num_runs = int(starts.sum())
+        self.run_N = np.empty(scores_N.size, np.int64)
+        self.run_N[order] = np.cumsum(starts) - 1
+
+    def curve(self, positive_runs: np.ndarray, negative_runs: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray]:
+        """The (tps, fps) curve of the examples whose runs are given (with repeats), over the
+        runs that hold at least one of them: the `_binary_curve` of those examples."""
+        pos = np.bincount(positive_runs, minlength=self.num_runs)
+        neg = np.bincount(negative_runs, minlength=self.num_runs)
+        drawn = (pos + neg) > 0
+        return (np.cumsum(pos[drawn], dtype=np.float64),
+                np.cumsum(neg[drawn], dtype=np.float64))
+
+
+def _ranking_values(tps: np.ndarray, fps: np.ndarray, keys: Sequence[str]) -> list[float]:
+    has_pos, has_neg = tps[-1] > 0, fps[-1] > 0
+    out = []
+    for key in keys:
+        if key == "aupr":
+            out.append(metrics.average_precision_of_curve(tps, fps) if has_pos else np.nan)
+        elif key == "auroc":
+            out.append(metrics.auroc_of_curve(tps, fps) if has_pos and has_neg else np.nan)
+        elif key == "fpr95":
+            out.append(metrics.fpr_at_tpr_of_curve(tps, fps, 0.95) if has_pos and has_neg
+                       else np.nan)
+    return out
+
+
+def detection_replicates(id_scores_N: np.ndarray, ood_scores_M: np.ndarray,
+                         id_draws: Iterable[np.ndarray], ood_draws: Iterable[np.ndarray]
+                         ) -> dict[str, np.ndarray]:
+    """{"aupr_in", "aupr_out", "auroc", "fpr95"}: (B,) values of `metrics.ood_detection` on
+    each replicate's resampled test and OOD scores (the b-th row of each of the draws)."""
+    id_scores_N = np.asarray(id_scores_N, np.float64)
+    ood_scores_M = np.asarray(ood_scores_M, np.float64)
+    ranking = _Ranking(np.concatenate([id_scores_N, ood_scores_M]))
+    id_runs, ood_runs = ranking.run_N[:id_scores_N.size], ranking.run_N[id_scores_N.size:]
+    out = []
+    last = ranking.num_runs - 1
+    for id_draw, ood_draw in zip(id_draws, ood_draws, strict=True):
+        tps, fps = ranking.curve(id_runs[id_draw], ood_runs[ood_draw])
+        aupr_in, auroc, fpr95 = _ranking_values(tps, fps, ("aupr", "auroc", "fpr95"))
+        # OOD positive with the negated score: the runs in reverse order
+        tps_out, fps_out = ranking.curve(last - ood_runs[ood_draw], last - id_runs[id_draw])
+        out.append((aupr_in, metrics.average_precision_of_curve(tps_out, fps_out), auroc,
+                    fpr95))
+    return dict(zip(DETECTION_KEYS, np.asarray(out, np.float64).reshape(-1, 4).T, strict=True))
+
+
+def id_replicates(probs_NxK: np.ndarray, labels_N: np.ndarray, scores: Mapping[str, Any],
+                  draws: Iterable[np.ndarray], num_bins: int = 15) -> dict[str, Any]:
+    """(B,) values on each replicate's resampled test examples: "accuracy", "nll", "brier"
+    (squared), "ece" (equal-width, `num_bins`), and "misclassification": {score: {"aupr",
+    "auroc"}} (correct predictions positive), as `metrics` computes them."""
+    probs_NxK = np.asarray(probs_NxK, np.float64)
+    labels_N = np.asarray(labels_N).astype(np.int64)
+    n = labels_N.size
+    correct_N = np.argmax(probs_NxK, axis=1) == labels_N
+    conf_N = np.clip(probs_NxK.max(axis=1), 0.0, 1.0)
+    p_true_N = probs_NxK[np.arange(n), labels_N]
+    eps = float(np.finfo(np.float64).eps)
+    nll_N = -np.log(np.clip(p_true_N, eps, 1.0 - eps))
+    onehot_NxK = np.eye(probs_NxK.shape[1], dtype=np.float64)[labels_N]
+    brier_N = np.sum((probs_NxK - onehot_NxK) ** 2, axis=1)
+    bin_N = metrics.equal_width_bins(conf_N, num_bins)
+    ranked = {s: _Ranking(np.asarray(v, np.float64)) for s, v in scores.items()}
+    values: dict[str, list[float]] = {k: [] for k in ID_KEYS}
+    ranking_values: dict[str, list[list[float]]] = {s: [] for s in scores}
+    for draw in draws:
+        # each example's multiplicity in the replicate: sums over the draw as weighted sums
+        weight_N = np.bincount(draw, minlength=n).astype(np.float64)
+        values["accuracy"].append(weight_N @ correct_N / n)
+        values["nll"].append(weight_N @ nll_N / n)
+        values["brier"].append(weight_N @ brier_N / n)
+        count = np.bincount(bin_N, weights=weight_N, minlength=num_bins)
+        gap = np.abs(np.bincount(bin_N, weights=weight_N * conf_N, minlength=num_bins)
+                     - np.bincount(bin_N, weights=weight_N * correct_N, minlength=num_bins))
+        values["ece"].append(float(np.sum(gap[count > 0]) / n))
+        drawn_correct = correct_N[draw]
+        for s, ranking in ranked.items():
+            runs = ranking.run_N[draw]
+            tps, fps = ranking.curve(runs[drawn_correct], runs[~drawn_correct])
+            ranking_values[s].append(_ranking_values(tps, fps, ("aupr", "auroc")))
+    out: dict[str, Any] = {k: np.asarray(v, np.float64) for k, v in values.items()}
+    out["misclassification"] = {
+        s: dict(zip(("aupr", "auroc"), np.asarray(v, np.float64).reshape(-1, 2).T, strict=True))
+        for s, v in ranking_values.items()}
+    return out
+
+
+def interval(values_B: np.ndarray, confidence: float) -> dict[str, float | int | None]:
+    """The percentile interval of the defined replicate values, their std (ddof=1) and how many
+    replicates left the metric undefined (NaN)."""
+    values_B = np.asarray(values_B, np.float64)
+    defined = values_B[~np.isnan(values_B)]
+    undefined = int(values_B.size - defined.size)
+    if defined.size < 2:
+        return {"low": None, "high": None, "se": None, "undefined": undefined}
+    tail = (1.0 - confidence) / 2.0
+    low, high = np.quantile(defined, [tail, 1.0 - tail])
+    return {"low": float(low), "high": float(high), "se": float(np.std(defined, ddof=1)),
+            "undefined": undefined}
+
+
+def bootstrap_section(probs_NxK: np.ndarray, labels_N: np.ndarray,
+                      id_scores: Mapping[str, np.ndarray],
+                      ood_scores: Mapping[str, Mapping[str, np.ndarray]],
+                      score_names: Sequence[str], samples: int, confidence: float = 0.95,
+                      seed: int = 0, num_bins: int = 15) -> dict[str, Any]:
+    """`results["bootstrap"]` (module docstring): {"settings", "id": {metric: interval,
+    "misclassification": {score: {metric: interval}}}, "ood": {set: {score: {metric:
+    interval}}}}. `ood_scores`: {set: {score: (M,) scores}}."""
+    if int(samples) < 2:
+        raise ValueError(f"bootstrap needs at least 2 samples, got {samples}.")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"bootstrap confidence must lie in (0, 1), got {confidence}.")
+    n = int(np.asarray(labels_N).size)
+    replicates = id_replicates(probs_NxK, labels_N, {s: id_scores[s] for s in score_names},
+                               resample_indices(n, samples, seed, "id"), num_bins)
+    section_id: dict[str, Any] = {k: interval(replicates[k], confidence) for k in ID_KEYS}
+    section_id["misclassification"] = {
+        s: {k: interval(v, confidence) for k, v in by_metric.items()}
+        for s, by_metric in replicates["misclassification"].items()}
+    section_ood = {}
+    for name, scores in ood_scores.items():
+        section_ood[name] = {}
+        for s in score_names:   # the same rows for every score: one replicate, every metric
+            m = int(np.asarray(scores[s]).size)
+            section_ood[name][s] = {k: interval(v, confidence) for k, v in detection_replicates(
+                id_scores[s], scores[s], resample_indices(n, samples, seed, "id"),
+                resample_indices(m, samples, seed, f"ood/{name}")).items()}
+    return {"settings": {"samples": int(samples), "confidence": float(confidence),
+                         "seed": int(seed), "method": "percentile", "ece_bins": int(num_bins)},
+            "id": section_id, "ood": section_ood}

@@ -1,0 +1,196 @@
+"""Bootstrap intervals (`gedl_jax.evaluation.bootstrap`): each replicate's value equals the
+metric of `evaluation.metrics` on the explicitly resampled arrays (ties and infinite scores
+included); the intervals cover known values at their level on simulated data; they agree with
+scipy.stats.bootstrap's percentile intervals; draws are seeded per set; and the section reaches
+the results, the tables and the command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+from scipy import stats
+from training_fixtures import REPO, TINY_FIELDS, subprocess_env, write_tiny_mnist
+
+from gedl_jax import configuration, train
+from gedl_jax.evaluation import bootstrap, core, metrics, report
+from compile_mode import fast_compilation
+
+
+def _rows(n, samples, seed, stream):
+    return np.stack(list(bootstrap.resample_indices(n, samples, seed, stream)))
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_each_replicate_is_the_metric_of_the_resampled_arrays(ties):
+    rng = np.random.default_rng(3)
+    n, m, k = 160, 90, 4
+    id_scores = rng.normal(0.8, 1.0, n)
+    ood_scores = rng.normal(0.0, 1.0, m)
+    if ties:   # few distinct values, ties across the sets, and infinite scores
+        id_scores, ood_scores = np.round(id_scores), np.round(ood_scores)
+        id_scores[:3], ood_scores[:2] = np.inf, -np.inf
+    probs = rng.dirichlet(np.full(k, 0.7), n)
+    labels = rng.integers(0, k, n)
+    id_draws, ood_draws = _rows(n, 40, 5, "id"), _rows(m, 40, 5, "ood/x")
+    detection = bootstrap.detection_replicates(id_scores, ood_scores, id_draws, ood_draws)
+    confidence = np.round(probs.max(1), 1) if ties else probs.max(1)
+    replicates = bootstrap.id_replicates(probs, labels, {"mp": confidence}, id_draws)
+    for b in range(40):
+        want = metrics.ood_detection(id_scores[id_draws[b]], ood_scores[ood_draws[b]])
+        for key, value in want.items():
+            assert detection[key][b] == value, (key, b)
+        p, y = probs[id_draws[b]], labels[id_draws[b]]
+        want_id = {"accuracy": metrics.accuracy(p, y), "nll": metrics.nll(p, y),
+                   "brier": metrics.brier_score(p, y),
+                   "ece": metrics.expected_calibration_error(p, y).ece}
+        for key, value in want_id.items():
+            assert replicates[key][b] == pytest.approx(value, rel=1e-12, abs=1e-15), (key, b)
+        mis = metrics.misclassification_detection(p.argmax(1) == y, confidence[id_draws[b]])
+        for key, value in mis.items():
+            assert replicates["misclassification"]["mp"][key][b] == value, (key, b)
+
+
+def test_intervals_cover_known_values_at_their_level():
+    """Scores N(1, 1) in distribution and N(0, 1) out: AUROC = Phi(1 / sqrt 2); predictions
+    correct with probability 0.7: accuracy 0.7. Over 120 simulated test sets the 90 % intervals
+    must cover both about 90 % of the time (binomial: 108 expected, sd 3.3; a swapped tail or a
+    shared draw for both sets falls far outside)."""
+    truth_auroc = stats.norm.cdf(1 / np.sqrt(2))
+    covered_auroc = covered_accuracy = 0
+    rng = np.random.default_rng(11)
+    for trial in range(120):
+        n, m = 150, 120
+        labels = rng.integers(0, 3, n)
+        right = rng.random(n) < 0.7
+        predicted = np.where(right, labels, (labels + 1 + rng.integers(0, 2, n)) % 3)
+        probs = np.full((n, 3), 0.2)
+        probs[np.arange(n), predicted] = 0.6
+        section = bootstrap.bootstrap_section(
+            probs, labels, {"mp": rng.normal(1, 1, n)}, {"x": {"mp": rng.normal(0, 1, m)}},
+            ["mp"], samples=300, confidence=0.9, seed=trial)
+        a = section["ood"]["x"]["mp"]["auroc"]
+        covered_auroc += a["low"] <= truth_auroc <= a["high"]
+        c = section["id"]["accuracy"]
+        covered_accuracy += c["low"] <= 0.7 <= c["high"]
+    assert 96 <= covered_auroc <= 119, covered_auroc
+    assert 96 <= covered_accuracy <= 119, covered_accuracy
+
+
+def test_percentile_intervals_agree_with_scipy():
+    rng = np.random.default_rng(2)
+    n, m = 400, 300
+    id_scores, ood_scores = rng.normal(0.7, 1, n), rng.normal(0, 1, m)
+    labels = rng.integers(0, 2, n)
+    probs = np.stack([1 - (p := rng.uniform(0.3, 1, n)), p], 1)
+    section = bootstrap.bootstrap_section(probs, labels, {"s": id_scores}, {"o": {"s": ood_scores}},
+                                          ["s"], samples=4000, confidence=0.95, seed=1)
+    correct = (probs.argmax(1) == labels).astype(float)
+    want = stats.bootstrap((correct,), np.mean, n_resamples=4000, method="percentile",
+                           confidence_level=0.95, random_state=7).confidence_interval
+    got = section["id"]["accuracy"]
+    assert got["low"] == pytest.approx(want.low, abs=0.006)
+    assert got["high"] == pytest.approx(want.high, abs=0.006)
+
+    def auroc(a, b):
+        return metrics.auroc(np.r_[np.ones(a.size, bool), np.zeros(b.size, bool)], np.r_[a, b])
+
+    want = stats.bootstrap((id_scores, ood_scores), auroc, n_resamples=2000,
+                           method="percentile", paired=False, vectorized=False,
+                           random_state=7).confidence_interval
+    got = section["ood"]["o"]["s"]["auroc"]
+    assert got["low"] == pytest.approx(want.low, abs=0.008)
+    assert got["high"] == pytest.approx(want.high, abs=0.008)
+    assert got["se"] == pytest.approx((want.high - want.low) / (2 * 1.96), rel=0.15)
+
+
+def test_draws_are_seeded_per_set_and_undefined_replicates_are_counted():
+    rng = np.random.default_rng(4)
+    n = 30
+    labels = rng.integers(0, 2, n)
+    probs = np.eye(2)[labels] * 0.8 + 0.1   # every prediction correct
+    probs[0] = probs[0][::-1]               # ... but one
+    scores = {"mp": probs.max(1)}
+    ood_b = {"mp": rng.normal(size=25)}
+    a_scores = rng.normal(size=20)
+    alone = bootstrap.bootstrap_section(probs, labels, scores, {"a": {"mp": a_scores}}, ["mp"],
+                                        samples=200, seed=0)
+    with_b = bootstrap.bootstrap_section(probs, labels, scores,
+                                         {"b": ood_b, "a": {"mp": a_scores}}, ["mp"],
+                                         samples=200, seed=0)
+    assert with_b["ood"]["a"] == alone["ood"]["a"] and with_b["id"] == alone["id"]
+    other_seed = bootstrap.bootstrap_section(probs, labels, scores, {"a": {"mp": a_scores}},
+                                             ["mp"], samples=200, seed=1)
+    assert other_seed["ood"]["a"] != alone["ood"]["a"]
+    # one misclassified example among 30: about (29/30)^30 = 36 % of replicates draw none
+    mis = alone["id"]["misclassification"]["mp"]["auroc"]
+    assert 40 <= mis["undefined"] <= 110 and mis["low"] is not None
+    assert bootstrap.interval(np.array([np.nan, 0.5, np.nan]), 0.9)["low"] is None
+
+
+def test_evaluate_predictions_adds_the_section_and_the_table_shows_it():
+    rng = np.random.default_rng(6)
+    n, m, k = 200, 150, 3
+    probs = rng.dirichlet(np.ones(k) * 2, n)
+    labels = rng.integers(0, k, n)
+    idd = core.Predictions(probs=probs, labels=labels, scores={"mp": probs.max(1)})
+    ood_probs = rng.dirichlet(np.ones(k), m)
+    ood = {"noise": core.Predictions(probs=ood_probs, labels=None,
+                                     scores={"mp": ood_probs.max(1)})}
+    plain = core.evaluate_predictions(idd, ood)
+    assert "bootstrap" not in plain
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = core.evaluate_predictions(
+            idd, ood, options=core.EvaluationOptions(bootstrap_samples=100,
+                                                     bootstrap_confidence=0.8))
+    section = res["bootstrap"]
+    assert section["settings"] == {"samples": 100, "confidence": 0.8, "seed": 0,
+                                   "method": "percentile", "ece_bins": 15}
+    acc = section["id"]["accuracy"]
+    assert acc["low"] <= res["id"]["accuracy"] <= acc["high"]
+    assert {k: v for k, v in res.items() if k not in ("bootstrap", "evaluation_options")} == \
+        {k: v for k, v in plain.items() if k != "evaluation_options"}
+    json.dumps(res)
+    text = report.results_table([{**res, "variant": "mine"}])
+    assert "Bootstrap intervals of each single run (80% over 100 replicates" in text
+    low, high = (section["ood"]["noise"]["mp"]["auroc"][k] * 100 for k in ("low", "high"))
+    value = res["ood"]["noise"]["detection"]["mp"]["auroc"] * 100
+    assert "| mine | noise | MP |" in text and f"{value:.2f} [{low:.2f}, {high:.2f}]" in text
+    # over several seeds the intervals stay in each run's results
+    assert "Bootstrap" not in report.results_table([{**res, "variant": "mine", "seed": s}
+                                                    for s in (0, 1)])
+    for bad in (1, -3):
+        with pytest.raises(ValueError, match="bootstrap_samples"):
+            core.EvaluationOptions(bootstrap_samples=bad)
+    with pytest.raises(ValueError, match="bootstrap_confidence"):
+        core.EvaluationOptions(bootstrap_samples=10, bootstrap_confidence=1.0)
+
+
+def test_a_run_and_the_evaluate_flag_write_the_intervals(tmp_path):
+    data_dir = write_tiny_mnist(tmp_path / "data")
+    c = configuration.build_config("mnist", "gedl")
+    configuration.set_fields(c, **{**TINY_FIELDS, "num_epochs": 1, "evaluate_at_end": True,
+                                   "data_dir": str(data_dir), "cache_dir": str(tmp_path / "c"),
+                                   "bootstrap_samples": 30})
+    with fast_compilation():
+        train.train_and_evaluate(c, tmp_path / "w")
+    trained = json.loads((tmp_path / "w" / "eval_results.json").read_text())
+    assert trained["bootstrap"]["settings"]["samples"] == 30
+    assert "Bootstrap intervals" in (tmp_path / "w" / "eval_table.md").read_text()
+    proc = subprocess.run([sys.executable, "-m", "gedl_jax.evaluate",
+                           f"--workdir={tmp_path / 'w'}", "--bootstrap_samples=40",
+                           f"--out={tmp_path / 'again'}"], cwd=REPO,
+                          env=subprocess_env(tmp_path / "cli"), capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    again = json.loads((tmp_path / "again" / "eval_results.json").read_text())
+    assert again["bootstrap"]["settings"]["samples"] == 40
+    assert again["id"] == trained["id"]   # the same predictions: only the intervals changed
+    with pytest.raises(ValueError, match="bootstrap_samples=1 must be 0"):
+        configuration.set_fields(c, bootstrap_samples=1)
+        configuration.validate_config(c)
