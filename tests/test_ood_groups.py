@@ -203,18 +203,16 @@ def test_evaluate_image_resize_chooses_how_an_image_folder_set_is_sized(run_with
             tmp_path / "wide" / f"{i}.png")
     name = f"images:{tmp_path / 'wide'}"
     run = workdir_lib.restore_run(root / "w")
-    probs = {}
-    for mode in ("crop", "stretch"):
-        proc = subprocess.run([sys.executable, "-m", "gedl_jax.evaluate",
-                               f"--workdir={root / 'w'}", f"--ood={name}",
-                               f"--image_resize={mode}", f"--out={tmp_path / mode}"],
-                              cwd=REPO, env=subprocess_env(tmp_path / "cli_cache"),
-                              capture_output=True, text=True, timeout=240)
-        assert proc.returncode == 0, proc.stderr
-        probs[mode] = evaluation.load_predictions(
-            tmp_path / mode / "predictions.npz")[f"ood/{name}"].probs
-        split = data.load_own_ood(name, like=(28, 28, 1), image_resize=mode,
-                                  cache_dir=tmp_path / "cache")
-        np.testing.assert_array_equal(probs[mode],
-                                      workdir_lib.predict(run, split, with_labels=False).probs)
+    # the run's config says crop; the flag asks for stretch
+    assert run.experiment.config.image_resize == "crop"
+    proc = subprocess.run([sys.executable, "-m", "gedl_jax.evaluate", f"--workdir={root / 'w'}",
+                           f"--ood={name}", "--image_resize=stretch", f"--out={tmp_path / 'out'}"],
+                          cwd=REPO, env=subprocess_env(tmp_path / "cli_cache"),
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    written = evaluation.load_predictions(tmp_path / "out" / "predictions.npz")[f"ood/{name}"]
+    probs = {mode: workdir_lib.predict(run, data.load_own_ood(
+        name, like=(28, 28, 1), image_resize=mode, cache_dir=tmp_path / "cache"),
+        with_labels=False).probs for mode in ("crop", "stretch")}
+    np.testing.assert_array_equal(written.probs, probs["stretch"])
     assert not np.array_equal(probs["crop"], probs["stretch"])
