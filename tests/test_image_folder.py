@@ -203,6 +203,20 @@ def test_what_an_ood_folder_refuses_is_one_line_naming_it(tmp_path):
     with pytest.raises(data.CorruptDataError, match="more than 8 bits") as e:
         load(tmp_path / "deep")
     cases.append(e)
+    # Pillow's decompression-bomb guard (here lowered: 40 x 40 is over twice 700 pixels)
+    _save(tmp_path / "bomb" / "0.png", _rgb(rng, 40, 40))
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(Image, "MAX_IMAGE_PIXELS", 700)
+        with pytest.raises(data.CorruptDataError, match=r"0\.png: .*Downscale the image") as e:
+            load(tmp_path / "bomb")
+        cases.append(e)
+        (tmp_path / "bomb_ds" / "train" / "a").mkdir(parents=True)
+        (tmp_path / "bomb_ds" / "test" / "a").mkdir(parents=True)
+        for split in ("train", "test"):   # a dataset reads the training headers first
+            _save(tmp_path / "bomb_ds" / split / "a" / "0.png", _rgb(rng, 40, 40))
+        with pytest.raises(data.CorruptDataError, match="Downscale the image") as e:
+            data.load_own(f"images:{tmp_path / 'bomb_ds'}", cache_dir=cache)
+        cases.append(e)
     _save(tmp_path / "ok" / "0.png", _rgb(rng, 8, 8))
     for like, match in [((12,), r"\(12,\)"), ((8, 8, 4), r"\(8, 8, 4\)")]:
         with pytest.raises(ValueError, match=match) as e:

@@ -127,6 +127,9 @@ def _open(path: Path):
     try:
         image = Image.open(path)
         image.load()
+    except Image.DecompressionBombError as e:   # Pillow's guard: over 2 x MAX_IMAGE_PIXELS
+        raise CorruptDataError(f"{path}: {e} Downscale the image first (or, if you trust the "
+                               f"file, raise PIL.Image.MAX_IMAGE_PIXELS)") from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
         if image is not None:   # opened, then its pixels failed to decode (a truncated file)
             image.close()
@@ -310,7 +313,7 @@ def _is_gray(path: Path) -> bool:
     try:
         with Image.open(path) as image:   # the header only: no pixels are decoded
             return image.mode in _GRAY_MODES
-    except (OSError, SyntaxError, ValueError):
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
         _open(path)   # raises the error that names the file
         raise
 
