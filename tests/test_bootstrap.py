@@ -194,3 +194,94 @@ def test_a_run_and_the_evaluate_flag_write_the_intervals(tmp_path):
     with pytest.raises(ValueError, match="bootstrap_samples=1 must be 0"):
         configuration.set_fields(c, bootstrap_samples=1)
         configuration.validate_config(c)
+
+
+def _predictions(rng, n, m, k, noise):
+    """A run's {"test", "ood/far"} Predictions on fixed labels: its scores track the truth
+    with `noise`."""
+    labels = np.arange(n) % k
+    logits = np.eye(k)[labels] * 2 + rng.normal(0, noise, (n, k))
+    probs = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+    ood = rng.dirichlet(np.ones(k), m)
+    other = "neg_entropy"   # a second score, of noise
+    return {"test": core.Predictions(probs=probs, labels=labels,
+                                     scores={"mp": probs.max(1), other: rng.normal(size=n)}),
+            "ood/far": core.Predictions(probs=ood, labels=None,
+                                        scores={"mp": ood.max(1), other: rng.normal(size=m)})}
+
+
+def test_paired_differences_are_the_differences_of_the_same_resamples():
+    rng = np.random.default_rng(8)
+    a, b = _predictions(rng, 120, 80, 3, 1.0), _predictions(rng, 120, 80, 3, 2.5)
+    section = bootstrap.paired_section(a, b, ["mp"], samples=60, confidence=0.9, seed=3)
+    id_draws, ood_draws = _rows(120, 60, 3, "id"), _rows(80, 60, 3, "ood/far")
+    diffs = {"accuracy": [], "auroc": []}
+    for b_ in range(60):
+        i, o = id_draws[b_], ood_draws[b_]
+        diffs["accuracy"].append(
+            metrics.accuracy(a["test"].probs[i], a["test"].labels[i])
+            - metrics.accuracy(b["test"].probs[i], b["test"].labels[i]))
+        diffs["auroc"].append(
+            metrics.ood_detection(a["test"].scores["mp"][i], a["ood/far"].scores["mp"][o])["auroc"]
+            - metrics.ood_detection(b["test"].scores["mp"][i],
+                                    b["ood/far"].scores["mp"][o])["auroc"])
+    for key, got in (("accuracy", section["id"]["accuracy"]),
+                     ("auroc", section["ood"]["far"]["mp"]["auroc"])):
+        want = bootstrap.interval(np.array(diffs[key]), 0.9)
+        assert got["low"] == pytest.approx(want["low"], abs=1e-12), key
+        assert got["high"] == pytest.approx(want["high"], abs=1e-12), key
+        assert got["a_better"] == pytest.approx(np.mean(np.array(diffs[key]) > 0)), key
+    acc = section["id"]["accuracy"]
+    assert acc["a"] == metrics.accuracy(a["test"].probs, a["test"].labels)
+    assert acc["difference"] == pytest.approx(acc["a"] - acc["b"])
+    assert section["id"]["ece"]["a_better"] is not None   # lower ECE counts as better
+    # a run against itself: every difference is 0, never better
+    same = bootstrap.paired_section(a, a, ["mp"], samples=30)
+    assert same["id"]["accuracy"]["low"] == same["id"]["accuracy"]["high"] == 0.0
+    assert same["ood"]["far"]["mp"]["auroc"]["a_better"] == 0.0
+    with pytest.raises(ValueError, match="test sets differ"):
+        other = dict(b, test=core.Predictions(probs=b["test"].probs[1:],
+                                              labels=b["test"].labels[1:], scores={}))
+        bootstrap.paired_section(a, other, ["mp"], samples=10)
+
+
+def test_pairing_narrows_the_interval_of_a_shared_difficulty():
+    """Two runs that share most of their per-example behaviour (B = A with a few predictions
+    changed): the paired interval of the accuracy difference is far narrower than the two
+    runs' separate intervals, which is what pairing is for."""
+    rng = np.random.default_rng(9)
+    a = _predictions(rng, 600, 50, 4, 1.5)
+    probs = a["test"].probs.copy()
+    flip = rng.choice(600, 12, replace=False)
+    probs[flip] = probs[flip][:, ::-1]
+    b = {**a, "test": core.Predictions(probs=probs, labels=a["test"].labels,
+                                       scores={**a["test"].scores, "mp": probs.max(1)})}
+    paired = bootstrap.paired_section(a, b, ["mp"], samples=400)["id"]["accuracy"]
+    alone = bootstrap.bootstrap_section(a["test"].probs, a["test"].labels, a["test"].scores, {},
+                                        ["mp"], samples=400)["id"]["accuracy"]
+    assert (paired["high"] - paired["low"]) < 0.3 * (alone["high"] - alone["low"])
+
+
+def test_compare_runs_reads_two_evaluated_folders_and_prints_one_table(tmp_path, capsys):
+    from gedl_jax.evaluation import compare, saved
+
+    rng = np.random.default_rng(10)
+    for name, noise in (("gedl", 0.8), ("edl", 2.0)):
+        run = _predictions(rng, 150, 60, 3, noise)
+        (tmp_path / name).mkdir()
+        saved.save_predictions(tmp_path / name / "predictions.npz", run["test"],
+                               {"far": run["ood/far"]})
+        (tmp_path / name / "eval_results.json").write_text(json.dumps({"variant": name}))
+    out = tmp_path / "cmp.json"
+    assert compare.main([str(tmp_path / "gedl"), str(tmp_path / "edl"), "--samples=200",
+                         f"--out={out}"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("> Paired bootstrap: A = gedl") and "B = edl" in text
+    assert "| Acc | test | – |" in text and "| AUROC | far | mp |" in text
+    numbers = json.loads(out.read_text())
+    assert numbers["settings"]["samples"] == 200 and numbers["settings"]["paired"]
+    assert list(numbers["ood"]["far"]) == ["mp"]   # neg_entropy is not a default score
+    assert compare.main([str(tmp_path / "gedl"), str(tmp_path / "nowhere")]) == 2
+    assert "no predictions.npz" in capsys.readouterr().err
+    assert compare.main([str(tmp_path / "gedl"), str(tmp_path / "edl"), "--scores=um"]) == 2
+    assert "score(s) ['um'] are not in both runs" in capsys.readouterr().err

@@ -14,7 +14,8 @@ demand: ``from gedl_jax.evaluation import plots``). The metrics themselves are i
 ``gedl_jax.evaluation.metrics``. Beyond the paper: ``selective`` (AURC, risk-coverage),
 ``conformal`` (LAC / APS / RAPS sets), ``calibration`` (temperature / evidence scale, fitted on
 validation data), ``ood_aupr`` (OpenOOD's trapezoidal AUPR), ``bootstrap`` (intervals of a
-single run's metrics over resampled test and OOD examples), ``sections`` (how the results
+single run's metrics over resampled test and OOD examples), ``compare`` (two runs' paired
+bootstrap, bin/compare_runs.py), ``sections`` (how the results
 hold them), ``saved`` (``predictions.npz``), and ``evaluate_model`` (``any_model``: any model's
 predict function, run in padded jitted batches; imported on first use).
 """

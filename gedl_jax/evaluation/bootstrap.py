@@ -37,7 +37,7 @@ import numpy as np
 from gedl_jax.evaluation import metrics
 
 __all__ = ["bootstrap_section", "detection_replicates", "id_replicates", "interval",
-           "resample_indices"]
+           "paired_section", "replicates", "resample_indices"]
 
 DETECTION_KEYS = ("aupr_in", "aupr_out", "auroc", "fpr95")
 ID_KEYS = ("accuracy", "nll", "brier", "ece")
@@ -165,6 +165,40 @@ def interval(values_B: np.ndarray, confidence: float) -> dict[str, float | int |
             "undefined": undefined}
 
 
+def _check(samples: int, confidence: float) -> None:
+    if int(samples) < 2:
+        raise ValueError(f"bootstrap needs at least 2 samples, got {samples}.")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"bootstrap confidence must lie in (0, 1), got {confidence}.")
+
+
+def replicates(probs_NxK: np.ndarray, labels_N: np.ndarray, id_scores: Mapping[str, np.ndarray],
+               ood_scores: Mapping[str, Mapping[str, np.ndarray]], score_names: Sequence[str],
+               samples: int, seed: int = 0, num_bins: int = 15) -> dict[str, Any]:
+    """Every metric's (samples,) replicate values: {"id": `id_replicates`, "ood": {set:
+    {score: `detection_replicates`}}}. Two runs on the same examples get the same draws from
+    the same `seed` (a paired comparison: `paired_section`)."""
+    n = int(np.asarray(labels_N).size)
+    out: dict[str, Any] = {"id": id_replicates(
+        probs_NxK, labels_N, {s: id_scores[s] for s in score_names},
+        resample_indices(n, samples, seed, "id"), num_bins), "ood": {}}
+    for name, scores in ood_scores.items():
+        out["ood"][name] = {}
+        for s in score_names:   # the same rows for every score: one replicate, every metric
+            m = int(np.asarray(scores[s]).size)
+            out["ood"][name][s] = detection_replicates(
+                id_scores[s], scores[s], resample_indices(n, samples, seed, "id"),
+                resample_indices(m, samples, seed, f"ood/{name}"))
+    return out
+
+
+def _map_leaves(fn, *trees):
+    """`fn` of the arrays at the same place in `trees` (nested dicts of replicate arrays)."""
+    if isinstance(trees[0], Mapping):
+        return {k: _map_leaves(fn, *(t[k] for t in trees)) for k in trees[0]}
+    return fn(*trees)
+
+
 def bootstrap_section(probs_NxK: np.ndarray, labels_N: np.ndarray,
                       id_scores: Mapping[str, np.ndarray],
                       ood_scores: Mapping[str, Mapping[str, np.ndarray]],
@@ -173,25 +207,96 @@ def bootstrap_section(probs_NxK: np.ndarray, labels_N: np.ndarray,
     """`results["bootstrap"]` (module docstring): {"settings", "id": {metric: interval,
     "misclassification": {score: {metric: interval}}}, "ood": {set: {score: {metric:
     interval}}}}. `ood_scores`: {set: {score: (M,) scores}}."""
-    if int(samples) < 2:
-        raise ValueError(f"bootstrap needs at least 2 samples, got {samples}.")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"bootstrap confidence must lie in (0, 1), got {confidence}.")
-    n = int(np.asarray(labels_N).size)
-    replicates = id_replicates(probs_NxK, labels_N, {s: id_scores[s] for s in score_names},
-                               resample_indices(n, samples, seed, "id"), num_bins)
-    section_id: dict[str, Any] = {k: interval(replicates[k], confidence) for k in ID_KEYS}
-    section_id["misclassification"] = {
-        s: {k: interval(v, confidence) for k, v in by_metric.items()}
-        for s, by_metric in replicates["misclassification"].items()}
-    section_ood = {}
-    for name, scores in ood_scores.items():
-        section_ood[name] = {}
-        for s in score_names:   # the same rows for every score: one replicate, every metric
-            m = int(np.asarray(scores[s]).size)
-            section_ood[name][s] = {k: interval(v, confidence) for k, v in detection_replicates(
-                id_scores[s], scores[s], resample_indices(n, samples, seed, "id"),
-                resample_indices(m, samples, seed, f"ood/{name}")).items()}
-    return {"settings": {"samples": int(samples), "confidence": float(confidence),
-                         "seed": int(seed), "method": "percentile", "ece_bins": int(num_bins)},
-            "id": section_id, "ood": section_ood}
+    _check(samples, confidence)
+    values = replicates(probs_NxK, labels_N, id_scores, ood_scores, score_names, samples, seed,
+                        num_bins)
+    return {"settings": _settings(samples, confidence, seed, num_bins),
+            **_map_leaves(lambda v: interval(v, confidence), values)}
+
+
+def _settings(samples: int, confidence: float, seed: int, num_bins: int) -> dict[str, Any]:
+    return {"samples": int(samples), "confidence": float(confidence), "seed": int(seed),
+            "method": "percentile", "ece_bins": int(num_bins)}
+
+
+def paired_section(a: Mapping[str, Any], b: Mapping[str, Any], score_names: Sequence[str],
+                   samples: int, confidence: float = 0.95, seed: int = 0,
+                   num_bins: int = 15) -> dict[str, Any]:
+    """Two runs on the same test and OOD examples compared: for every metric, the percentile
+    interval of the difference A - B over replicates that draw the same examples for both
+    (paired), with "a" and "b" the metric on all examples, "difference" = a - b, and
+    "a_better", the fraction of replicates in which A is better (higher, or lower for NLL,
+    Brier, ECE and FPR95). `a`, `b`: {"test": Predictions, "ood/<set>": Predictions}
+    (`load_predictions` of each run's predictions.npz); the OOD sets both have are compared.
+    Raises ValueError when the test sets differ (sizes or labels)."""
+    _check(samples, confidence)
+    ta, tb = a["test"], b["test"]
+    if ta.labels is None or tb.labels is None or not np.array_equal(ta.labels, tb.labels):
+        raise ValueError("the two runs' test sets differ (sizes or labels): a paired comparison "
+                         "needs the same examples in the same order")
+    sets = [k[len("ood/"):] for k in a if k.startswith("ood/") and k in b]
+    for name in sets:
+        if a[f"ood/{name}"].num_examples != b[f"ood/{name}"].num_examples:
+            raise ValueError(f"OOD set {name!r} has {a[f'ood/{name}'].num_examples} examples in "
+                             f"one run and {b[f'ood/{name}'].num_examples} in the other")
+    missing = [s for s in score_names if s not in ta.scores or s not in tb.scores]
+    if missing:
+        raise ValueError(f"score(s) {missing} are not in both runs (A: {sorted(ta.scores)}, "
+                         f"B: {sorted(tb.scores)})")
+
+    def values(run, draws_samples):
+        return replicates(run["test"].probs, run["test"].labels, run["test"].scores,
+                          {n: run[f"ood/{n}"].scores for n in sets}, score_names,
+                          draws_samples, seed, num_bins)
+
+    full = {"id": np.arange(ta.num_examples)}   # the point values: all examples, once
+    point_a, point_b = (_point(run, sets, score_names, full, num_bins) for run in (a, b))
+
+    def compare(va, vb, pa, pb, lower_is_better):
+        diff = va - vb
+        entry = interval(diff, confidence)
+        defined = ~np.isnan(diff)
+        better = (diff < 0) if lower_is_better else (diff > 0)
+        entry.update({"a": pa, "b": pb, "difference": pa - pb,
+                      "a_better": float(better[defined].mean()) if defined.any() else None})
+        return entry
+
+    va, vb = values(a, samples), values(b, samples)
+    out = {"id": {k: compare(va["id"][k], vb["id"][k], point_a["id"][k], point_b["id"][k],
+                             k in ("nll", "brier", "ece")) for k in ID_KEYS},
+           "ood": {}}
+    out["id"]["misclassification"] = {
+        s: {k: compare(va["id"]["misclassification"][s][k], vb["id"]["misclassification"][s][k],
+                       point_a["id"]["misclassification"][s][k],
+                       point_b["id"]["misclassification"][s][k], False)
+            for k in ("aupr", "auroc")} for s in score_names}
+    for name in sets:
+        out["ood"][name] = {
+            s: {k: compare(va["ood"][name][s][k], vb["ood"][name][s][k],
+                           point_a["ood"][name][s][k], point_b["ood"][name][s][k],
+                           k == "fpr95") for k in DETECTION_KEYS} for s in score_names}
+    return {"settings": {**_settings(samples, confidence, seed, num_bins), "paired": True},
+            **out}
+
+
+def _point(run, sets, score_names, full, num_bins) -> dict[str, Any]:
+    """The metrics of `run` on all its examples, shaped like `replicates`' values (one
+    "replicate" drawing every example once)."""
+    values = _replicates_of_draws(run, sets, score_names, full, num_bins)
+    return _map_leaves(lambda v: float(v[0]), values)
+
+
+def _replicates_of_draws(run, sets, score_names, draws: Mapping[str, np.ndarray],
+                        num_bins: int) -> dict[str, Any]:
+    """`replicates` for one given draw of each set (`draws`: {"id": indices, "ood/<set>":
+    indices; a set left out is drawn whole, in order})."""
+    test = run["test"]
+    out: dict[str, Any] = {"id": id_replicates(
+        test.probs, test.labels, {s: test.scores[s] for s in score_names}, [draws["id"]],
+        num_bins), "ood": {}}
+    for name in sets:
+        o = run[f"ood/{name}"]
+        ood_draw = draws.get(f"ood/{name}", np.arange(o.num_examples))
+        out["ood"][name] = {s: detection_replicates(test.scores[s], o.scores[s], [draws["id"]],
+                                                    [ood_draw]) for s in score_names}
+    return out

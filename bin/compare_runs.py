@@ -1,0 +1,17 @@
+"""Compare two evaluated runs on the same examples: a paired bootstrap of every metric's
+difference A - B, with its interval and how often A is better.
+
+    python bin/compare_runs.py RUN_A RUN_B [--samples 2000] [--confidence 0.95] [--seed 0]
+                               [--scores mp,um] [--out FILE.md|FILE.json]
+
+RUN_A and RUN_B are results folders of `python -m gedl_jax.evaluate` or `gedl_jax.train`
+(their predictions.npz) on the same test set; gedl_jax/evaluation/compare.py says what the
+numbers mean.
+"""
+
+import sys
+
+from gedl_jax.evaluation.compare import main
+
+if __name__ == "__main__":
+    sys.exit(main())

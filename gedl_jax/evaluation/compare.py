@@ -1,0 +1,133 @@
+"""Two evaluated runs compared on the same examples: a paired bootstrap of every metric's
+difference (``bin/compare_runs.py``).
+
+    python bin/compare_runs.py runs/mnist_gedl runs/mnist_edl [--samples 2000] [--out FILE.md]
+
+Each argument is a run's results folder (its ``predictions.npz``, which every evaluation writes)
+or that file. Both must hold the same test set (same labels in the same order, as two runs on one
+dataset do); the OOD sets they share are compared. Each replicate draws the test examples, and
+each OOD set's examples, with replacement, the same draws for both runs
+(``bootstrap.paired_section``), so the interval of A - B leaves out the variation the two runs
+share: a difference whose interval excludes 0 is one that other draws of the test examples would
+keep. It says nothing about training seeds: for that, compare several seeds per method
+(``bin/report.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gedl_jax import files
+from gedl_jax.evaluation import bootstrap, saved
+
+__all__ = ["compare_runs", "main", "paired_table"]
+
+PREDICTIONS_FILENAME = "predictions.npz"
+DEFAULT_SCORES = ("mp", "um")
+
+
+def _predictions(path) -> tuple[str, dict[str, Any]]:
+    path = pathlib.Path(path)
+    file = path / PREDICTIONS_FILENAME if path.is_dir() else path
+    if not file.is_file():
+        raise FileNotFoundError(f"{path}: no {PREDICTIONS_FILENAME} (give an evaluated run's "
+                                f"folder: python -m gedl_jax.evaluate writes it)")
+    results = file.with_name("eval_results.json")
+    name = path.name if path.is_dir() else file.parent.name
+    if results.is_file():   # the method's name, as the tables name it
+        with open(results) as f:
+            name = str(json.load(f).get("variant") or name)
+    return name, saved.load_predictions(file)
+
+
+def compare_runs(a, b, samples: int = 2000, confidence: float = 0.95, seed: int = 0,
+                 scores: Sequence[str] | None = None) -> dict[str, Any]:
+    """`bootstrap.paired_section` of the runs at `a` and `b` (results folders or their
+    predictions.npz), over `scores` (default: those of "mp" and "um" both runs have), with
+    "a" and "b" naming them."""
+    (name_a, pa), (name_b, pb) = _predictions(a), _predictions(b)
+    shared = [s for s in pa["test"].scores if s in pb["test"].scores]
+    chosen = [s for s in DEFAULT_SCORES if s in shared] if scores is None else list(scores)
+    if not chosen:
+        raise ValueError(f"the runs share no score to compare (A: {sorted(pa['test'].scores)}, "
+                         f"B: {sorted(pb['test'].scores)})")
+    section = bootstrap.paired_section(pa, pb, chosen, samples, confidence, seed)
+    return {"a": {"name": name_a, "path": str(a)}, "b": {"name": name_b, "path": str(b)},
+            **section}
+
+
+def paired_table(comparison: Mapping[str, Any]) -> str:
+    """Markdown: each metric's A, B and A - B [low, high], and the fraction of replicates in
+    which A is better."""
+    settings = comparison["settings"]
+
+    def row(metric, where, score, entry, scale):
+        digits = 2 if scale == 100 else 4
+        if entry["low"] is None:
+            interval = "–"
+        else:
+            interval = (f"{entry['difference'] * scale:+.{digits}f} "
+                        f"[{entry['low'] * scale:+.{digits}f}, "
+                        f"{entry['high'] * scale:+.{digits}f}]")
+        better = "–" if entry["a_better"] is None else f"{entry['a_better']:.3f}"
+        return (f"| {metric} | {where} | {score} | {entry['a'] * scale:.{digits}f} | "
+                f"{entry['b'] * scale:.{digits}f} | {interval} | {better} |")
+
+    a, b = comparison["a"]["name"], comparison["b"]["name"]
+    lines = [f"> Paired bootstrap: A = {a} ({comparison['a']['path']}), B = {b} "
+             f"({comparison['b']['path']}). A - B with its {settings['confidence']:.0%} "
+             f"percentile interval over {settings['samples']:,} replicates that draw the same "
+             f"test examples (and the same examples of each OOD set) for both runs; 'A better': "
+             f"the fraction of replicates in which A is better (higher; lower for NLL, Brier, "
+             f"ECE and FPR95). Acc, AUPR, AUROC and FPR95 in %; NLL, Brier and ECE as "
+             f"fractions. Seed {settings['seed']}.",
+             "",
+             "| Metric | Set | Score | A | B | A - B [low, high] | A better |",
+             "|---|:---:|:---:|:---:|:---:|:---:|:---:|"]
+    test = comparison["id"]
+    for key, label, scale in (("accuracy", "Acc", 100), ("nll", "NLL", 1), ("brier", "Brier", 1),
+                              ("ece", "ECE", 1)):
+        lines.append(row(label, "test", "–", test[key], scale))
+    for score, by_metric in test["misclassification"].items():
+        for key, label in (("aupr", "Conf. AUPR"), ("auroc", "Conf. AUROC")):
+            lines.append(row(label, "test", score, by_metric[key], 100))
+    for name, by_score in comparison["ood"].items():
+        for score, by_metric in by_score.items():
+            for key, label in (("aupr_in", "AUPR-in"), ("aupr_out", "AUPR-out"),
+                               ("auroc", "AUROC"), ("fpr95", "FPR95")):
+                lines.append(row(label, name, score, by_metric[key], 100))
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line (bin/compare_runs.py): bad input is one `error:` line and exit 2."""
+    from gedl_jax import cli
+
+    parser = cli.ArgumentParser(
+        description="Compare two evaluated runs on the same examples: a paired bootstrap of "
+                    "every metric's difference A - B.")
+    parser.add_argument("run_a", help="run A: its results folder (predictions.npz) or the file")
+    parser.add_argument("run_b", help="run B, on the same test set")
+    parser.add_argument("--samples", type=int, default=2000, help="replicates (default 2000)")
+    parser.add_argument("--confidence", type=float, default=0.95,
+                        help="the intervals' level (default 0.95)")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the draws (default 0)")
+    parser.add_argument("--scores", help="comma-separated scores (default: mp,um where both "
+                                         "runs have them)")
+    parser.add_argument("--out", help="also write the table (.md) or the numbers (.json) here")
+    return cli.run_argparse(parser, _main, argv)
+
+
+def _main(args: Any) -> int:
+    comparison = compare_runs(args.run_a, args.run_b, args.samples, args.confidence, args.seed,
+                              args.scores.split(",") if args.scores else None)
+    text = paired_table(comparison)
+    print(text, end="")
+    if args.out:
+        out = pathlib.Path(args.out)
+        files.write_text(out, json.dumps(comparison, indent=2) if out.suffix == ".json"
+                         else text)
+    return 0
