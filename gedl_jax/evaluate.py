@@ -124,14 +124,14 @@ def _define_flags() -> None:
                               "config.image_resize), or a folder of "
                               "MNIST-format IDX files (t10k-images-idx3-ubyte.gz, ...).")
     flags.DEFINE_enum("image_resize", None, list(configuration.ALLOWED["image_resize"]),
-                      "How an images:<folder> OOD "
-                      "set's images of another size become the model's input (default: the "
-                      "run's config.image_resize): crop (aspect kept, scaled to cover, centre "
-                      "cut; torchvision Resize+CenterCrop) or stretch (resized to the input).")
+                      "How an images:<folder> OOD set's images of another size become the "
+                      "model's input (default: the run's config.image_resize): crop (aspect "
+                      "kept, scaled to cover, centre cut; torchvision Resize+CenterCrop) or "
+                      "stretch (resized to the input).")
     flags.DEFINE_integer("bootstrap_samples", None, "Percentile intervals of every metric "
-                         "over N resamples of the test and OOD examples (a table; "
-                         "config.bootstrap_samples; seconds a thousand replicates on a CPU, "
-                         "timed in the output). Default: as the run was configured (0: none).")
+                         "over N resamples of the test and OOD examples, in a table of their "
+                         "own (config.bootstrap_samples; a line says how long they took). "
+                         "Default: as the run was configured (0: none).")
     flags.DEFINE_multi_string("ood_group", [], "GROUP=SET (repeatable): put OOD set SET (as "
                               "--ood or the run's config names it) in the near or far group of "
                               "the OpenOOD-style group means, over the run's config.ood_groups "
