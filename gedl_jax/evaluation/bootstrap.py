@@ -64,15 +64,24 @@ class _Ranking:
         self.run_N = np.empty(scores_N.size, np.int64)
         self.run_N[order] = np.cumsum(starts) - 1
 
-    def curve(self, positive_runs: np.ndarray, negative_runs: np.ndarray
-              ) -> tuple[np.ndarray, np.ndarray]:
-        """The (tps, fps) curve of the examples whose runs are given (with repeats), over the
-        runs that hold at least one of them: the `_binary_curve` of those examples."""
+    def counts(self, positive_runs: np.ndarray, negative_runs: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """How many of the given examples (their runs, with repeats) fall in each run, from
+        the highest run down, over the runs that hold at least one of them: (positives,
+        negatives)."""
         pos = np.bincount(positive_runs, minlength=self.num_runs)
         neg = np.bincount(negative_runs, minlength=self.num_runs)
         drawn = (pos + neg) > 0
-        return (np.cumsum(pos[drawn], dtype=np.float64),
-                np.cumsum(neg[drawn], dtype=np.float64))
+        return pos[drawn], neg[drawn]
+
+    def curve(self, positive_runs: np.ndarray, negative_runs: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray]:
+        """The (tps, fps) curve of the given examples: their `_binary_curve`."""
+        return _curve(*self.counts(positive_runs, negative_runs))
+
+
+def _curve(pos_R: np.ndarray, neg_R: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return np.cumsum(pos_R, dtype=np.float64), np.cumsum(neg_R, dtype=np.float64)
 
 
 def _ranking_values(tps: np.ndarray, fps: np.ndarray, keys: Sequence[str]) -> list[float]:
@@ -99,14 +108,12 @@ def detection_replicates(id_scores_N: np.ndarray, ood_scores_M: np.ndarray,
     ranking = _Ranking(np.concatenate([id_scores_N, ood_scores_M]))
     id_runs, ood_runs = ranking.run_N[:id_scores_N.size], ranking.run_N[id_scores_N.size:]
     out = []
-    last = ranking.num_runs - 1
     for id_draw, ood_draw in zip(id_draws, ood_draws, strict=True):
-        tps, fps = ranking.curve(id_runs[id_draw], ood_runs[ood_draw])
-        aupr_in, auroc, fpr95 = _ranking_values(tps, fps, ("aupr", "auroc", "fpr95"))
-        # OOD positive with the negated score: the runs in reverse order
-        tps_out, fps_out = ranking.curve(last - ood_runs[ood_draw], last - id_runs[id_draw])
-        out.append((aupr_in, metrics.average_precision_of_curve(tps_out, fps_out), auroc,
-                    fpr95))
+        id_R, ood_R = ranking.counts(id_runs[id_draw], ood_runs[ood_draw])
+        aupr_in, auroc, fpr95 = _ranking_values(*_curve(id_R, ood_R), ("aupr", "auroc", "fpr95"))
+        # OOD positive with the negated score: the same runs, lowest first
+        aupr_out = metrics.average_precision_of_curve(*_curve(ood_R[::-1], id_R[::-1]))
+        out.append((aupr_in, aupr_out, auroc, fpr95))
     return dict(zip(DETECTION_KEYS, np.asarray(out, np.float64).reshape(-1, 4).T, strict=True))
 
 
@@ -115,16 +122,10 @@ def id_replicates(probs_NxK: np.ndarray, labels_N: np.ndarray, scores: Mapping[s
     """(B,) values on each replicate's resampled test examples: "accuracy", "nll", "brier"
     (squared), "ece" (equal-width, `num_bins`), and "misclassification": {score: {"aupr",
     "auroc"}} (correct predictions positive), as `metrics` computes them."""
-    probs_NxK = np.asarray(probs_NxK, np.float64)
-    labels_N = np.asarray(labels_N).astype(np.int64)
-    n = labels_N.size
-    correct_N = np.argmax(probs_NxK, axis=1) == labels_N
-    conf_N = np.clip(probs_NxK.max(axis=1), 0.0, 1.0)
-    p_true_N = probs_NxK[np.arange(n), labels_N]
-    eps = float(np.finfo(np.float64).eps)
-    nll_N = -np.log(np.clip(p_true_N, eps, 1.0 - eps))
-    onehot_NxK = np.eye(probs_NxK.shape[1], dtype=np.float64)[labels_N]
-    brier_N = np.sum((probs_NxK - onehot_NxK) ** 2, axis=1)
+    terms = metrics.per_example_terms(probs_NxK, labels_N)
+    conf_N, nll_N, brier_N = terms["confidence"], terms["nll"], terms["squared_error"]
+    correct_N = terms["correct"].astype(bool)
+    n = conf_N.size
     bin_N = metrics.equal_width_bins(conf_N, num_bins)
     ranked = {s: _Ranking(np.asarray(v, np.float64)) for s, v in scores.items()}
     values: dict[str, list[float]] = {k: [] for k in ID_KEYS}

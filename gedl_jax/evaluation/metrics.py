@@ -44,6 +44,7 @@ __all__ = [
     "auroc_of_curve",
     "fpr_at_tpr_of_curve",
     "equal_width_bins",
+    "per_example_terms",
 ]
 
 # Rows of probs_NxK must sum to 1 within this tolerance (float32 softmax / alpha/S sums are ~1e-6).
@@ -186,9 +187,24 @@ def nll(probs_NxK: Any, labels_N: Any, eps: float = float(np.finfo(np.float64).e
     -log(eps) instead of infinity. With the default eps (float64 machine epsilon) this equals
     ``sklearn.metrics.log_loss(labels, probs, labels=range(K))``.
     """
+    return float(np.mean(per_example_terms(probs_NxK, labels_N, eps, mask_N=mask_N)["nll"]))
+
+
+def per_example_terms(probs_NxK: Any, labels_N: Any,
+                      eps: float = float(np.finfo(np.float64).eps), *, mask_N: Any = None
+                      ) -> dict[str, np.ndarray]:
+    """Each example's share of the mean metrics, (N,) float64 each: "nll" (-log p_{i,y_i},
+    clipped as `nll`), "squared_error" (sum_k (p_ik - y_ik)^2, `brier_score`'s term),
+    "confidence" (max_k p_ik in [0, 1]) and "correct" ([argmax_k p_ik == y_i]), the last two
+    `expected_calibration_error`'s. The bootstrap (`gedl_jax.evaluation.bootstrap`) reweights
+    them to score a resample."""
     probs_NxK, labels_N = _probs_labels(probs_NxK, labels_N, mask_N)
     p_true_N = probs_NxK[np.arange(labels_N.size), labels_N]
-    return float(-np.mean(np.log(np.clip(p_true_N, eps, 1.0 - eps))))
+    onehot_NxK = np.eye(probs_NxK.shape[1], dtype=np.float64)[labels_N]
+    return {"nll": -np.log(np.clip(p_true_N, eps, 1.0 - eps)),
+            "squared_error": np.sum((probs_NxK - onehot_NxK) ** 2, axis=1),
+            "confidence": np.clip(probs_NxK.max(axis=1), 0.0, 1.0),
+            "correct": (np.argmax(probs_NxK, axis=1) == labels_N).astype(np.float64)}
 
 
 def brier_score(probs_NxK: Any, labels_N: Any, squared: bool = True, *,
@@ -204,9 +220,7 @@ def brier_score(probs_NxK: Any, labels_N: Any, squared: bool = True, *,
         non-standard variant of the I-EDL / R-EDL reference code (``metrics.brier_score``),
         offered only to compare with numbers produced by that code.
     """
-    probs_NxK, labels_N = _probs_labels(probs_NxK, labels_N, mask_N)
-    onehot_NxK = np.eye(probs_NxK.shape[1], dtype=np.float64)[labels_N]
-    sq_err_N = np.sum((probs_NxK - onehot_NxK) ** 2, axis=1)
+    sq_err_N = per_example_terms(probs_NxK, labels_N, mask_N=mask_N)["squared_error"]
     return float(np.mean(sq_err_N if squared else np.sqrt(sq_err_N)))
 
 
@@ -280,9 +294,8 @@ def expected_calibration_error(probs_NxK: Any, labels_N: Any, num_bins: int = 15
     if int(num_bins) != num_bins or num_bins < 1:
         raise ValueError(f"num_bins must be a positive integer, got {num_bins}.")
     num_bins = int(num_bins)
-    probs_NxK, labels_N = _probs_labels(probs_NxK, labels_N, mask_N)
-    conf_N = np.clip(probs_NxK.max(axis=1), 0.0, 1.0)
-    correct_N = (np.argmax(probs_NxK, axis=1) == labels_N).astype(np.float64)
+    terms = per_example_terms(probs_NxK, labels_N, mask_N=mask_N)
+    conf_N, correct_N = terms["confidence"], terms["correct"]
     n = conf_N.size
 
     if binning == "equal_width":
