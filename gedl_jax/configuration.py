@@ -880,6 +880,7 @@ def _validate_evaluation(c: ml_collections.ConfigDict) -> None:
     if c.get("bootstrap_samples", 0) < 0 or c.get("bootstrap_samples", 0) == 1:
         raise ValueError(f"config.bootstrap_samples={c.bootstrap_samples!r} must be 0 (none) or "
                          f">= 2 (1,000 is usual)")
+    _parsed_ood_groups(c)   # which sets it may name: `check_ood_groups`, where they are known
 
 
 def _validate_no_repeats(c: ml_collections.ConfigDict) -> None:
@@ -894,7 +895,6 @@ def _validate_no_repeats(c: ml_collections.ConfigDict) -> None:
     if both:
         raise ValueError(f"{', '.join(both)} is in both config.ood_datasets and "
                          f"config.extra_ood: list each OOD set once")
-    _parsed_ood_groups(c)   # which sets it may name: `check_ood_groups`, where they are known
 
 
 def _parsed_ood_groups(c: ml_collections.ConfigDict) -> dict[str, str]:
@@ -922,9 +922,8 @@ def check_ood_groups(c: ml_collections.ConfigDict, ood_names) -> dict[str, str]:
 def add_ood_groups(entries, added) -> tuple[str, ...]:
     """`config.ood_groups` `entries` with the "GROUP=SET" entries `added` (`evaluate
     --ood_group`): an added set's group replaces the one `entries` gave it."""
-    new = registry.parse_ood_groups(added)
-    kept = [e for e in entries if registry.parse_ood_groups([e]).popitem()[0] not in new]
-    return tuple(kept) + tuple(f"{group}={name}" for name, group in new.items())
+    merged = {**registry.parse_ood_groups(entries), **registry.parse_ood_groups(added)}
+    return tuple(f"{group}={name}" for name, group in merged.items())
 
 
 def _validate_distributed(c: ml_collections.ConfigDict) -> None:
