@@ -168,6 +168,9 @@ def test_evaluate_outputs_numbers_and_json(synthetic_outputs):
     assert r["ece"] == metrics.expected_calibration_error(probs, labels).ece
     assert r["ece_adaptive"] == metrics.expected_calibration_error(
         probs, labels, binning="adaptive").ece
+    equal_width = metrics.expected_calibration_error(probs, labels)
+    assert (r["ece_overconfidence"], r["ece_underconfidence"]) == (
+        equal_width.overconfidence, equal_width.underconfidence)
     assert r["calibration"]["equal_width"]["num_bins"] == 15
     assert sum(r["calibration"]["adaptive"]["bin_count"]) == 400
     correct = probs.argmax(1) == labels
@@ -279,6 +282,7 @@ def _fake_result(acc, conf_mp, ood, variant=None, seed=None, dataset="mnist", ec
     res = {"conventions": {"aupr": "average precision"}, "scores": ["mp", "um"],
            "id": {"num_examples": 100, "accuracy": acc, "nll": 0.3, "brier": 0.1,
                   "brier_l2": 0.2, "ece": ece, "ece_adaptive": ece + 0.01,
+                  "ece_overconfidence": 0.75 * ece, "ece_underconfidence": 0.25 * ece,
                   "calibration": {"equal_width": {"bin_count": [1, 2], "binning": "equal_width"}},
                   "misclassification": {"mp": {"aupr": conf_mp, "auroc": 0.9},
                                         "um": {"aupr": conf_mp - 0.01, "auroc": None}}},
@@ -330,7 +334,15 @@ def test_results_table_markdown_numbers_and_header():
     assert "3 seeds" in text and "ddof=1" in text and "-W/S" in text
     assert "in-distribution positive" in text and "average precision" in text
     calib = next(line for line in lines if line.startswith("| gedl | 0.3000"))
-    assert "0.0500 ± 0.0100" in calib                  # ECE as a fraction, like the paper
+    cells = [c.strip() for c in calib.strip("|").split("|")]
+    # ECE as a fraction, like the paper; then its overconfident and underconfident parts
+    assert cells[4:7] == ["0.0500 ± 0.0100", "0.0375 ± 0.0075", "0.0125 ± 0.0025"]
+    older = {**_fake_result(0.8, 0.9, {}), "variant": "old"}
+    for key in ("ece_overconfidence", "ece_underconfidence"):
+        del older["id"][key]
+    old_row = next(line for line in report.results_table([older]).splitlines()
+                   if line.startswith("| old | 0.3000"))
+    assert [c.strip() for c in old_row.strip("|").split("|")][4:7] == ["0.0500", "–", "–"]
     assert "15 equal-width bins" in text
 
 

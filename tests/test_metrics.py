@@ -124,6 +124,59 @@ def test_ece_adaptive_hand_computed():
     np.testing.assert_allclose(r.bin_upper, [0.9, 1.0])
 
 
+def test_ece_directions_hand_computed():
+    # bin (13/15, 14/15]: conf .9, acc .5 (over by .4); bin (8/15, 9/15]: conf .55, acc 1 (under
+    # by .45); bin (14/15, 1]: conf 1, acc 1 (neither)
+    conf = [0.9] * 4 + [0.55] * 2 + [1.0] * 4
+    correct = [1, 0, 1, 0] + [1, 1] + [1] * 4
+    labels = np.where(np.array(correct) == 1, 0, 1)
+    r = metrics.expected_calibration_error(_two_class_probs(conf), labels)
+    assert r.overconfidence == pytest.approx(0.4 * 0.4, abs=1e-15)
+    assert r.underconfidence == pytest.approx(0.2 * 0.45, abs=1e-15)
+    assert r.ece == pytest.approx(0.16 + 0.09, abs=1e-15)
+    d = r.to_dict()
+    assert (d["overconfidence"], d["underconfidence"]) == (r.overconfidence, r.underconfidence)
+
+
+@pytest.mark.parametrize("binning", ["equal_width", "adaptive"])
+@pytest.mark.parametrize("seed", range(3))
+def test_ece_directions_against_a_loop_over_bins(binning, seed):
+    """Over- and underconfidence against a plain loop over the bins' members; they add up to
+    the ECE, and a sharper (softer) copy of the predictions moves ECE into the over (under)
+    part."""
+    rng = np.random.default_rng(seed)
+    n, k, num_bins = 3_000, 5, 10
+    probs = _random_probs(rng, n, k, concentration=0.4)
+    # labels drawn from the predictions: calibrated but for sampling noise, gaps of both signs
+    labels = (rng.uniform(size=(n, 1)) > np.cumsum(probs, 1)).sum(1).clip(0, k - 1)
+    r = metrics.expected_calibration_error(probs, labels, num_bins=num_bins, binning=binning)
+    conf, correct = probs.max(1), probs.argmax(1) == labels
+    if binning == "equal_width":
+        members = [(conf > b / num_bins) & (conf <= (b + 1) / num_bins) for b in range(num_bins)]
+    else:
+        order = np.argsort(conf, kind="stable")
+        members = [np.isin(np.arange(n), part) for part in np.array_split(order, num_bins)]
+    gaps = [m.sum() / n * (conf[m].mean() - correct[m].mean()) for m in members if m.any()]
+    assert r.overconfidence == pytest.approx(sum(g for g in gaps if g > 0), rel=1e-12)
+    assert r.underconfidence == pytest.approx(-sum(g for g in gaps if g < 0), rel=1e-12)
+    assert r.overconfidence + r.underconfidence == pytest.approx(r.ece, rel=1e-12)
+    assert r.overconfidence > 0 and r.underconfidence > 0
+
+    def tempered(t):
+        logits_NxK = np.log(probs) / t
+        e = np.exp(logits_NxK - logits_NxK.max(1, keepdims=True))
+        return e / e.sum(1, keepdims=True)
+    # random labels: accuracy about 1/k in every bin, far below every bin's confidence
+    sharp = metrics.expected_calibration_error(tempered(0.5), rng.integers(0, k, n),
+                                               num_bins=num_bins, binning=binning)
+    assert sharp.underconfidence == 0.0 and sharp.overconfidence == pytest.approx(sharp.ece)
+    # every prediction right: accuracy 1 in every bin, above every bin's confidence
+    soft = metrics.expected_calibration_error(tempered(3.0), probs.argmax(1),
+                                              num_bins=num_bins, binning=binning)
+    assert soft.overconfidence == 0.0 and soft.underconfidence == pytest.approx(soft.ece)
+    assert soft.ece > 0.1
+
+
 @pytest.mark.parametrize("binning", ["equal_width", "adaptive"])
 def test_ece_near_zero_when_calibrated_and_large_when_not(binning):
     rng = np.random.default_rng(0)

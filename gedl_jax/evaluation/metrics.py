@@ -230,6 +230,9 @@ class CalibrationResult:
 
     Attributes:
       ece: sum_b (n_b / N) |conf_b - acc_b|, a fraction in [0, 1].
+      overconfidence, underconfidence: the ECE's two directions, the sum over the bins whose
+        mean confidence is above (below) their accuracy of (n_b / N) |conf_b - acc_b|; they add
+        up to `ece`. A reliability diagram's bars below (above) the diagonal.
       bin_lower, bin_upper: the bin edges. Equal-width bins are (lower, upper]; adaptive bins hold
         the min and max confidence of their members (NaN for an empty bin).
       bin_confidence: mean confidence (max probability) in each bin; NaN for an empty bin.
@@ -239,6 +242,8 @@ class CalibrationResult:
     """
 
     ece: float
+    overconfidence: float
+    underconfidence: float
     bin_lower: np.ndarray
     bin_upper: np.ndarray
     bin_confidence: np.ndarray
@@ -256,6 +261,8 @@ class CalibrationResult:
             return [None if np.isnan(v) else float(v) for v in a]
         return {
             "ece": float(self.ece),
+            "overconfidence": float(self.overconfidence),
+            "underconfidence": float(self.underconfidence),
             "binning": self.binning,
             "num_bins": int(self.bin_count.size),
             "bin_lower": floats(self.bin_lower),
@@ -280,7 +287,8 @@ def expected_calibration_error(probs_NxK: Any, labels_N: Any, num_bins: int = 15
     """Top-label expected calibration error (Guo et al., 2017) with per-bin data.
 
     Confidence = max_k p_k, prediction = argmax_k p_k, correct = (prediction == label).
-    ECE = sum_b (n_b / N) |mean confidence_b - accuracy_b| over non-empty bins.
+    ECE = sum_b (n_b / N) |mean confidence_b - accuracy_b| over non-empty bins, split into its
+    overconfident bins' part (confidence above accuracy) and its underconfident bins' part.
 
     binning="equal_width" (default, the paper's and R-EDL's ``_ECELoss``): ``num_bins`` bins of
         equal width on [0, 1], each the interval (lower, upper]; a confidence of exactly 0 (which
@@ -319,8 +327,11 @@ def expected_calibration_error(probs_NxK: Any, labels_N: Any, num_bins: int = 15
             lower[b] = conf_N[bin_N == b].min()
             upper[b] = conf_N[bin_N == b].max()
     nonempty = count > 0
-    ece = float(np.sum(count[nonempty] / n * np.abs(mean_conf[nonempty] - mean_acc[nonempty])))
-    return CalibrationResult(ece=ece, bin_lower=lower, bin_upper=upper, bin_confidence=mean_conf,
+    weighted_gap = count[nonempty] / n * (mean_conf[nonempty] - mean_acc[nonempty])
+    return CalibrationResult(ece=float(np.sum(np.abs(weighted_gap))),
+                             overconfidence=float(np.sum(weighted_gap[weighted_gap > 0])),
+                             underconfidence=float(np.sum(-weighted_gap[weighted_gap < 0])),
+                             bin_lower=lower, bin_upper=upper, bin_confidence=mean_conf,
                              bin_accuracy=mean_acc, bin_count=count.astype(np.int64),
                              binning=binning)
 

@@ -82,7 +82,9 @@ def reliability_diagram(calibration_result: CalibrationResult, path: str | Path,
     ax.plot([0, 1], [0, 1], "k--", lw=1, label="perfect calibration")
     ax.set(xlim=(0, 1), ylim=(0, 1), ylabel="accuracy",
            title=title or f"Reliability ({r.binning}, {r.bin_count.size} bins): "
-                          f"ECE = {100 * r.ece:.2f}%")
+                          f"ECE = {100 * r.ece:.2f}%\n(overconfident bins "
+                          f"{100 * r.overconfidence:.2f}%, underconfident "
+                          f"{100 * r.underconfidence:.2f}%)")
     ax.legend(loc="upper left", fontsize=8)
     ax_count.set(xlabel="confidence (max projected probability)", ylabel="count")
     if r.bin_count.max() > 0:

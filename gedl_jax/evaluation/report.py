@@ -382,8 +382,10 @@ class _Tables:
         return ["\n".join(lines)]
 
     def calibration(self) -> list[str]:
-        header = ["Method", "NLL", "Brier", "Brier-L2", "ECE", "ECE-adaptive"]
-        keys = ("nll", "brier", "brier_l2", "ece", "ece_adaptive")
+        header = ["Method", "NLL", "Brier", "Brier-L2", "ECE", "ECE-over", "ECE-under",
+                  "ECE-adaptive"]
+        keys = ("nll", "brier", "brier_l2", "ece", "ece_overconfidence", "ece_underconfidence",
+                "ece_adaptive")
         rows = [[self.esc(name)] + [_fmt(_get(agg, ("id", k)), 1, 4, self.latex,
                                          len(self.groups[name])) for k in keys]
                 for name, agg in self.aggregates.items()]
@@ -391,7 +393,9 @@ class _Tables:
                 f"(ddof=1) over {self.seeds}; fractions, lower is better. Brier = mean_i sum_k "
                 "(p_ik - y_ik)^2 (standard); Brier-L2 = mean_i ||p_i - y_i||_2 (the I-EDL/R-EDL "
                 "code's un-squared variant). ECE: 15 equal-width bins (lower, upper] on the max "
-                "predictive probability; ECE-adaptive: 15 equal-mass bins. NLL: natural log.",
+                "predictive probability, split into ECE-over + ECE-under = ECE, the part from the "
+                "bins whose mean confidence is above (below) their accuracy; ECE-adaptive: 15 "
+                "equal-mass bins. NLL: natural log.",
                 _render(header, rows, self.latex)]
 
     def details(self) -> list[str]:
