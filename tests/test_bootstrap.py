@@ -171,6 +171,42 @@ def test_evaluate_predictions_adds_the_section_and_the_table_shows_it():
         core.EvaluationOptions(bootstrap_samples=10, bootstrap_confidence=1.0)
 
 
+def test_calibrated_predictions_get_their_own_intervals_on_the_same_draws():
+    """With calibrate=True the "calibrated" section has its own intervals: the bootstrap of the
+    calibrated predictions with the same seed (so the same resamples), not a copy of the
+    uncalibrated ones; the table prints them in the calibrated row."""
+    rng = np.random.default_rng(8)
+    n, m, k = 240, 120, 3
+    labels = rng.integers(0, k, n + 100)
+    logits = 3 * np.eye(k)[labels] + rng.normal(0, 1.5, (n + 100, k))   # overconfident
+    probs = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+    idd = core.Predictions(probs=probs[:n], labels=labels[:n], scores={"mp": probs[:n].max(1)})
+    validation = core.Predictions(probs=probs[n:], labels=labels[n:],
+                                  scores={"mp": probs[n:].max(1)})
+    ood_probs = rng.dirichlet(np.ones(k) * 0.5, m)
+    ood = {"noise": core.Predictions(probs=ood_probs, labels=None,
+                                     scores={"mp": ood_probs.max(1)})}
+    options = core.EvaluationOptions(bootstrap_samples=60, calibrate=True, bootstrap_seed=3)
+    res = core.evaluate_predictions(idd, ood, validation=validation, options=options)
+    _, calibrated = core.calibrated_predictions(
+        validation, {"test": idd, "ood/noise": ood["noise"]}, options.calibrator,
+        options.base_rate)
+    expected = bootstrap.bootstrap_section(
+        calibrated["test"].probs, labels[:n], calibrated["test"].scores,
+        {"noise": calibrated["ood/noise"].scores}, ["mp"], 60, 0.95, 3)
+    assert json.loads(json.dumps(res["calibrated"]["bootstrap"])) == \
+        json.loads(json.dumps(expected))
+    assert res["calibrated"]["bootstrap"]["id"]["nll"] != res["bootstrap"]["id"]["nll"]
+    # temperature scaling keeps every prediction, so accuracy's replicates are the same
+    assert res["calibrated"]["bootstrap"]["id"]["accuracy"] == res["bootstrap"]["id"]["accuracy"]
+    text = report.results_table([{**res, "variant": "mine"}])
+    boot = res["calibrated"]["bootstrap"]["id"]["ece"]
+    row = next(line for line in text.splitlines()
+               if line.startswith("| mine (calibrated: temperature) | ")
+               and f"[{boot['low']:.4f}, {boot['high']:.4f}]" in line)
+    assert f"{res['calibrated']['id']['ece']:.4f} [" in row
+
+
 def test_a_run_and_the_evaluate_flag_write_the_intervals(tmp_path):
     data_dir = write_tiny_mnist(tmp_path / "data")
     c = configuration.build_config("mnist", "gedl")

@@ -441,7 +441,8 @@ def evaluate_predictions(id_predictions: Predictions,
        ["ood_groups": {group: {"sets", "detection": {score: {metric: mean}}}}],
        ["validation": {"num_examples", "accuracy"},
         "conformal": {"alpha", "seed", "sets": {method: {"coverage", "mean_set_size", ...}}}],
-       ["posthoc_calibration": {...}, "calibrated": {the same sections, calibrated}],
+       ["posthoc_calibration": {...}, "calibrated": {the same sections, calibrated, and their
+        "bootstrap" with bootstrap_samples > 0}],
        ["bootstrap": bootstrap.bootstrap_section(...)],
        "evaluation_options": options.as_dict()}
     (bracketed parts: with ood_groups, with a validation split, with calibrate=True, with
@@ -456,11 +457,8 @@ def evaluate_predictions(id_predictions: Predictions,
                          "on the validation split, never on the test set).")
     result = _evaluate(idd, ood_predictions, num_bins, validation, options)
     if options.bootstrap_samples:
-        result["bootstrap"] = bootstrap_lib.bootstrap_section(
-            idd.probs, idd.labels, idd.scores,
-            {name: o.scores for name, o in ood_predictions.items()}, result["scores"],
-            int(options.bootstrap_samples), float(options.bootstrap_confidence),
-            int(options.bootstrap_seed), num_bins)
+        result["bootstrap"] = _bootstrap(idd, ood_predictions, result["scores"], num_bins,
+                                         options)
     if options.calibrate:
         fit, calibrated = calibrated_predictions(
             validation, {"test": idd, **{f"ood/{k}": v for k, v in ood_predictions.items()}},
@@ -471,10 +469,25 @@ def evaluate_predictions(id_predictions: Predictions,
         result["calibrated"] = _evaluate(calibrated["test"], cal_ood, num_bins,
                                          calibrated["validation"], options)
         result["calibrated"].pop("scores")
+        if options.bootstrap_samples:   # the same draws as the uncalibrated intervals'
+            result["calibrated"]["bootstrap"] = _bootstrap(
+                calibrated["test"], cal_ood,
+                [s for s in result["scores"] if s in calibrated["test"].scores], num_bins, options)
         result["calibrators"] = calibration_lib.compare_calibrators(
             validation.probs, validation.labels, idd.probs, idd.labels, num_bins=num_bins)
     result["evaluation_options"] = options.as_dict()
     return _clean({"conventions": dict(CONVENTIONS), **result})
+
+
+def _bootstrap(idd: Predictions, ood_predictions: Mapping[str, Predictions],
+               score_names: Sequence[str], num_bins: int,
+               options: EvaluationOptions) -> dict[str, Any]:
+    """The "bootstrap" section of a set of predictions (`bootstrap.bootstrap_section`)."""
+    return bootstrap_lib.bootstrap_section(
+        idd.probs, idd.labels, idd.scores,
+        {name: o.scores for name, o in ood_predictions.items()}, score_names,
+        int(options.bootstrap_samples), float(options.bootstrap_confidence),
+        int(options.bootstrap_seed), num_bins)
 
 
 def _evaluate(idd: Predictions, ood_predictions: Mapping[str, Predictions], num_bins: int,

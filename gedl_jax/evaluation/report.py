@@ -552,11 +552,16 @@ class _Tables:
 
     def bootstrap(self) -> list[str]:
         """The bootstrap intervals (results' "bootstrap") of the methods with one run each:
-        value [low, high] at the run's confidence. Over several seeds each run's intervals stay
-        in its eval_results.json (their mean is no interval)."""
-        single = {name: runs[0] for name, runs in self.groups.items()
-                  if len(runs) == 1 and isinstance(runs[0].get("bootstrap"), Mapping)
-                  and name not in self.calibrated_rows}
+        value [low, high] at the run's confidence; a calibrated row's from its results'
+        "calibrated" section. Over several seeds each run's intervals stay in its
+        eval_results.json (their mean is no interval)."""
+        single = {}
+        for name, runs in self.groups.items():
+            if len(runs) != 1:
+                continue
+            run = runs[0]["calibrated"] if name in self.calibrated_rows else runs[0]
+            if isinstance(run.get("bootstrap"), Mapping):
+                single[name] = run
         if not single:
             return []
         dash = "--" if self.latex else "–"

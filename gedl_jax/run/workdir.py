@@ -251,7 +251,8 @@ def evaluate_run(run: RestoredRun, workdir, extra_ood: tuple[str, ...] = (),
                 run, split, with_labels=False, on_batch=progress.batch(name))
             progress.done(name)
     options = evaluation_options(exp, ood_preds)
-    replicates = (f" and {options.bootstrap_samples:,} bootstrap replicates"
+    calibrated = " (before and after calibration)" if options.calibrate else ""
+    replicates = (f" and {options.bootstrap_samples:,} bootstrap replicates{calibrated}"
                   if options.bootstrap_samples else "")
     with heartbeat.announced(f"computing the metrics{replicates}"):
         results = core.evaluate_predictions(id_pred, ood_preds, validation=val_pred,
