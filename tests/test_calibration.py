@@ -120,6 +120,22 @@ def test_evidence_scale_with_per_example_prior_strength():
     np.testing.assert_array_equal(stats.rankdata(u), stats.rankdata(w / (e.sum(1) + w)))
 
 
+def test_evidence_scale_finds_a_large_scale_and_says_when_the_prior_is_best_dropped():
+    """Evidence tiny beside W (a network trained under a strong prior) needs s in the
+    thousands, which the default search reaches; where every validation example is right, the
+    NLL falls all the way to p = e / sum e, and the warning says so."""
+    e = 1e-4 * np.array([[9.0, 0.0], [0.0, 9.0], [9.0, 0.0], [9.0, 0.0]])
+    fit = cal.fit_evidence_scale(e, 2.0, np.array([0, 1, 0, 1]))   # p = 3/4 at s = 2/9 * 1e4
+    assert fit.scale == pytest.approx(2e4 / 9, rel=1e-6) and not fit.at_bound
+    with pytest.warns(RuntimeWarning, match="prior's weight goes to 0"):
+        at_top = cal.fit_evidence_scale(e[:2] + 1e-6, 2.0, np.array([0, 1]))
+    assert at_top.at_bound and at_top.scale == pytest.approx(1e6)
+    with pytest.warns(RuntimeWarning, match=r"bound \[0.001, 1000\]: the validation NLL"):
+        cal.fit_evidence_scale(e, 2.0, np.array([0, 1, 0, 1]), bounds=(1e-3, 1e3))
+    with pytest.warns(RuntimeWarning, match=r"bound \[1, 1000\]; widen"):   # at the lower one
+        cal.fit_evidence_scale(e * 1e4, 2.0, np.array([0, 1, 0, 1]), bounds=(1.0, 1e3))
+
+
 def test_documented_non_preservations():
     # A non-uniform base rate: the evidence scale can change the predicted class.
     e, w, a = np.array([[1.0, 0.0]]), 2.0, np.array([0.2, 0.8])

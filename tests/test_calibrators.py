@@ -169,11 +169,14 @@ def test_compare_calibrators_fits_on_validation_and_recovers_a_known_miscalibrat
     before = out["before"]
     assert before["nll"] == pytest.approx(nll(probs[test], labels[test]), rel=1e-9)
     assert before["ece"] == cal.calibration_summary(probs[test], labels[test])["ece"]
+    assert before["ece_classwise"] == metrics.classwise_calibration_error(probs[test],
+                                                                         labels[test])
     assert before["smooth_ece"] == smooth_ece.smooth_ece(
         *smooth_ece.top_label_confidences(probs[test], labels[test])).smooth_ece
     for name in ("temperature", "vector_scaling", "dirichlet"):
         assert out["after"][name]["nll"] < truth + 0.01, name
         assert out["after"][name]["smooth_ece"] < 0.5 * before["smooth_ece"], name
+        assert out["after"][name]["ece_classwise"] < 0.5 * before["ece_classwise"], name
     assert out["after"]["isotonic"]["nll"] < before["nll"]
     assert out["after"]["temperature"]["keeps_predicted_class"] is True
 

@@ -171,6 +171,7 @@ def test_evaluate_outputs_numbers_and_json(synthetic_outputs):
     equal_width = metrics.expected_calibration_error(probs, labels)
     assert (r["ece_overconfidence"], r["ece_underconfidence"]) == (
         equal_width.overconfidence, equal_width.underconfidence)
+    assert r["ece_classwise"] == metrics.classwise_calibration_error(probs, labels)
     assert r["calibration"]["equal_width"]["num_bins"] == 15
     assert sum(r["calibration"]["adaptive"]["bin_count"]) == 400
     correct = probs.argmax(1) == labels

@@ -177,6 +177,33 @@ def test_ece_directions_against_a_loop_over_bins(binning, seed):
     assert soft.ece > 0.1
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_classwise_ece_against_a_loop_over_classes_and_bins(seed):
+    rng = np.random.default_rng(seed)
+    n, k, num_bins = 2_000, 4, 10
+    probs = _random_probs(rng, n, k, concentration=0.6)
+    probs[:5] = np.eye(k)[rng.integers(0, k, 5)]   # exact 0s and 1s: the first and last bins
+    labels = rng.integers(0, k, n)
+    expected = 0.0
+    for c in range(k):
+        p, y = probs[:, c], (labels == c).astype(float)
+        for b in range(num_bins):
+            lower, upper = b / num_bins, (b + 1) / num_bins
+            members = ((p > lower) | (b == 0)) & (p <= upper)
+            if members.any():
+                expected += members.sum() / n * abs(p[members].mean() - y[members].mean())
+    got = metrics.classwise_calibration_error(probs, labels, num_bins=num_bins)
+    assert got == pytest.approx(expected / k, rel=1e-12)
+    # the mask drops rows; labels drawn from the predictions themselves are nearly calibrated
+    mask = np.arange(n) >= 5
+    assert metrics.classwise_calibration_error(probs, labels, num_bins, mask_N=mask) == \
+        pytest.approx(metrics.classwise_calibration_error(probs[5:], labels[5:], num_bins))
+    drawn = (rng.uniform(size=(n, 1)) > np.cumsum(probs, 1)).sum(1).clip(0, k - 1)
+    assert metrics.classwise_calibration_error(probs, drawn, num_bins) < 0.3 * got
+    with pytest.raises(ValueError, match="num_bins"):
+        metrics.classwise_calibration_error(probs, labels, num_bins=0)
+
+
 @pytest.mark.parametrize("binning", ["equal_width", "adaptive"])
 def test_ece_near_zero_when_calibrated_and_large_when_not(binning):
     rng = np.random.default_rng(0)

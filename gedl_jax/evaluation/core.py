@@ -50,7 +50,9 @@ CONVENTIONS: dict[str, str] = {
     "ece": "ECE: top-label, confidence = max_k alpha_k/S; 'ece' uses 15 equal-width bins "
            "(lower, upper] on [0, 1] (R-EDL's _ECELoss); 'ece_adaptive' uses 15 equal-mass bins. "
            "'ece_overconfidence' + 'ece_underconfidence' = 'ece': the part of its sum from the "
-           "bins whose mean confidence is above (below) their accuracy.",
+           "bins whose mean confidence is above (below) their accuracy. 'ece_classwise' (Kull "
+           "et al. 2019): the mean over classes k of the 15-bin equal-width ECE of p_k against "
+           "[y = k].",
     "brier": "brier = mean_i sum_k (p_ik - y_ik)^2 (standard multi-class, in [0, 2]); "
              "brier_l2 = mean_i ||p_i - y_i||_2 (un-squared variant of the I-EDL/R-EDL code).",
     "nll": "nll = mean_i -log p_{i,y_i} with p = alpha/S clipped to [eps, 1-eps], natural log.",
@@ -430,6 +432,7 @@ def evaluate_predictions(id_predictions: Predictions,
       {"conventions": {...}, "scores": [...],
        "id": {"num_examples", "num_classes", "num_correct", "accuracy", "nll", "brier", "brier_l2",
               "ece", "ece_adaptive", "ece_overconfidence", "ece_underconfidence",
+              "ece_classwise",
               "calibration": {"equal_width": CalibrationResult.to_dict(), "adaptive": ...},
               "misclassification": {score: {"aupr", "auroc"}},
               "uncertainty": {measure: mean} (Dirichlet only),
@@ -512,6 +515,7 @@ def _evaluate(idd: Predictions, ood_predictions: Mapping[str, Predictions], num_
         "ece_adaptive": ece_ad.ece,
         "ece_overconfidence": ece_eq.overconfidence,
         "ece_underconfidence": ece_eq.underconfidence,
+        "ece_classwise": metrics.classwise_calibration_error(probs, labels, num_bins),
         "calibration": {"equal_width": ece_eq.to_dict(), "adaptive": ece_ad.to_dict()},
         "misclassification": {s: metrics.misclassification_detection(correct, idd.scores[s])
                               for s in scores},

@@ -35,6 +35,7 @@ __all__ = [
     "nll",
     "brier_score",
     "expected_calibration_error",
+    "classwise_calibration_error",
     "average_precision",
     "auroc",
     "fpr_at_tpr",
@@ -334,6 +335,35 @@ def expected_calibration_error(probs_NxK: Any, labels_N: Any, num_bins: int = 15
                              bin_lower=lower, bin_upper=upper, bin_confidence=mean_conf,
                              bin_accuracy=mean_acc, bin_count=count.astype(np.int64),
                              binning=binning)
+
+
+def classwise_calibration_error(probs_NxK: Any, labels_N: Any, num_bins: int = 15, *,
+                                mask_N: Any = None) -> float:
+    """Classwise ECE (Kull et al., 2019, "Beyond temperature scaling", the metric Dirichlet
+    calibration is judged by): the calibration of every class's probability, not only the top
+    label's,
+
+        (1/K) sum_k sum_b (n_bk / N) |mean_{i in B_bk} p_ik - mean_{i in B_bk} [y_i = k]|,
+
+    where B_bk holds the examples whose p_ik falls in the equal-width bin b ((lower, upper], as
+    `expected_calibration_error`; a probability of exactly 0 goes to the first bin).
+
+    >>> classwise_calibration_error(np.array([[0.75, 0.25], [0.75, 0.25]]), np.array([0, 1]))
+    0.25
+    """
+    if int(num_bins) != num_bins or num_bins < 1:
+        raise ValueError(f"num_bins must be a positive integer, got {num_bins}.")
+    probs_NxK, labels_N = _probs_labels(probs_NxK, labels_N, mask_N)
+    n, k = probs_NxK.shape
+    num_bins = int(num_bins)
+    onehot_NxK = np.eye(k, dtype=np.float64)[labels_N]
+    # one bincount over (class, bin) pairs: index k * num_bins + b
+    cell_NxK = (np.arange(k) * num_bins
+                + equal_width_bins(np.clip(probs_NxK, 0.0, 1.0), num_bins)).ravel()
+    size = k * num_bins
+    gap = np.abs(np.bincount(cell_NxK, weights=probs_NxK.ravel(), minlength=size)
+                 - np.bincount(cell_NxK, weights=onehot_NxK.ravel(), minlength=size))
+    return float(np.sum(gap) / n / k)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -674,8 +674,8 @@ class _Tables:
                  and _node(self.aggregates[n], ("calibrators",)) is not None]
         if not names:
             return []
-        metrics_ = ("nll", "ece", "smooth_ece", "brier")
-        header = ["Method", "Calibrator", "NLL", "ECE", "SmoothECE", "Brier",
+        metrics_ = ("nll", "ece", "smooth_ece", "ece_classwise", "brier")
+        header = ["Method", "Calibrator", "NLL", "ECE", "SmoothECE", "Classwise-ECE", "Brier",
                   "Keeps class", "Keeps MP ranking"]
         rows = []
         for name in names:
@@ -698,7 +698,9 @@ class _Tables:
         return [self.comment + f"Calibrators fitted on the validation split's log predictive "
                 f"probabilities (never the test set), {self.id_name} test set; mean ± sample "
                 f"std (ddof=1) over {self.seeds}; fractions. SmoothECE: kernel-smoothed "
-                "top-label ECE at its own bandwidth (Blasiok & Nakkiran 2023). Keeps class / MP "
+                "top-label ECE at its own bandwidth (Blasiok & Nakkiran 2023). Classwise-ECE: "
+                "the mean over classes of each class probability's 15-bin ECE (Kull et al. "
+                "2019). Keeps class / MP "
                 "ranking: every test example's predicted class, and the order of the examples "
                 "by max probability (what MP detection and selective prediction read).",
                 _render(header, rows, self.latex)]
