@@ -48,11 +48,11 @@ CONVENTIONS: dict[str, str] = {
     "units": "All values are fractions in [0, 1] in this JSON; tables print accuracy and "
              "AUPR/AUROC in %.",
     "ece": "ECE: top-label, confidence = max_k alpha_k/S; 'ece' uses 15 equal-width bins "
-           "(lower, upper] on [0, 1] (R-EDL's _ECELoss); 'ece_adaptive' uses 15 equal-mass bins. "
-           "'ece_overconfidence' + 'ece_underconfidence' = 'ece': the part of its sum from the "
-           "bins whose mean confidence is above (below) their accuracy. 'ece_classwise' (Kull "
-           "et al. 2019): the mean over classes k of the 15-bin equal-width ECE of p_k against "
-           "[y = k].",
+           "(lower, upper] on [0, 1] (R-EDL's _ECELoss); 'ece_adaptive' uses 15 equal-mass bins.",
+    "ece_direction": "'ece_overconfidence' + 'ece_underconfidence' = 'ece': the part of its sum "
+                     "from the bins whose mean confidence is above (below) their accuracy.",
+    "ece_classwise": "'ece_classwise' (Kull et al. 2019): the mean over classes k of the 15-bin "
+                     "equal-width ECE of p_k against [y = k].",
     "brier": "brier = mean_i sum_k (p_ik - y_ik)^2 (standard multi-class, in [0, 2]); "
              "brier_l2 = mean_i ||p_i - y_i||_2 (un-squared variant of the I-EDL/R-EDL code).",
     "nll": "nll = mean_i -log p_{i,y_i} with p = alpha/S clipped to [eps, 1-eps], natural log.",
