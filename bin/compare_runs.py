@@ -1,12 +1,12 @@
-"""Compare two evaluated runs on the same examples: a paired bootstrap of every metric's
-difference A - B, with its interval and how often A is better.
+"""Compare two evaluated runs, or two methods' runs over seeds, on the same examples: a paired
+bootstrap of every metric's difference A - B, with its interval and how often A is better.
 
     python bin/compare_runs.py RUN_A RUN_B [--samples 2000] [--confidence 0.95] [--seed 0]
                                [--scores mp,um] [--out FILE.md|FILE.json]
 
 RUN_A and RUN_B are results folders of `python -m gedl_jax.evaluate` or `gedl_jax.train`
-(their predictions.npz) on the same test set; gedl_jax/evaluation/compare.py says what the
-numbers mean.
+(their predictions.npz) on the same test set, folders of seed_* runs, or several run folders
+joined by commas; gedl_jax/evaluation/compare.py says what the numbers mean.
 """
 
 import sys

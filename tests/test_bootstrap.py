@@ -7,9 +7,11 @@ the results, the tables and the command line."""
 from __future__ import annotations
 
 import json
+import pathlib
 import subprocess
 import sys
 import warnings
+import zlib
 
 import numpy as np
 import pytest
@@ -281,6 +283,68 @@ def test_paired_differences_are_the_differences_of_the_same_resamples():
         bootstrap.paired_section(a, other, ["mp"], samples=10)
 
 
+def test_seeds_are_drawn_with_the_examples_and_averaged():
+    """Several runs a side: in each replicate, the runs drawn with replacement (a stream per
+    side) are averaged on that replicate's examples, the same examples for every run; the point
+    values are the means over the runs."""
+    rng = np.random.default_rng(11)
+    a = [_predictions(rng, 100, 40, 3, noise) for noise in (0.8, 1.2, 1.6)]
+    b = [_predictions(rng, 100, 40, 3, noise) for noise in (1.4, 2.2)]
+    section = bootstrap.paired_section(a, b, ["mp"], samples=50, confidence=0.9, seed=5)
+    id_draws, ood_draws = _rows(100, 50, 5, "id"), _rows(40, 50, 5, "ood/far")
+    runs_a = np.random.default_rng([5, zlib.crc32(b"runs/a")]).integers(0, 3, (50, 3))
+    runs_b = np.random.default_rng([5, zlib.crc32(b"runs/b")]).integers(0, 2, (50, 2))
+
+    def accuracy(run, i):
+        return metrics.accuracy(run["test"].probs[i], run["test"].labels[i])
+
+    def auroc(run, i, o):
+        return metrics.ood_detection(run["test"].scores["mp"][i],
+                                     run["ood/far"].scores["mp"][o])["auroc"]
+
+    diffs = {"accuracy": [], "auroc": []}
+    for r in range(50):
+        i, o = id_draws[r], ood_draws[r]
+        diffs["accuracy"].append(np.mean([accuracy(a[k], i) for k in runs_a[r]])
+                                 - np.mean([accuracy(b[k], i) for k in runs_b[r]]))
+        diffs["auroc"].append(np.mean([auroc(a[k], i, o) for k in runs_a[r]])
+                              - np.mean([auroc(b[k], i, o) for k in runs_b[r]]))
+    for key, got in (("accuracy", section["id"]["accuracy"]),
+                     ("auroc", section["ood"]["far"]["mp"]["auroc"])):
+        want = bootstrap.interval(np.array(diffs[key]), 0.9)
+        assert (got["low"], got["high"]) == pytest.approx((want["low"], want["high"]),
+                                                          abs=1e-12), key
+    everything = np.arange(100)
+    assert section["id"]["accuracy"]["a"] == pytest.approx(
+        np.mean([accuracy(run, everything) for run in a]), abs=1e-15)
+    assert section["settings"]["runs"] == [3, 2]
+    # one run a side is the plain paired bootstrap, number for number
+    assert bootstrap.paired_section([a[0]], [b[0]], ["mp"], samples=50, seed=5) == \
+        bootstrap.paired_section(a[0], b[0], ["mp"], samples=50, seed=5)
+
+
+def test_seed_to_seed_variation_widens_the_interval():
+    """Runs whose accuracy moves from seed to seed (each seed flips another share of its
+    predictions) against one fixed run: drawing the seeds widens the interval of the
+    difference beyond that of any one seed's paired comparison."""
+    rng = np.random.default_rng(12)
+    base = _predictions(rng, 800, 50, 4, 1.0)
+    seeds = []
+    for share in (0.0, 0.05, 0.10, 0.15, 0.20):
+        probs = base["test"].probs.copy()
+        flip = rng.choice(800, int(share * 800), replace=False)
+        probs[flip] = probs[flip][:, ::-1]
+        seeds.append({**base, "test": core.Predictions(
+            probs=probs, labels=base["test"].labels,
+            scores={**base["test"].scores, "mp": probs.max(1)})})
+    over_seeds = bootstrap.paired_section(seeds, base, ["mp"], samples=400)["id"]["accuracy"]
+    widest_single = max(
+        (lambda e: e["high"] - e["low"])(
+            bootstrap.paired_section(run, base, ["mp"], samples=400)["id"]["accuracy"])
+        for run in seeds)
+    assert over_seeds["high"] - over_seeds["low"] > 1.5 * widest_single
+
+
 def test_pairing_narrows_the_interval_of_a_shared_difficulty():
     """Two runs that share most of their per-example behaviour (B = A with a few predictions
     changed): the paired interval of the accuracy difference is far narrower than the two
@@ -320,4 +384,38 @@ def test_compare_runs_reads_two_evaluated_folders_and_prints_one_table(tmp_path,
     assert compare.main([str(tmp_path / "gedl"), str(tmp_path / "nowhere")]) == 2
     assert "no predictions.npz" in capsys.readouterr().err
     assert compare.main([str(tmp_path / "gedl"), str(tmp_path / "edl"), "--scores=um"]) == 2
-    assert "score(s) ['um'] are not in both runs" in capsys.readouterr().err
+    assert "score(s) ['um'] are not in every run" in capsys.readouterr().err
+
+
+def test_compare_runs_takes_a_folder_of_seeds_or_runs_joined_by_commas(tmp_path, capsys):
+    from gedl_jax.evaluation import compare, saved
+
+    rng = np.random.default_rng(13)
+    for folder, noises in (("gedl5", (0.8, 0.9, 1.0)), ("edl", (2.0, 2.2))):
+        for s, noise in enumerate(noises):
+            run = _predictions(rng, 150, 60, 3, noise)
+            where = tmp_path / folder / f"seed_{s}"
+            where.mkdir(parents=True)
+            saved.save_predictions(where / "predictions.npz", run["test"],
+                                   {"far": run["ood/far"]})
+            (where / "eval_results.json").write_text(json.dumps({"variant": folder[:4]}))
+    (tmp_path / "gedl5" / "seed_10").mkdir()   # not a run (no predictions): not counted
+    assert compare.run_paths(tmp_path / "gedl5") == [tmp_path / "gedl5" / f"seed_{s}"
+                                                     for s in range(3)]
+    edl = f"{tmp_path / 'edl' / 'seed_0'},{tmp_path / 'edl' / 'seed_1'}"
+    out = tmp_path / "cmp.json"
+    assert compare.main([str(tmp_path / "gedl5"), edl, "--samples=100", f"--out={out}"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("> Paired bootstrap: A = gedl (3 runs)") and "B = edl (2 runs)" in text
+    assert "draws each side's runs with replacement" in text
+    numbers = json.loads(out.read_text())
+    assert numbers["settings"]["runs"] == [3, 2] and len(numbers["b"]["runs"]) == 2
+    # the same as the library call on the loaded runs
+    runs = [saved.load_predictions(pathlib.Path(p) / "predictions.npz")
+            for p in numbers["a"]["runs"] + numbers["b"]["runs"]]
+    again = bootstrap.paired_section(runs[:3], runs[3:], ["mp"], samples=100)
+    assert numbers["id"] == json.loads(json.dumps(again["id"]))
+    one = compare.compare_runs(tmp_path / "gedl5" / "seed_0", tmp_path / "edl" / "seed_0",
+                               samples=20)
+    assert one["a"]["name"] == "gedl" and "draws each side's runs" not in \
+        compare.paired_table(one)

@@ -220,38 +220,57 @@ def _settings(samples: int, confidence: float, seed: int, num_bins: int) -> dict
             "method": "percentile", "ece_bins": int(num_bins)}
 
 
-def paired_section(a: Mapping[str, Any], b: Mapping[str, Any], score_names: Sequence[str],
-                   samples: int, confidence: float = 0.95, seed: int = 0,
-                   num_bins: int = 15) -> dict[str, Any]:
-    """Two runs on the same test and OOD examples compared: for every metric, the percentile
-    interval of the difference A - B over replicates that draw the same examples for both
-    (paired), with "a" and "b" the metric on all examples, "difference" = a - b, and
-    "a_better", the fraction of replicates in which A is better (higher, or lower for NLL,
-    Brier, ECE and FPR95). `a`, `b`: {"test": Predictions, "ood/<set>": Predictions}
-    (`load_predictions` of each run's predictions.npz); the OOD sets both have are compared.
+def paired_section(a: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+                   b: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+                   score_names: Sequence[str], samples: int, confidence: float = 0.95,
+                   seed: int = 0, num_bins: int = 15) -> dict[str, Any]:
+    """Two runs, or two methods' runs over seeds, on the same test and OOD examples compared:
+    for every metric, the percentile interval of the difference A - B over replicates that draw
+    the same examples for every run (paired), with "a" and "b" the metric on all examples (the
+    mean over a method's runs), "difference" = a - b, and "a_better", the fraction of
+    replicates in which A is better (higher, or lower for NLL, Brier, ECE and FPR95).
+
+    `a`, `b`: one run, {"test": Predictions, "ood/<set>": Predictions} (`load_predictions` of
+    its predictions.npz), or a sequence of them (a method's seeds). With several runs a
+    replicate also draws the method's runs with replacement, independently for A and B (a
+    stream each), and averages the drawn runs' metrics on that replicate's examples: the
+    interval then holds the variation over seeds as well as over examples. With one run per
+    side this is the plain paired bootstrap. The OOD sets every run has are compared.
     Raises ValueError when the test sets differ (sizes or labels)."""
     _check(samples, confidence)
-    ta, tb = a["test"], b["test"]
-    if ta.labels is None or tb.labels is None or not np.array_equal(ta.labels, tb.labels):
-        raise ValueError("the two runs' test sets differ (sizes or labels): a paired comparison "
-                         "needs the same examples in the same order")
-    sets = [k[len("ood/"):] for k in a if k.startswith("ood/") and k in b]
+    runs_a, runs_b = _as_runs(a), _as_runs(b)
+    everyone = runs_a + runs_b
+    labels = everyone[0]["test"].labels
+    for run in everyone:
+        if run["test"].labels is None or labels is None or \
+                not np.array_equal(run["test"].labels, labels):
+            raise ValueError("the runs' test sets differ (sizes or labels): a paired comparison "
+                             "needs the same examples in the same order")
+    sets = [k[len("ood/"):] for k in everyone[0] if k.startswith("ood/")
+            and all(k in run for run in everyone)]
     for name in sets:
-        if a[f"ood/{name}"].num_examples != b[f"ood/{name}"].num_examples:
-            raise ValueError(f"OOD set {name!r} has {a[f'ood/{name}'].num_examples} examples in "
-                             f"one run and {b[f'ood/{name}'].num_examples} in the other")
-    missing = [s for s in score_names if s not in ta.scores or s not in tb.scores]
+        sizes = {run[f"ood/{name}"].num_examples for run in everyone}
+        if len(sizes) > 1:
+            raise ValueError(f"OOD set {name!r} has {sorted(sizes)} examples in different runs")
+    missing = sorted({s for run in everyone for s in score_names if s not in run["test"].scores})
     if missing:
-        raise ValueError(f"score(s) {missing} are not in both runs (A: {sorted(ta.scores)}, "
-                         f"B: {sorted(tb.scores)})")
+        raise ValueError(f"score(s) {missing} are not in every run (A: "
+                         f"{sorted(runs_a[0]['test'].scores)}, B: "
+                         f"{sorted(runs_b[0]['test'].scores)})")
 
-    def values(run, draws_samples):
-        return replicates(run["test"].probs, run["test"].labels, run["test"].scores,
-                          {n: run[f"ood/{n}"].scores for n in sets}, score_names,
-                          draws_samples, seed, num_bins)
+    def values(runs, stream):
+        return _over_runs([replicates(run["test"].probs, run["test"].labels, run["test"].scores,
+                                      {n: run[f"ood/{n}"].scores for n in sets}, score_names,
+                                      samples, seed, num_bins) for run in runs],
+                          samples, seed, stream)
 
-    full = {"id": np.arange(ta.num_examples)}   # the point values: all examples, once
-    point_a, point_b = (_point(run, sets, score_names, full, num_bins) for run in (a, b))
+    full = {"id": np.arange(labels.size)}   # the point values: all examples, once
+
+    def point(runs):
+        return _map_leaves(lambda *v: float(np.mean(v)),
+                           *(_point(run, sets, score_names, full, num_bins) for run in runs))
+
+    point_a, point_b = point(runs_a), point(runs_b)
 
     def compare(va, vb, pa, pb, lower_is_better):
         diff = va - vb
@@ -262,7 +281,7 @@ def paired_section(a: Mapping[str, Any], b: Mapping[str, Any], score_names: Sequ
                       "a_better": float(better[defined].mean()) if defined.any() else None})
         return entry
 
-    va, vb = values(a, samples), values(b, samples)
+    va, vb = values(runs_a, "runs/a"), values(runs_b, "runs/b")
     out = {"id": {k: compare(va["id"][k], vb["id"][k], point_a["id"][k], point_b["id"][k],
                              k in ("nll", "brier", "ece")) for k in ID_KEYS},
            "ood": {}}
@@ -276,8 +295,30 @@ def paired_section(a: Mapping[str, Any], b: Mapping[str, Any], score_names: Sequ
             s: {k: compare(va["ood"][name][s][k], vb["ood"][name][s][k],
                            point_a["ood"][name][s][k], point_b["ood"][name][s][k],
                            k == "fpr95") for k in DETECTION_KEYS} for s in score_names}
-    return {"settings": {**_settings(samples, confidence, seed, num_bins), "paired": True},
+    return {"settings": {**_settings(samples, confidence, seed, num_bins), "paired": True,
+                         "runs": [len(runs_a), len(runs_b)]},
             **out}
+
+
+def _as_runs(side: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    runs = [side] if isinstance(side, Mapping) else list(side)
+    if not runs:
+        raise ValueError("each side of a comparison needs at least one run")
+    return runs
+
+
+def _over_runs(trees: Sequence[Mapping[str, Any]], samples: int, seed: int,
+               stream: str) -> dict[str, Any]:
+    """A method's replicate values from its runs' (`replicates` of each run, on the same
+    example draws): in replicate b, the mean over a draw of the runs with replacement of their
+    values at b (a draw per replicate, seeded by (seed, `stream`)); one run's values as they
+    are."""
+    if len(trees) == 1:
+        return dict(trees[0])
+    rng = np.random.default_rng([int(seed), zlib.crc32(stream.encode())])
+    drawn_BxS = rng.integers(0, len(trees), size=(int(samples), len(trees)))
+    columns_B = np.arange(int(samples))[:, None]
+    return _map_leaves(lambda *v: np.stack(v)[drawn_BxS, columns_B].mean(axis=1), *trees)
 
 
 def _point(run, sets, score_names, full, num_bins) -> dict[str, Any]:

@@ -1,16 +1,20 @@
-"""Two evaluated runs compared on the same examples: a paired bootstrap of every metric's
-difference (``bin/compare_runs.py``).
+"""Two evaluated runs, or two methods' runs over seeds, compared on the same examples: a paired
+bootstrap of every metric's difference (``bin/compare_runs.py``).
 
     python bin/compare_runs.py runs/mnist_gedl runs/mnist_edl [--samples 2000] [--out FILE.md]
+    python bin/compare_runs.py runs/gedl5 runs/edl5          # folders of seed_* runs
+    python bin/compare_runs.py runs/gedl_seed0,runs/gedl_seed1 runs/edl_seed0,runs/edl_seed1
 
-Each argument is a run's results folder (its ``predictions.npz``, which every evaluation writes)
-or that file. Both must hold the same test set (same labels in the same order, as two runs on one
-dataset do); the OOD sets they share are compared. Each replicate draws the test examples, and
-each OOD set's examples, with replacement, the same draws for both runs
-(``bootstrap.paired_section``), so the interval of A - B leaves out the variation the two runs
-share: a difference whose interval excludes 0 is one that other draws of the test examples would
-keep. It says nothing about training seeds: for that, compare several seeds per method
-(``bin/report.py``).
+Each argument is a run's results folder (its ``predictions.npz``, which every evaluation
+writes) or that file; a folder whose ``seed_*`` subfolders are runs (``--config.seeds``
+writes one); or several of these joined by commas. Every run must hold the same test set (same
+labels in the same order, as runs on one dataset do); the OOD sets they all have are compared.
+Each replicate draws the test examples, and each OOD set's examples, with replacement, the same
+draws for every run (``bootstrap.paired_section``), so the interval of A - B leaves out the
+variation the runs share: a difference whose interval excludes 0 is one that other draws of the
+test examples would keep. With several runs a side, a replicate also draws that side's runs
+with replacement and averages them, so the interval holds the variation over training seeds as
+well; with few seeds (under 5) it is too narrow, as any bootstrap over so few draws.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any
 from gedl_jax import files
 from gedl_jax.evaluation import bootstrap, saved
 
-__all__ = ["compare_runs", "main", "paired_table"]
+__all__ = ["compare_runs", "main", "paired_table", "run_paths"]
 
 PREDICTIONS_FILENAME = "predictions.npz"
 DEFAULT_SCORES = ("mp", "um")
@@ -34,7 +38,8 @@ def _predictions(path) -> tuple[str, dict[str, Any]]:
     file = path / PREDICTIONS_FILENAME if path.is_dir() else path
     if not file.is_file():
         raise FileNotFoundError(f"{path}: no {PREDICTIONS_FILENAME} (give an evaluated run's "
-                                f"folder: python -m gedl_jax.evaluate writes it)")
+                                f"folder, which python -m gedl_jax.evaluate writes, or a folder "
+                                f"of seed_* runs)")
     results = file.with_name("eval_results.json")
     name = path.name if path.is_dir() else file.parent.name
     if results.is_file():   # the method's name, as the tables name it
@@ -43,20 +48,45 @@ def _predictions(path) -> tuple[str, dict[str, Any]]:
     return name, saved.load_predictions(file)
 
 
+def run_paths(spec: str | pathlib.Path) -> list[pathlib.Path]:
+    """The runs one side of a comparison names: a run's folder or its predictions.npz, a
+    folder of `seed_*` runs (in seed order), or several of these joined by commas."""
+    paths: list[pathlib.Path] = []
+    for part in str(spec).split(","):
+        path = pathlib.Path(part.strip())
+        seeds = [] if (path / PREDICTIONS_FILENAME).is_file() or not path.is_dir() else sorted(
+            (d for d in path.glob("seed_*") if (d / PREDICTIONS_FILENAME).is_file()),
+            key=lambda d: (len(d.name), d.name))
+        paths.extend(seeds or [path])
+    return paths
+
+
+def _side(spec) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """({"name", "path", "runs"}, the runs' predictions) of one side."""
+    paths = run_paths(spec)
+    loaded = [_predictions(p) for p in paths]
+    names = list(dict.fromkeys(name for name, _ in loaded))
+    name = "/".join(names) + (f" ({len(paths)} runs)" if len(paths) > 1 else "")
+    return ({"name": name, "path": str(spec), "runs": [str(p) for p in paths]},
+            [runs for _, runs in loaded])
+
+
 def compare_runs(a, b, samples: int = 2000, confidence: float = 0.95, seed: int = 0,
                  scores: Sequence[str] | None = None) -> dict[str, Any]:
-    """`bootstrap.paired_section` of the runs at `a` and `b` (results folders or their
-    predictions.npz), over `scores` (default: those of "mp" and "um" both runs have), with
-    "a" and "b" naming them."""
-    (name_a, pa), (name_b, pb) = _predictions(a), _predictions(b)
-    shared = [s for s in pa["test"].scores if s in pb["test"].scores]
+    """`bootstrap.paired_section` of the runs that `a` and `b` name (`run_paths`), over
+    `scores` (default: those of "mp" and "um" that every run has), with "a" and "b" naming
+    them."""
+    (about_a, runs_a), (about_b, runs_b) = _side(a), _side(b)
+    everyone = runs_a + runs_b
+    shared = [s for s in everyone[0]["test"].scores
+              if all(s in run["test"].scores for run in everyone)]
     chosen = [s for s in DEFAULT_SCORES if s in shared] if scores is None else list(scores)
     if not chosen:
-        raise ValueError(f"the runs share no score to compare (A: {sorted(pa['test'].scores)}, "
-                         f"B: {sorted(pb['test'].scores)})")
-    section = bootstrap.paired_section(pa, pb, chosen, samples, confidence, seed)
-    return {"a": {"name": name_a, "path": str(a)}, "b": {"name": name_b, "path": str(b)},
-            **section}
+        raise ValueError(f"the runs share no score to compare (A: "
+                         f"{sorted(runs_a[0]['test'].scores)}, B: "
+                         f"{sorted(runs_b[0]['test'].scores)})")
+    section = bootstrap.paired_section(runs_a, runs_b, chosen, samples, confidence, seed)
+    return {"a": about_a, "b": about_b, **section}
 
 
 def paired_table(comparison: Mapping[str, Any]) -> str:
@@ -77,13 +107,17 @@ def paired_table(comparison: Mapping[str, Any]) -> str:
                 f"{entry['b'] * scale:.{digits}f} | {interval} | {better} |")
 
     a, b = comparison["a"]["name"], comparison["b"]["name"]
+    several = max(settings.get("runs", [1, 1])) > 1
+    seeds = (" Each replicate also draws each side's runs with replacement and averages them "
+             "(A and B: the means over the runs), so the interval holds the variation over "
+             "training seeds too." if several else "")
     lines = [f"> Paired bootstrap: A = {a} ({comparison['a']['path']}), B = {b} "
              f"({comparison['b']['path']}). A - B with its {settings['confidence']:.0%} "
              f"percentile interval over {settings['samples']:,} replicates that draw the same "
-             f"test examples (and the same examples of each OOD set) for both runs; 'A better': "
-             f"the fraction of replicates in which A is better (higher; lower for NLL, Brier, "
-             f"ECE and FPR95). Acc, AUPR, AUROC and FPR95 in %; NLL, Brier and ECE as "
-             f"fractions. Seed {settings['seed']}.",
+             f"test examples (and the same examples of each OOD set) for every run;{seeds} "
+             f"'A better': the fraction of replicates in which A is better (higher; lower for "
+             f"NLL, Brier, ECE and FPR95). Acc, AUPR, AUROC and FPR95 in %; NLL, Brier and ECE "
+             f"as fractions. Seed {settings['seed']}.",
              "",
              "| Metric | Set | Score | A | B | A - B [low, high] | A better |",
              "|---|:---:|:---:|:---:|:---:|:---:|:---:|"]
@@ -107,10 +141,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from gedl_jax import cli
 
     parser = cli.ArgumentParser(
-        description="Compare two evaluated runs on the same examples: a paired bootstrap of "
-                    "every metric's difference A - B.")
-    parser.add_argument("run_a", help="run A: its results folder (predictions.npz) or the file")
-    parser.add_argument("run_b", help="run B, on the same test set")
+        description="Compare two evaluated runs, or two methods' runs over seeds, on the "
+                    "same examples: a paired bootstrap of every metric's difference A - B.")
+    parser.add_argument("run_a", help="run A: its results folder (predictions.npz) or the "
+                                      "file; a folder of seed_* runs; or several joined by "
+                                      "commas (a method's seeds)")
+    parser.add_argument("run_b", help="run B, the same way, on the same test set")
     parser.add_argument("--samples", type=int, default=2000, help="replicates (default 2000)")
     parser.add_argument("--confidence", type=float, default=0.95,
                         help="the intervals' level (default 0.95)")
