@@ -406,7 +406,8 @@ def test_compare_runs_takes_a_folder_of_seeds_or_runs_joined_by_commas(tmp_path,
     out = tmp_path / "cmp.json"
     assert compare.main([str(tmp_path / "gedl5"), edl, "--samples=100", f"--out={out}"]) == 0
     text = capsys.readouterr().out
-    assert text.startswith("> Paired bootstrap: A = gedl (3 runs)") and "B = edl (2 runs)" in text
+    assert text.startswith(f"> Paired bootstrap: A = gedl ({tmp_path / 'gedl5'}, 3 runs)")
+    assert f"B = edl ({edl}, 2 runs)" in text
     assert "draws each side's runs with replacement" in text
     numbers = json.loads(out.read_text())
     assert numbers["settings"]["runs"] == [3, 2] and len(numbers["b"]["runs"]) == 2

@@ -65,8 +65,7 @@ def _side(spec) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """({"name", "path", "runs"}, the runs' predictions) of one side."""
     paths = run_paths(spec)
     loaded = [_predictions(p) for p in paths]
-    names = list(dict.fromkeys(name for name, _ in loaded))
-    name = "/".join(names) + (f" ({len(paths)} runs)" if len(paths) > 1 else "")
+    name = "/".join(dict.fromkeys(name for name, _ in loaded))
     return ({"name": name, "path": str(spec), "runs": [str(p) for p in paths]},
             [runs for _, runs in loaded])
 
@@ -106,18 +105,21 @@ def paired_table(comparison: Mapping[str, Any]) -> str:
         return (f"| {metric} | {where} | {score} | {entry['a'] * scale:.{digits}f} | "
                 f"{entry['b'] * scale:.{digits}f} | {interval} | {better} |")
 
-    a, b = comparison["a"]["name"], comparison["b"]["name"]
+    def side(key):
+        about = comparison[key]
+        runs = len(about.get("runs", [about["path"]]))
+        return f"{about['name']} ({about['path']}{f', {runs} runs' if runs > 1 else ''})"
+
     several = max(settings.get("runs", [1, 1])) > 1
     seeds = (" Each replicate also draws each side's runs with replacement and averages them "
              "(A and B: the means over the runs), so the interval holds the variation over "
              "training seeds too." if several else "")
-    lines = [f"> Paired bootstrap: A = {a} ({comparison['a']['path']}), B = {b} "
-             f"({comparison['b']['path']}). A - B with its {settings['confidence']:.0%} "
-             f"percentile interval over {settings['samples']:,} replicates that draw the same "
-             f"test examples (and the same examples of each OOD set) for every run;{seeds} "
-             f"'A better': the fraction of replicates in which A is better (higher; lower for "
-             f"NLL, Brier, ECE and FPR95). Acc, AUPR, AUROC and FPR95 in %; NLL, Brier and ECE "
-             f"as fractions. Seed {settings['seed']}.",
+    lines = [f"> Paired bootstrap: A = {side('a')}, B = {side('b')}. A - B with its "
+             f"{settings['confidence']:.0%} percentile interval over {settings['samples']:,} "
+             f"replicates that draw the same test examples (and the same examples of each OOD "
+             f"set) for every run.{seeds} 'A better': the fraction of replicates in which A is "
+             f"better (higher; lower for NLL, Brier, ECE and FPR95). Acc, AUPR, AUROC and "
+             f"FPR95 in %; NLL, Brier and ECE as fractions. Seed {settings['seed']}.",
              "",
              "| Metric | Set | Score | A | B | A - B [low, high] | A better |",
              "|---|:---:|:---:|:---:|:---:|:---:|:---:|"]
