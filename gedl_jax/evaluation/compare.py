@@ -153,8 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--confidence", type=float, default=0.95,
                         help="the intervals' level (default 0.95)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the draws (default 0)")
-    parser.add_argument("--scores", help="comma-separated scores (default: mp,um where both "
-                                         "runs have them)")
+    parser.add_argument("--scores", help="comma-separated scores (default: mp,um where every "
+                                         "run has them)")
     parser.add_argument("--out", help="also write the table (.md) or the numbers (.json) here")
     return cli.run_argparse(parser, _main, argv)
 
