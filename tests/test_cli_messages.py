@@ -172,5 +172,9 @@ def test_a_training_run_out_of_memory_exits_2_with_one_line(tmp_path):
                           capture_output=True, text=True, timeout=300)
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert proc.returncode == 2 and len(errors) == 1, proc.stderr
-    assert errors[0].startswith("error: out of host memory (Unable to allocate")
+    # which allocation fails first is the backend's: on a CPU the host's (NumPy's MemoryError),
+    # on a GPU the device's (XLA's RESOURCE_EXHAUSTED, before any host copy of the batch)
+    first = ("host memory (Unable to allocate" if jax.default_backend() == "cpu"
+             else "device memory (RESOURCE_EXHAUSTED")
+    assert errors[0].startswith(f"error: out of {first}"), errors[0]
     assert "Traceback" not in proc.stderr

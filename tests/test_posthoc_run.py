@@ -61,7 +61,7 @@ def test_one_pass_gives_the_predictions_and_posthoc_outputs_of_two(softmax_run):
     import jax
 
     from gedl_jax import data
-    from gedl_jax.run import inference, steps, workdir
+    from gedl_jax.run import inference, numerics, steps, workdir
 
     run = workdir.restore_run(softmax_run)
     exp, state = run.experiment, run.state
@@ -81,9 +81,15 @@ def test_one_pass_gives_the_predictions_and_posthoc_outputs_of_two(softmax_run):
         np.testing.assert_array_equal(raw[name], alone[name], err_msg=name)
     for name in post:
         np.testing.assert_array_equal(post[name], posthoc_alone[name], err_msg=name)
-    # the written scores come from those outputs
+    # the written scores come from those outputs, computed under the run's products as the
+    # evaluation computed them (the suite's are float32, "highest"; a GPU run's "default" is
+    # TF32, whose logits differ from float32 ones in the fourth digit)
+    with numerics.precision(exp.config):
+        _, evaluated = steps.split_posthoc(outputs(steps.make_predict_step(
+            exp.method, run.mesh, with_posthoc=True)))
     saved = evaluation.load_posthoc_scores(softmax_run / "predictions.npz")["test"]
-    np.testing.assert_array_equal(saved["energy"], posthoc.energy_score(post["logits_BxK"]))
+    np.testing.assert_array_equal(saved["energy"],
+                                  posthoc.energy_score(evaluated["logits_BxK"]))
 
 
 def test_predict_fetches_no_posthoc_output_and_gives_the_evaluations_predictions(
