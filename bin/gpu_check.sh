@@ -15,18 +15,22 @@
 #
 # Needs: the package's dependencies with jax's CUDA plugin (GEDL_EXTRAS=dev,cuda12 or cuda13
 # bash bin/setup.sh) and the MNIST, KMNIST and Fashion-MNIST files in $GEDL_DATA_DIR (or the
-# download cache). PYTHON (default: .venv/bin/python if present, else python3) runs everything;
+# download cache; a folder with only some files needs a SHA256SUMS listing only those, or none:
+# the suite checks every file it lists). PYTHON (default: .venv/bin/python if present, else
+# python3) runs everything;
 # TORCH_PYTHON (default: PYTHON) runs the PyTorch reference, whose column says "not measured"
 # when it cannot import torch. GEDL_TEST_WORKERS pytest workers share the GPU (default: the
-# CPU cores less 4, from 2 to 12; an H200 with 16 cores ran the whole suite in 361 s with 13).
+# CPU cores less 4, from 2 to 12; an H200 with 16 cores ran the whole suite in 361 s with 13
+# beside the resume part, 356 s with 14 alone).
 # GEDL_TORCH_MODES (default eager,compile,cudagraphs) chooses the PyTorch columns;
 # GEDL_CHECK_MODELS (default convnet,vgg16) and GEDL_CHECK_DTYPES (default float32,bfloat16)
 # the bench and torch parts' rows (convnet and float32 alone: about a minute less);
 # GEDL_CHECK_TIMEOUTS="tests=S,train=S,..." stops a part after S seconds;
 # GEDL_CHECK_SEEDS_EPOCHS (default 200) the seeds part's epochs. Parts, in this order: tests,
 # train, bench, torch, seeds, resume (default: all). On one H200 the parts' wall times sum to 14
-# minutes, the seeds part with 50 epochs; with the resume part beside the tests, the two calls
-# took 11 (docs/results/gpu/nvidia_h200, wall_times.json); --append joins such calls' results.
+# minutes, the seeds part with 50 epochs (with 200: 276 s, commit 492beaf); with the resume part
+# beside the tests, the two calls took 11 (docs/results/gpu/nvidia_h200/earlier_78c8da6,
+# wall_times.json); --append joins such calls' results.
 # Also GEDL_COMMIT (names the commit of a copy whose git metadata is older than its files; the
 # benchmarks record it too). --append
 # keeps the parts DIR already has in its wall_times.json (two checks into one folder, one

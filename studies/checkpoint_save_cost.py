@@ -31,10 +31,13 @@ images/s in each setting, one after another in this process:
   by default), so the loop's thread waits less for the interpreter's lock;
 - `saves_two_queued`: the trainer's saves, the loop fetching the metrics of the call two
   before the newest, so two calls stay queued on the device while the host works.
-What keeps a vmapped run above its floor on a GPU is the question
-(docs/results/gpu/nvidia_h200/NOTES.md): there the epochs took 100-170 ms longer per extra
-save. On a CPU the host is the device, so only `--dry_run` (the MLP, two epochs of two calls of
-two steps) is meant to run there: it checks the script.
+What kept a vmapped run above its floor on a GPU is the question
+(docs/results/gpu/nvidia_h200/earlier_78c8da6/NOTES.md): there the epochs took 100-170 ms
+longer per extra save. Since then the trainer saves at most a round a minute
+(`config.checkpoint_interval_seconds`), and five seeds ran at 1.15x their floor on an H200
+(docs/results/gpu/nvidia_h200/NOTES.md). On a CPU the host is the device, so only
+`--dry_run` (the MLP, two epochs of two calls of two steps) is meant to run there: it checks
+the script.
 """
 
 from __future__ import annotations
