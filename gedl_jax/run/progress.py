@@ -6,9 +6,10 @@ every pending call but the newest, so the device is never idle while Python logs
 fetches all (a stop, a mid-epoch checkpoint, an epoch end where the loop waits: a CPU's). The
 ETA divides the steps left by the mean rate of the run so far (from the first fetch on, so
 compilation is not counted; validations and checkpoints are), not by the last interval's rate,
-which an epoch end would swing. A non-finite step (its update was skipped in the graph) stops
-the run with an error naming the steps and seeds, after the checkpoints already written are
-safe on disk.
+which an epoch end would swing; the first line's rate and ETA time that interval from the first
+call's dispatch, after its compilation. A non-finite step (its update was skipped in the
+graph) stops the run with an error naming the steps and seeds, after the checkpoints already
+written are safe on disk.
 """
 
 from __future__ import annotations
@@ -50,6 +51,11 @@ class MetricsBuffer:
         """Queue the metrics of the call that ended at `step` (device arrays, fetched at the
         next `flush`): one step's, or with `num_steps` the first `num_steps` rows of a
         several-step call (`steps.multi_step`)."""
+        if self.run_start is None and not self.pending and self.window_steps == 0:
+            # the first call of this process has just been dispatched, so it has compiled: the
+            # first interval's rate (and the first ETA) counts the steps' time, not the compile
+            # (seconds on a CPU, most of the first interval on a GPU)
+            self.window_start = time.time()
         self.pending.append((step, num_steps, metrics))
 
     def flush(self, keep_last: bool = False) -> dict[str, float] | None:
