@@ -420,3 +420,98 @@ def test_compare_runs_takes_a_folder_of_seeds_or_runs_joined_by_commas(tmp_path,
                                samples=20)
     assert one["a"]["name"] == "gedl" and "draws each side's runs" not in \
         compare.paired_table(one)
+
+
+def _dirichlet_split(rng, labels, k, sharpness, prior_strength=2.0):
+    """Dirichlet predictions (alpha = W/K + evidence) whose evidence tracks `labels` (None: an
+    OOD set, evidence of noise); `sharpness` scales the evidence, so a fit can undo it."""
+    from gedl_jax.evaluation import scores as scores_lib
+
+    n = k * 40 if labels is None else labels.size
+    evidence = rng.gamma(1.0, 1.0, (n, k))
+    if labels is not None:
+        evidence[np.arange(n), labels] += rng.gamma(3.0, 2.0, n)
+    w = np.full(n, prior_strength)
+    alpha = w[:, None] / k + sharpness * evidence
+    return core.Predictions(probs=alpha / alpha.sum(1, keepdims=True), labels=labels,
+                            scores=scores_lib.confidence_scores(alpha, w, ("mp", "um")),
+                            alpha=alpha, prior_strength=w)
+
+
+def _categorical_split(rng, labels, k, temperature):
+    from gedl_jax.evaluation import scores as scores_lib
+
+    n = k * 40 if labels is None else labels.size
+    logits = rng.normal(0, 1, (n, k))
+    if labels is not None:
+        logits[np.arange(n), labels] += 1.5
+    z = logits / temperature
+    probs = np.exp(z - z.max(1, keepdims=True))
+    probs /= probs.sum(1, keepdims=True)
+    return core.Predictions(probs=probs, labels=labels,
+                            scores=scores_lib.categorical_scores(probs))
+
+
+def test_compare_runs_calibrated_compares_each_runs_calibrated_predictions(tmp_path, capsys):
+    """--calibrated fits each run's own calibrator (its evaluation's) on the validation
+    predictions its predictions.npz holds and compares what it makes of the test and OOD sets:
+    the same numbers as the paired bootstrap of `core.calibrated_predictions`' outputs."""
+    from gedl_jax.evaluation import compare, saved
+
+    rng = np.random.default_rng(21)
+    k = 4
+    test_labels, val_labels = np.arange(200) % k, np.arange(160) % k
+    made = {"gedl": (lambda y: _dirichlet_split(rng, y, k, 0.05), "evidence_scale"),
+            "softmax": (lambda y: _categorical_split(rng, y, k, 0.3), "temperature")}
+    runs = {}
+    for name, (split, calibrator) in made.items():
+        runs[name] = {"test": split(test_labels), "ood/far": split(None),
+                      "validation": split(val_labels)}
+        (tmp_path / name).mkdir()
+        saved.save_predictions(tmp_path / name / "predictions.npz", runs[name]["test"],
+                               {"far": runs[name]["ood/far"]}, runs[name]["validation"])
+        (tmp_path / name / "eval_results.json").write_text(json.dumps(
+            {"variant": name, "evaluation_options": {"calibrator": calibrator,
+                                                     "base_rate": None}}))
+    out = tmp_path / "cmp.json"
+    args = [str(tmp_path / "gedl"), str(tmp_path / "softmax"), "--samples=80", "--scores=mp"]
+    assert compare.main(args + ["--calibrated", f"--out={out}"]) == 0
+    text = capsys.readouterr().out
+    assert "Calibrated predictions" in text
+    assert "(A: evidence scaling; B: temperature scaling)" in text
+    numbers = json.loads(out.read_text())
+    assert numbers["settings"]["calibrated"] is True
+    assert [f["calibrator"] for f in numbers["a"]["calibration"]] == ["evidence_scale"]
+    assert [f["calibrator"] for f in numbers["b"]["calibration"]] == ["temperature"]
+
+    def calibrated(name, calibrator):
+        loaded = saved.load_predictions(tmp_path / name / "predictions.npz")
+        _, out_ = core.calibrated_predictions(
+            loaded["validation"], {s: p for s, p in loaded.items() if s != "validation"},
+            calibrator)
+        return {s: p for s, p in out_.items() if s != "validation"}
+
+    a, b = calibrated("gedl", "evidence_scale"), calibrated("softmax", "temperature")
+    want = bootstrap.paired_section(a, b, ["mp"], samples=80)
+    assert {k_: numbers[k_] for k_ in ("id", "ood")} == json.loads(json.dumps(
+        {k_: want[k_] for k_ in ("id", "ood")}))
+    # the fits undid the sharpening: both calibrated NLLs are below the uncalibrated ones
+    plain = compare.compare_runs(tmp_path / "gedl", tmp_path / "softmax", samples=20,
+                                 scores=["mp"])
+    assert numbers["id"]["nll"]["a"] < plain["id"]["nll"]["a"]
+    assert numbers["id"]["nll"]["b"] < plain["id"]["nll"]["b"]
+    assert numbers["id"]["nll"]["a"] == pytest.approx(metrics.nll(a["test"].probs,
+                                                                  test_labels), rel=1e-12)
+
+    # --calibrator for every run; evidence scaling needs Dirichlet predictions
+    assert compare.main(args + ["--calibrated", "--calibrator=temperature"]) == 0
+    assert "(A: temperature scaling; B: temperature scaling)" in capsys.readouterr().out
+    assert compare.main(args + ["--calibrated", "--calibrator=evidence_scale"]) == 2
+    assert "needs Dirichlet predictions" in capsys.readouterr().err
+    assert compare.main(args + ["--calibrator=temperature"]) == 2
+    assert "add --calibrated" in capsys.readouterr().err
+    # a run saved without validation predictions: one line saying how to get them
+    saved.save_predictions(tmp_path / "softmax" / "predictions.npz", runs["softmax"]["test"],
+                           {"far": runs["softmax"]["ood/far"]})
+    assert compare.main(args + ["--calibrated"]) == 2
+    assert "holds no validation predictions" in capsys.readouterr().err

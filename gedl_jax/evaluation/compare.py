@@ -15,6 +15,14 @@ variation the runs share: a difference whose interval excludes 0 is one that oth
 test examples would keep. With several runs a side, a replicate also draws that side's runs
 with replacement and averages them, so the interval holds the variation over training seeds as
 well; with few seeds (under 5) it is too narrow, as any bootstrap over so few draws.
+
+With ``--calibrated`` the runs' calibrated predictions are compared instead: each run's
+calibrator (its evaluation's ``calibrator``, evidence scaling for the EDL family and temperature
+scaling otherwise; ``--calibrator`` chooses one for every run) is fitted on the validation
+predictions its ``predictions.npz`` holds and applied to its test and OOD predictions, as the
+evaluation's ``--config.calibrate`` does (``core.calibrated_predictions``). Each fit is in the
+comparison's ``calibration``. Compared after calibration, two methods differ in what a
+one-parameter fit on held-out data cannot remove.
 """
 
 from __future__ import annotations
@@ -25,15 +33,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gedl_jax import files
-from gedl_jax.evaluation import bootstrap, saved
+from gedl_jax.evaluation import bootstrap, core, saved
 
 __all__ = ["compare_runs", "main", "paired_table", "run_paths"]
 
 PREDICTIONS_FILENAME = "predictions.npz"
 DEFAULT_SCORES = ("mp", "um")
+CALIBRATOR_NAMES = {"temperature": "temperature scaling", "evidence_scale": "evidence scaling"}
 
 
-def _predictions(path) -> tuple[str, dict[str, Any]]:
+def _predictions(path) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """(the run's name, its predictions by split, its evaluation's options or {})."""
     path = pathlib.Path(path)
     file = path / PREDICTIONS_FILENAME if path.is_dir() else path
     if not file.is_file():
@@ -41,11 +51,32 @@ def _predictions(path) -> tuple[str, dict[str, Any]]:
                                 f"folder, which python -m gedl_jax.evaluate writes, or a folder "
                                 f"of seed_* runs)")
     results = file.with_name("eval_results.json")
-    name = path.name if path.is_dir() else file.parent.name
+    name, options = (path.name if path.is_dir() else file.parent.name), {}
     if results.is_file():   # the method's name, as the tables name it
         with open(results) as f:
-            name = str(json.load(f).get("variant") or name)
-    return name, saved.load_predictions(file)
+            evaluated = json.load(f)
+        name = str(evaluated.get("variant") or name)
+        options = dict(evaluated.get("evaluation_options") or {})
+    return name, saved.load_predictions(file), options
+
+
+def _calibrated(path, predictions: dict[str, Any], options: Mapping[str, Any],
+                calibrator: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the fit, the run's calibrated predictions) with `calibrator`, or the one its evaluation
+    names (`evaluation_options`; temperature scaling where none is recorded)."""
+    if "validation" not in predictions:
+        raise ValueError(f"{path}: its predictions.npz holds no validation predictions, which "
+                         f"a calibrator is fitted on (evaluate the run again: python -m "
+                         f"gedl_jax.evaluate --workdir=RUN writes them)")
+    name = calibrator or str(options.get("calibrator") or "temperature")
+    if name == "evidence_scale" and not predictions["validation"].is_dirichlet:
+        raise ValueError(f"{path}: calibrator 'evidence_scale' needs Dirichlet predictions "
+                         f"(the EDL family's); use --calibrator=temperature")
+    fit, calibrated = core.calibrated_predictions(
+        predictions["validation"], {k: v for k, v in predictions.items() if k != "validation"},
+        name, options.get("base_rate"))
+    calibrated.pop("validation")
+    return fit, calibrated
 
 
 def run_paths(spec: str | pathlib.Path) -> list[pathlib.Path]:
@@ -61,21 +92,35 @@ def run_paths(spec: str | pathlib.Path) -> list[pathlib.Path]:
     return paths
 
 
-def _side(spec) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """({"name", "path", "runs"}, the runs' predictions) of one side."""
+def _side(spec, calibrated: bool = False, calibrator: str | None = None
+          ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """({"name", "path", "runs"; with `calibrated` also "calibration": each run's fit}, the
+    runs' predictions, calibrated with `calibrated`) of one side."""
     paths = run_paths(spec)
     loaded = [_predictions(p) for p in paths]
-    name = "/".join(dict.fromkeys(name for name, _ in loaded))
-    return ({"name": name, "path": str(spec), "runs": [str(p) for p in paths]},
-            [runs for _, runs in loaded])
+    about = {"name": "/".join(dict.fromkeys(name for name, _, _ in loaded)), "path": str(spec),
+             "runs": [str(p) for p in paths]}
+    runs = [predictions for _, predictions, _ in loaded]
+    if calibrated:
+        fits_and_runs = [_calibrated(p, predictions, options, calibrator)
+                         for p, (_, predictions, options) in zip(paths, loaded, strict=True)]
+        about["calibration"] = [fit for fit, _ in fits_and_runs]
+        runs = [run for _, run in fits_and_runs]
+    return about, runs
 
 
 def compare_runs(a, b, samples: int = 2000, confidence: float = 0.95, seed: int = 0,
-                 scores: Sequence[str] | None = None) -> dict[str, Any]:
+                 scores: Sequence[str] | None = None, calibrated: bool = False,
+                 calibrator: str | None = None) -> dict[str, Any]:
     """`bootstrap.paired_section` of the runs that `a` and `b` name (`run_paths`), over
     `scores` (default: those of "mp" and "um" that every run has), with "a" and "b" naming
-    them."""
-    (about_a, runs_a), (about_b, runs_b) = _side(a), _side(b)
+    them. With `calibrated`, of each run's calibrated predictions (module docstring), by
+    `calibrator` ("temperature" or "evidence_scale"; None: each run's evaluation's)."""
+    if calibrator is not None and calibrator not in core.CALIBRATORS:
+        raise ValueError(f"calibrator must be one of {list(core.CALIBRATORS)}, got "
+                         f"{calibrator!r}")
+    (about_a, runs_a), (about_b, runs_b) = (_side(a, calibrated, calibrator),
+                                            _side(b, calibrated, calibrator))
     everyone = runs_a + runs_b
     shared = [s for s in everyone[0]["test"].scores
               if all(s in run["test"].scores for run in everyone)]
@@ -85,6 +130,7 @@ def compare_runs(a, b, samples: int = 2000, confidence: float = 0.95, seed: int 
                          f"{sorted(runs_a[0]['test'].scores)}, B: "
                          f"{sorted(runs_b[0]['test'].scores)})")
     section = bootstrap.paired_section(runs_a, runs_b, chosen, samples, confidence, seed)
+    section["settings"]["calibrated"] = bool(calibrated)
     return {"a": about_a, "b": about_b, **section}
 
 
@@ -111,14 +157,24 @@ def paired_table(comparison: Mapping[str, Any]) -> str:
         return f"{about['name']} ({about['path']}{f', {runs} runs' if runs > 1 else ''})"
 
     several = max(settings.get("runs", [1, 1])) > 1
+    calibration = ""
+    if settings.get("calibrated"):
+        def fitted(key):
+            names = sorted({CALIBRATOR_NAMES.get(fit["calibrator"], fit["calibrator"])
+                            for fit in comparison[key]["calibration"]})
+            return " and ".join(names)
+        calibration = (f" Calibrated predictions: each run's calibrator fitted on its "
+                       f"validation predictions and applied to its test and OOD sets (A: "
+                       f"{fitted('a')}; B: {fitted('b')}).")
     seeds = (" Each replicate also draws each side's runs with replacement and averages them "
              "(A and B: the means over the runs), so the interval holds the variation over "
              "training seeds too." if several else "")
     lines = [f"> Paired bootstrap: A = {side('a')}, B = {side('b')}. A - B with its "
              f"{settings['confidence']:.0%} percentile interval over {settings['samples']:,} "
              f"replicates that draw the same test examples (and the same examples of each OOD "
-             f"set) for every run.{seeds} 'A better': the fraction of replicates in which A is "
-             f"better (higher; lower for NLL, Brier, ECE and FPR95). Acc, AUPR, AUROC and "
+             f"set) for every run.{calibration}{seeds} 'A better': the fraction of "
+             f"replicates in which A is better (higher; lower for NLL, Brier, ECE and FPR95). "
+             f"Acc, AUPR, AUROC and "
              f"FPR95 in %; NLL, Brier and ECE as fractions. Seed {settings['seed']}.",
              "",
              "| Metric | Set | Score | A | B | A - B [low, high] | A better |",
@@ -155,13 +211,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seeds the draws (default 0)")
     parser.add_argument("--scores", help="comma-separated scores (default: mp,um where every "
                                          "run has them)")
+    parser.add_argument("--calibrated", action="store_true",
+                        help="compare the calibrated predictions: each run's calibrator (its "
+                             "evaluation's: evidence scaling for the EDL family, temperature "
+                             "scaling otherwise) fitted on its validation predictions")
+    parser.add_argument("--calibrator", choices=core.CALIBRATORS,
+                        help="with --calibrated, this calibrator for every run")
     parser.add_argument("--out", help="also write the table (.md) or the numbers (.json) here")
     return cli.run_argparse(parser, _main, argv)
 
 
 def _main(args: Any) -> int:
+    if args.calibrator and not args.calibrated:
+        raise ValueError("--calibrator chooses the calibrator of --calibrated; add --calibrated")
     comparison = compare_runs(args.run_a, args.run_b, args.samples, args.confidence, args.seed,
-                              args.scores.split(",") if args.scores else None)
+                              args.scores.split(",") if args.scores else None,
+                              args.calibrated, args.calibrator)
     text = paired_table(comparison)
     print(text, end="")
     if args.out:
