@@ -47,9 +47,13 @@ def test_each_replicate_is_the_metric_of_the_resampled_arrays(ties):
         for key, value in want.items():
             assert detection[key][b] == value, (key, b)
         p, y = probs[id_draws[b]], labels[id_draws[b]]
+        calibration = metrics.expected_calibration_error(p, y)
         want_id = {"accuracy": metrics.accuracy(p, y), "nll": metrics.nll(p, y),
-                   "brier": metrics.brier_score(p, y),
-                   "ece": metrics.expected_calibration_error(p, y).ece}
+                   "brier": metrics.brier_score(p, y), "ece": calibration.ece,
+                   "ece_overconfidence": calibration.overconfidence,
+                   "ece_underconfidence": calibration.underconfidence,
+                   "ece_classwise": metrics.classwise_calibration_error(p, y)}
+        assert set(want_id) == set(bootstrap.ID_KEYS)
         for key, value in want_id.items():
             assert replicates[key][b] == pytest.approx(value, rel=1e-12, abs=1e-15), (key, b)
         mis = metrics.misclassification_detection(p.argmax(1) == y, confidence[id_draws[b]])
@@ -163,6 +167,17 @@ def test_evaluate_predictions_adds_the_section_and_the_table_shows_it():
     low, high = (section["ood"]["noise"]["mp"]["auroc"][k] * 100 for k in ("low", "high"))
     value = res["ood"]["noise"]["detection"]["mp"]["auroc"] * 100
     assert "| mine | noise | MP |" in text and f"{value:.2f} [{low:.2f}, {high:.2f}]" in text
+    # the in-distribution row: the classwise ECE's interval; results written before the ECE's
+    # parts and the classwise ECE had intervals show a dash there
+    cw = section["id"]["ece_classwise"]
+    assert cw["low"] <= res["id"]["ece_classwise"] <= cw["high"]
+    assert f"{res['id']['ece_classwise']:.4f} [{cw['low']:.4f}, {cw['high']:.4f}] |" in text
+    older = {**res, "variant": "mine", "bootstrap": {**section, "id": {
+        k: v for k, v in section["id"].items() if k not in (
+            "ece_overconfidence", "ece_underconfidence", "ece_classwise")}}}
+    row = next(line for line in report.results_table([older]).splitlines()
+               if line.startswith("| mine |") and " [" in line and "| MP |" not in line)
+    assert row.endswith("| – | – | – |"), row
     # over several seeds the intervals stay in each run's results
     assert "Bootstrap" not in report.results_table([{**res, "variant": "mine", "seed": s}
                                                     for s in (0, 1)])
@@ -273,6 +288,16 @@ def test_paired_differences_are_the_differences_of_the_same_resamples():
     assert acc["a"] == metrics.accuracy(a["test"].probs, a["test"].labels)
     assert acc["difference"] == pytest.approx(acc["a"] - acc["b"])
     assert section["id"]["ece"]["a_better"] is not None   # lower ECE counts as better
+    # so does a lower classwise ECE, or ECE part: "A better" is the fraction with A - B < 0
+    for key, metric in (
+            ("ece_classwise", metrics.classwise_calibration_error),
+            ("ece_underconfidence",
+             lambda p, y: metrics.expected_calibration_error(p, y).underconfidence)):
+        diff = np.array([metric(a["test"].probs[i], a["test"].labels[i])
+                         - metric(b["test"].probs[i], b["test"].labels[i]) for i in id_draws])
+        assert section["id"][key]["a_better"] == pytest.approx(np.mean(diff < 0)), key
+        assert section["id"][key]["low"] == pytest.approx(
+            bootstrap.interval(diff, 0.9)["low"], abs=1e-12), key
     # a run against itself: every difference is 0, never better
     same = bootstrap.paired_section(a, a, ["mp"], samples=30)
     assert same["id"]["accuracy"]["low"] == same["id"]["accuracy"]["high"] == 0.0

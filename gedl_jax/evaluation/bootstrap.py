@@ -13,10 +13,11 @@ bootstrap standard error ``se`` (the replicates' std, ddof=1), from B replicates
   of the other OOD sets (a stream per set, keyed by its name, so adding a set moves no other
   set's interval).
 
-Metrics: accuracy, NLL, Brier, 15-bin equal-width ECE and misclassification AUPR / AUROC of each
-score on the test set; AUPR-in, AUPR-out, AUROC and FPR95 of each score and OOD set. A replicate
-in which a metric is undefined (no misclassified example drawn) is left out of that metric's
-interval and counted in ``undefined``.
+Metrics: accuracy, NLL, Brier, 15-bin equal-width ECE with its over- and underconfident parts,
+classwise ECE, and misclassification AUPR / AUROC of each score on the test set; AUPR-in,
+AUPR-out, AUROC and FPR95 of each score and OOD set. A replicate in which a metric is undefined
+(no misclassified example drawn) is left out of that metric's interval and counted in
+``undefined``.
 
 Each replicate's value is the metric of the resampled arrays, as ``gedl_jax.evaluation.metrics``
 computes it (ties included): the examples are ranked once, and a replicate counts how often each
@@ -40,7 +41,8 @@ __all__ = ["bootstrap_section", "detection_replicates", "id_replicates", "interv
            "paired_section", "replicates", "resample_indices"]
 
 DETECTION_KEYS = ("aupr_in", "aupr_out", "auroc", "fpr95")
-ID_KEYS = ("accuracy", "nll", "brier", "ece")
+ID_KEYS = ("accuracy", "nll", "brier", "ece", "ece_overconfidence", "ece_underconfidence",
+           "ece_classwise")
 
 
 def resample_indices(n: int, samples: int, seed: int, stream: str) -> Iterator[np.ndarray]:
@@ -120,13 +122,22 @@ def detection_replicates(id_scores_N: np.ndarray, ood_scores_M: np.ndarray,
 def id_replicates(probs_NxK: np.ndarray, labels_N: np.ndarray, scores: Mapping[str, Any],
                   draws: Iterable[np.ndarray], num_bins: int = 15) -> dict[str, Any]:
     """(B,) values on each replicate's resampled test examples: "accuracy", "nll", "brier"
-    (squared), "ece" (equal-width, `num_bins`), and "misclassification": {score: {"aupr",
+    (squared), "ece" (equal-width, `num_bins`) and its parts "ece_overconfidence" and
+    "ece_underconfidence", "ece_classwise", and "misclassification": {score: {"aupr",
     "auroc"}} (correct predictions positive), as `metrics` computes them."""
     terms = metrics.per_example_terms(probs_NxK, labels_N)
     conf_N, nll_N, brier_N = terms["confidence"], terms["nll"], terms["squared_error"]
     correct_N = terms["correct"].astype(bool)
     n = conf_N.size
     bin_N = metrics.equal_width_bins(conf_N, num_bins)
+    # classwise ECE: every (class, bin) cell of every example's class probabilities, as
+    # `metrics.classwise_calibration_error` bins them (index k * num_bins + b)
+    probs_NxK = np.asarray(probs_NxK, np.float64)
+    k = probs_NxK.shape[1]
+    cell_NK = (np.arange(k) * num_bins
+               + metrics.equal_width_bins(np.clip(probs_NxK, 0.0, 1.0), num_bins)).ravel()
+    onehot_NK = (np.asarray(labels_N)[:, None] == np.arange(k)).astype(np.float64).ravel()
+    probs_NK = probs_NxK.ravel()
     ranked = {s: _Ranking(np.asarray(v, np.float64)) for s, v in scores.items()}
     values: dict[str, list[float]] = {k: [] for k in ID_KEYS}
     ranking_values: dict[str, list[list[float]]] = {s: [] for s in scores}
@@ -137,9 +148,17 @@ def id_replicates(probs_NxK: np.ndarray, labels_N: np.ndarray, scores: Mapping[s
         values["nll"].append(weight_N @ nll_N / n)
         values["brier"].append(weight_N @ brier_N / n)
         count = np.bincount(bin_N, weights=weight_N, minlength=num_bins)
-        gap = np.abs(np.bincount(bin_N, weights=weight_N * conf_N, minlength=num_bins)
-                     - np.bincount(bin_N, weights=weight_N * correct_N, minlength=num_bins))
-        values["ece"].append(float(np.sum(gap[count > 0]) / n))
+        signed = (np.bincount(bin_N, weights=weight_N * conf_N, minlength=num_bins)
+                  - np.bincount(bin_N, weights=weight_N * correct_N, minlength=num_bins)
+                  )[count > 0] / n   # (n_b / n)(conf_b - acc_b) of the drawn examples
+        values["ece"].append(float(np.sum(np.abs(signed))))
+        values["ece_overconfidence"].append(float(np.sum(signed[signed > 0])))
+        values["ece_underconfidence"].append(float(np.sum(-signed[signed < 0])))
+        weight_NK = np.repeat(weight_N, k)
+        values["ece_classwise"].append(float(np.sum(np.abs(
+            np.bincount(cell_NK, weights=weight_NK * probs_NK, minlength=k * num_bins)
+            - np.bincount(cell_NK, weights=weight_NK * onehot_NK, minlength=k * num_bins)))
+            / n / k))
         drawn_correct = correct_N[draw]
         for s, ranking in ranked.items():
             runs = ranking.run_N[draw]
@@ -228,7 +247,7 @@ def paired_section(a: Mapping[str, Any] | Sequence[Mapping[str, Any]],
     for every metric, the percentile interval of the difference A - B over replicates that draw
     the same examples for every run (paired), with "a" and "b" the metric on all examples (the
     mean over a method's runs), "difference" = a - b, and "a_better", the fraction of
-    replicates in which A is better (higher, or lower for NLL, Brier, ECE and FPR95).
+    replicates in which A is better (higher, or lower for NLL, Brier, the ECEs and FPR95).
 
     `a`, `b`: one run, {"test": Predictions, "ood/<set>": Predictions} (`load_predictions` of
     its predictions.npz), or a sequence of them (a method's seeds). With several runs a
@@ -283,7 +302,7 @@ def paired_section(a: Mapping[str, Any] | Sequence[Mapping[str, Any]],
 
     va, vb = values(runs_a, "runs/a"), values(runs_b, "runs/b")
     out = {"id": {k: compare(va["id"][k], vb["id"][k], point_a["id"][k], point_b["id"][k],
-                             k in ("nll", "brier", "ece")) for k in ID_KEYS},
+                             k != "accuracy") for k in ID_KEYS},
            "ood": {}}
     out["id"]["misclassification"] = {
         s: {k: compare(va["id"]["misclassification"][s][k], vb["id"]["misclassification"][s][k],

@@ -173,16 +173,19 @@ def paired_table(comparison: Mapping[str, Any]) -> str:
              f"{settings['confidence']:.0%} percentile interval over {settings['samples']:,} "
              f"replicates that draw the same test examples (and the same examples of each OOD "
              f"set) for every run.{calibration}{seeds} 'A better': the fraction of "
-             f"replicates in which A is better (higher; lower for NLL, Brier, ECE and FPR95). "
-             f"Acc, AUPR, AUROC and "
-             f"FPR95 in %; NLL, Brier and ECE as fractions. Seed {settings['seed']}.",
+             f"replicates in which A is better (higher; lower for NLL, Brier, the ECEs and "
+             f"FPR95). Acc, AUPR, AUROC and FPR95 in %; NLL, Brier and the ECEs as fractions "
+             f"(ECE-over + ECE-under = ECE). Seed {settings['seed']}.",
              "",
              "| Metric | Set | Score | A | B | A - B [low, high] | A better |",
              "|---|:---:|:---:|:---:|:---:|:---:|:---:|"]
     test = comparison["id"]
     for key, label, scale in (("accuracy", "Acc", 100), ("nll", "NLL", 1), ("brier", "Brier", 1),
-                              ("ece", "ECE", 1)):
-        lines.append(row(label, "test", "–", test[key], scale))
+                              ("ece", "ECE", 1), ("ece_overconfidence", "ECE-over", 1),
+                              ("ece_underconfidence", "ECE-under", 1),
+                              ("ece_classwise", "Classwise-ECE", 1)):
+        if key in test:   # a comparison written before a metric was added has no row of it
+            lines.append(row(label, "test", "–", test[key], scale))
     for score, by_metric in test["misclassification"].items():
         for key, label in (("aupr", "Conf. AUPR"), ("auroc", "Conf. AUROC")):
             lines.append(row(label, "test", score, by_metric[key], 100))

@@ -574,7 +574,9 @@ class _Tables:
                     f"{bounds['high'] * scale:.{digits}f}]")
 
         id_keys = (("accuracy", "Acc", 100), ("nll", "NLL", 1), ("brier", "Brier", 1),
-                   ("ece", "ECE", 1))
+                   ("ece", "ECE", 1), ("ece_overconfidence", "ECE-over", 1),
+                   ("ece_underconfidence", "ECE-under", 1),
+                   ("ece_classwise", "Classwise-ECE", 1))
         id_rows, rows = [], []
         for name, run in single.items():
             boot, esc = run["bootstrap"], self.esc
@@ -601,9 +603,11 @@ class _Tables:
         note = (f"Bootstrap intervals of each single run ({level}; percentile method): the test "
                 f"examples and, independently, each OOD set's examples drawn with replacement; "
                 f"value [low, high]")
-        return [self.comment + note + ". Acc in %, NLL, Brier and ECE (15 equal-width bins) as "
-                "fractions.",
-                _render([self.esc(h) for h in ["Method", "Acc", "NLL", "Brier", "ECE"]],
+        return [self.comment + note + ". Acc in %, NLL, Brier and the ECEs (15 equal-width "
+                "bins; ECE-over + ECE-under = ECE; Classwise-ECE: every class's probability) "
+                "as fractions; a dash where the results hold no interval (written before "
+                "them).",
+                _render([self.esc(h) for h in ["Method"] + [label for _, label, _ in id_keys]],
                         id_rows, self.latex),
                 self.comment + note + "; in %. Conf.: correct positive; AUPR-in / AUROC: "
                 "in-distribution positive; AUPR-out: OOD positive; FPR95 lower is better.",
