@@ -449,13 +449,15 @@ def test_compare_runs_takes_a_folder_of_seeds_or_runs_joined_by_commas(tmp_path,
 
 def _dirichlet_split(rng, labels, k, sharpness, prior_strength=2.0):
     """Dirichlet predictions (alpha = W/K + evidence) whose evidence tracks `labels` (None: an
-    OOD set, evidence of noise); `sharpness` scales the evidence, so a fit can undo it."""
+    OOD set, evidence of noise), wrongly for a fifth of the examples; `sharpness` scales the
+    evidence, so a fit can undo it (the fitted scale lies inside its bounds)."""
     from gedl_jax.evaluation import scores as scores_lib
 
     n = k * 40 if labels is None else labels.size
     evidence = rng.gamma(1.0, 1.0, (n, k))
     if labels is not None:
-        evidence[np.arange(n), labels] += rng.gamma(3.0, 2.0, n)
+        favoured = np.where(rng.random(n) < 0.2, rng.integers(0, k, n), labels)
+        evidence[np.arange(n), favoured] += rng.gamma(3.0, 20.0, n)
     w = np.full(n, prior_strength)
     alpha = w[:, None] / k + sharpness * evidence
     return core.Predictions(probs=alpha / alpha.sum(1, keepdims=True), labels=labels,
@@ -504,6 +506,11 @@ def test_compare_runs_calibrated_compares_each_runs_calibrated_predictions(tmp_p
     text = capsys.readouterr().out
     assert "Calibrated predictions" in text
     assert "(A: evidence scaling; B: temperature scaling)" in text
+    # a fit on its search bound is named in the note (its warning says what it means)
+    bound = json.loads(out.read_text())
+    bound["a"]["calibration"][0]["at_bound"] = True
+    assert "(A: evidence scaling, 1 of 1 fit(s) on the search bound; B: temperature " \
+        "scaling)" in compare.paired_table(bound)
     numbers = json.loads(out.read_text())
     assert numbers["settings"]["calibrated"] is True
     assert [f["calibrator"] for f in numbers["a"]["calibration"]] == ["evidence_scale"]

@@ -160,9 +160,12 @@ def paired_table(comparison: Mapping[str, Any]) -> str:
     calibration = ""
     if settings.get("calibrated"):
         def fitted(key):
+            fits = comparison[key]["calibration"]
             names = sorted({CALIBRATOR_NAMES.get(fit["calibrator"], fit["calibrator"])
-                            for fit in comparison[key]["calibration"]})
-            return " and ".join(names)
+                            for fit in fits})
+            on_bound = sum(bool(fit.get("at_bound")) for fit in fits)
+            return " and ".join(names) + (
+                f", {on_bound} of {len(fits)} fit(s) on the search bound" if on_bound else "")
         calibration = (f" Calibrated predictions: each run's calibrator fitted on its "
                        f"validation predictions and applied to its test and OOD sets (A: "
                        f"{fitted('a')}; B: {fitted('b')}).")
