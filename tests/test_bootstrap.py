@@ -447,7 +447,7 @@ def test_compare_runs_takes_a_folder_of_seeds_or_runs_joined_by_commas(tmp_path,
         compare.paired_table(one)
 
 
-def _dirichlet_split(rng, labels, k, sharpness, prior_strength=2.0):
+def _dirichlet_split(rng, labels, k, sharpness, prior_strength=2.0, wrong=0.2):
     """Dirichlet predictions (alpha = W/K + evidence) whose evidence tracks `labels` (None: an
     OOD set, evidence of noise), wrongly for a fifth of the examples; `sharpness` scales the
     evidence, so a fit can undo it (the fitted scale lies inside its bounds)."""
@@ -456,7 +456,7 @@ def _dirichlet_split(rng, labels, k, sharpness, prior_strength=2.0):
     n = k * 40 if labels is None else labels.size
     evidence = rng.gamma(1.0, 1.0, (n, k))
     if labels is not None:
-        favoured = np.where(rng.random(n) < 0.2, rng.integers(0, k, n), labels)
+        favoured = np.where(rng.random(n) < wrong, rng.integers(0, k, n), labels)
         evidence[np.arange(n), favoured] += rng.gamma(3.0, 20.0, n)
     w = np.full(n, prior_strength)
     alpha = w[:, None] / k + sharpness * evidence
@@ -506,11 +506,6 @@ def test_compare_runs_calibrated_compares_each_runs_calibrated_predictions(tmp_p
     text = capsys.readouterr().out
     assert "Calibrated predictions" in text
     assert "(A: evidence scaling; B: temperature scaling)" in text
-    # a fit on its search bound is named in the note (its warning says what it means)
-    bound = json.loads(out.read_text())
-    bound["a"]["calibration"][0]["at_bound"] = True
-    assert "(A: evidence scaling, 1 of 1 fit(s) on the search bound; B: temperature " \
-        "scaling)" in compare.paired_table(bound)
     numbers = json.loads(out.read_text())
     assert numbers["settings"]["calibrated"] is True
     assert [f["calibrator"] for f in numbers["a"]["calibration"]] == ["evidence_scale"]
@@ -534,6 +529,20 @@ def test_compare_runs_calibrated_compares_each_runs_calibrated_predictions(tmp_p
     assert numbers["id"]["nll"]["b"] < plain["id"]["nll"]["b"]
     assert numbers["id"]["nll"]["a"] == pytest.approx(metrics.nll(a["test"].probs,
                                                                   test_labels), rel=1e-12)
+
+    # evidence never on a wrong class: the fit's optimum is the prior's weight going to 0,
+    # on the scale's bound; the warning names the run
+    never_wrong = {s_: _dirichlet_split(rng, y, k, 0.05, wrong=0.0) for s_, y in
+                   (("test", test_labels), ("ood/far", None), ("validation", val_labels))}
+    (tmp_path / "sure").mkdir()
+    saved.save_predictions(tmp_path / "sure" / "predictions.npz", never_wrong["test"],
+                           {"far": never_wrong["ood/far"]}, never_wrong["validation"])
+    with pytest.warns(RuntimeWarning, match=f"^{tmp_path / 'sure'}: the fitted evidence scale"):
+        on_bound = compare.compare_runs(tmp_path / "sure", tmp_path / "gedl", samples=10,
+                                        scores=["mp"], calibrated=True,
+                                        calibrator="evidence_scale")
+    assert on_bound["a"]["calibration"][0]["at_bound"]
+    assert "1 of 1 fit(s) on the search bound" in compare.paired_table(on_bound)
 
     # --calibrator for every run; evidence scaling needs Dirichlet predictions
     assert compare.main(args + ["--calibrated", "--calibrator=temperature"]) == 0

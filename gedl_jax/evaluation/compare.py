@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -72,9 +73,14 @@ def _calibrated(path, predictions: dict[str, Any], options: Mapping[str, Any],
     if name == "evidence_scale" and not predictions["validation"].is_dirichlet:
         raise ValueError(f"{path}: calibrator 'evidence_scale' needs Dirichlet predictions "
                          f"(the EDL family's); use --calibrator=temperature")
-    fit, calibrated = core.calibrated_predictions(
-        predictions["validation"], {k: v for k, v in predictions.items() if k != "validation"},
-        name, options.get("base_rate"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit, calibrated = core.calibrated_predictions(
+            predictions["validation"],
+            {k: v for k, v in predictions.items() if k != "validation"}, name,
+            options.get("base_rate"))
+    for warning in caught:   # a fit on its bound: which run's, among a comparison's many
+        warnings.warn(f"{path}: {warning.message}", warning.category, stacklevel=3)
     calibrated.pop("validation")
     return fit, calibrated
 
