@@ -18,7 +18,7 @@ from gedl_jax.evaluation import metrics, posthoc
 def softmax_run(data_dir, tmp_path_factory):  # noqa: F811
     workdir = tmp_path_factory.mktemp("softmax")
     c = tiny_config(data_dir, "softmax", evaluate_at_end=True, eval_examples=60,
-                    ood_datasets="kmnist,fashion_mnist")
+                    ood_datasets="kmnist,fashion_mnist", bootstrap_samples=200)
     train.train_and_evaluate(c, workdir)
     return workdir
 
@@ -52,6 +52,49 @@ def test_a_softmax_run_writes_every_posthoc_score_and_its_results(softmax_run):
         metrics.misclassification_detection(correct, saved["test/score/energy"]))
     table = (softmax_run / "eval_table.md").read_text()
     assert "Post-hoc OOD scores" in table and "| neg_knn_distance |" in table
+
+
+def test_the_posthoc_scores_get_bootstrap_intervals_on_the_methods_draws(softmax_run):
+    """With bootstrap_samples, the post-hoc scores get intervals too ("posthoc" ->
+    "bootstrap"), each the percentile interval of the metric on explicitly resampled saved
+    scores, drawn as the method's own scores are drawn: MSP, the softmax's own MP, gets MP's
+    interval."""
+    from gedl_jax.evaluation import bootstrap, report
+
+    res = json.loads((softmax_run / "eval_results.json").read_text())
+    boot = res["posthoc"]["bootstrap"]
+    assert boot["settings"] == {"samples": 200, "confidence": 0.95, "seed": 0,
+                                "method": "percentile"}
+    saved = evaluation.load_posthoc_scores(softmax_run / "predictions.npz")
+    labels = np.load(softmax_run / "predictions.npz")["test/labels"]
+    probs = np.load(softmax_run / "predictions.npz")["test/probs"]
+    n = labels.size
+    id_draws = list(bootstrap.resample_indices(n, 200, 0, "id"))
+    for ood in ("kmnist", "fashion_mnist"):
+        m = saved[f"ood/{ood}"]["energy"].size
+        ood_draws = list(bootstrap.resample_indices(m, 200, 0, f"ood/{ood}"))
+        for score in ("energy", "neg_mahalanobis"):
+            values = [metrics.ood_detection(saved["test"][score][i],
+                                            saved[f"ood/{ood}"][score][o])["auroc"]
+                      for i, o in zip(id_draws, ood_draws, strict=True)]
+            want = bootstrap.interval(np.array(values), 0.95)
+            got = boot["ood"][ood][score]["auroc"]
+            assert (got["low"], got["high"]) == pytest.approx((want["low"], want["high"]),
+                                                              abs=1e-12), (ood, score)
+        for k in ("aupr_in", "auroc"):
+            assert boot["ood"][ood]["msp"][k]["low"] == pytest.approx(
+                res["bootstrap"]["ood"][ood]["mp"][k]["low"], abs=1e-6), (ood, k)
+    correct = probs.argmax(1) == labels
+    values = [metrics.misclassification_detection(correct[i], saved["test"]["energy"][i])["aupr"]
+              for i in id_draws]
+    assert boot["misclassification"]["energy"]["aupr"]["high"] == pytest.approx(
+        bootstrap.interval(np.array(values), 0.95)["high"], abs=1e-12)
+    table = report.results_table([res])
+    energy = res["posthoc"]["ood"]["kmnist"]["detection"]["energy"]["auroc"] * 100
+    low = boot["ood"]["kmnist"]["energy"]["auroc"]["low"] * 100
+    row = next(line for line in table.splitlines()
+               if "| kmnist | energy |" in line and " [" in line)
+    assert f"| {energy:.2f} [{low:.2f}, " in row
 
 
 def test_one_pass_gives_the_predictions_and_posthoc_outputs_of_two(softmax_run):

@@ -38,7 +38,7 @@ import numpy as np
 from gedl_jax.evaluation import metrics
 
 __all__ = ["bootstrap_section", "detection_replicates", "id_replicates", "interval",
-           "paired_section", "replicates", "resample_indices"]
+           "paired_section", "replicates", "resample_indices", "score_section"]
 
 DETECTION_KEYS = ("aupr_in", "aupr_out", "auroc", "fpr95")
 ID_KEYS = ("accuracy", "nll", "brier", "ece", "ece_overconfidence", "ece_underconfidence",
@@ -159,16 +159,54 @@ def id_replicates(probs_NxK: np.ndarray, labels_N: np.ndarray, scores: Mapping[s
             np.bincount(cell_NK, weights=weight_NK * probs_NK, minlength=k * num_bins)
             - np.bincount(cell_NK, weights=weight_NK * onehot_NK, minlength=k * num_bins)))
             / n / k))
-        drawn_correct = correct_N[draw]
-        for s, ranking in ranked.items():
-            runs = ranking.run_N[draw]
-            tps, fps = ranking.curve(runs[drawn_correct], runs[~drawn_correct])
-            ranking_values[s].append(_ranking_values(tps, fps, ("aupr", "auroc")))
+        _misclassification_of_draw(ranked, correct_N, draw, ranking_values)
     out: dict[str, Any] = {k: np.asarray(v, np.float64) for k, v in values.items()}
-    out["misclassification"] = {
-        s: dict(zip(("aupr", "auroc"), np.asarray(v, np.float64).reshape(-1, 2).T, strict=True))
-        for s, v in ranking_values.items()}
+    out["misclassification"] = _misclassification_arrays(ranking_values)
     return out
+
+
+def _misclassification_of_draw(ranked: Mapping[str, _Ranking], correct_N: np.ndarray,
+                               draw: np.ndarray, out: dict[str, list[list[float]]]) -> None:
+    """Append each score's [AUPR, AUROC] of misclassification detection (correct positive) on
+    the drawn examples to out[score]."""
+    drawn_correct = correct_N[draw]
+    for s, ranking in ranked.items():
+        runs = ranking.run_N[draw]
+        tps, fps = ranking.curve(runs[drawn_correct], runs[~drawn_correct])
+        out[s].append(_ranking_values(tps, fps, ("aupr", "auroc")))
+
+
+def _misclassification_arrays(values: Mapping[str, list[list[float]]]) -> dict[str, Any]:
+    return {s: dict(zip(("aupr", "auroc"), np.asarray(v, np.float64).reshape(-1, 2).T,
+                        strict=True)) for s, v in values.items()}
+
+
+def score_section(correct_N: np.ndarray, id_scores: Mapping[str, np.ndarray],
+                  ood_scores: Mapping[str, Mapping[str, np.ndarray]],
+                  score_names: Sequence[str], samples: int, confidence: float = 0.95,
+                  seed: int = 0) -> dict[str, Any]:
+    """Intervals of scores that come without predictions of their own (the post-hoc OOD
+    scores, results' "posthoc" -> "bootstrap"): {"settings", "misclassification": {score:
+    {"aupr", "auroc": interval}}, "ood": {set: {score: {metric: interval}}}}, on the draws
+    `bootstrap_section` makes with the same `seed` (the streams "id" and "ood/<set>"), so a
+    replicate of these scores and of the method's own draws the same examples.
+    `correct_N`: whether each test example's prediction is right."""
+    _check(samples, confidence)
+    correct_N = np.asarray(correct_N, bool)
+    n = correct_N.size
+    ranked = {s: _Ranking(np.asarray(id_scores[s], np.float64)) for s in score_names}
+    mis: dict[str, list[list[float]]] = {s: [] for s in score_names}
+    for draw in resample_indices(n, samples, seed, "id"):
+        _misclassification_of_draw(ranked, correct_N, draw, mis)
+    values: dict[str, Any] = {"misclassification": _misclassification_arrays(mis), "ood": {}}
+    for name, scores in ood_scores.items():
+        values["ood"][name] = {s: detection_replicates(
+            id_scores[s], scores[s], resample_indices(n, samples, seed, "id"),
+            resample_indices(int(np.asarray(scores[s]).size), samples, seed, f"ood/{name}"))
+            for s in score_names}
+    settings = {k: v for k, v in _settings(samples, confidence, seed, 0).items()
+                if k != "ece_bins"}
+    return {"settings": settings, **_map_leaves(lambda v: interval(v, confidence), values)}
 
 
 def interval(values_B: np.ndarray, confidence: float) -> dict[str, float | int | None]:

@@ -582,21 +582,26 @@ class _Tables:
             boot, esc = run["bootstrap"], self.esc
             id_rows.append([esc(name)] + [cell(_node(run, ("id", k)), _node(boot, ("id", k)),
                                                scale) for k, _, scale in id_keys])
-            for s, label in _PAPER_SCORES:
-                conf = ("id", "misclassification", s)
-                if _node(run, conf) is not None:
-                    rows.append([esc(name), "Conf.", label,
-                                 cell(_node(run, conf + ("aupr",)),
-                                      _node(boot, conf + ("aupr",)), 100), dash,
-                                 cell(_node(run, conf + ("auroc",)),
-                                      _node(boot, conf + ("auroc",)), 100), dash])
+            # the method's own MP and UM, then the post-hoc scores with intervals: (score,
+            # label, its values, their intervals, the misclassification path in both)
+            scored = [(s, label, run, boot, ("id", "misclassification"))
+                      for s, label in _PAPER_SCORES]
+            post = _node(run, ("posthoc",)) if name not in self.calibrated_rows else None
+            if post is not None and isinstance(post.get("bootstrap"), Mapping):
+                scored += [(s, s, post, post["bootstrap"], ("misclassification",))
+                           for s in post["scores"]]
+            for s, label, values, bounds, conf in scored:
+                if _node(values, conf + (s,)) is not None:
+                    rows.append([esc(name), "Conf.", esc(label)] + [
+                        cell(_node(values, conf + (s, k)), _node(bounds, conf + (s, k)), 100)
+                        if k else dash for k in ("aupr", None, "auroc", None)])
             for o in self.ood_names:
-                for s, label in _PAPER_SCORES:
+                for s, label, values, bounds, _ in scored:
                     path = ("ood", o, "detection", s)
-                    if _node(run, path) is not None:
-                        rows.append([esc(name), self.set_label(o), label] + [
-                            cell(_node(run, path + (k,)), _node(boot, ("ood", o, s, k)), 100)
-                            for k in ("aupr_in", "aupr_out", "auroc", "fpr95")])
+                    if _node(values, path) is not None:
+                        rows.append([esc(name), self.set_label(o), esc(label)] + [
+                            cell(_node(values, path + (k,)), _node(bounds, ("ood", o, s, k)),
+                                 100) for k in ("aupr_in", "aupr_out", "auroc", "fpr95")])
         settings = {(r["bootstrap"]["settings"]["samples"],
                      r["bootstrap"]["settings"]["confidence"]) for r in single.values()}
         level = "; ".join(f"{c:.0%} over {b:,} replicates" for b, c in sorted(settings))
@@ -609,8 +614,10 @@ class _Tables:
                 "them).",
                 _render([self.esc(h) for h in ["Method"] + [label for _, label, _ in id_keys]],
                         id_rows, self.latex),
-                self.comment + note + "; in %. Conf.: correct positive; AUPR-in / AUROC: "
-                "in-distribution positive; AUPR-out: OOD positive; FPR95 lower is better.",
+                self.comment + note + "; in %. Scores by name (energy, ...): the post-hoc "
+                "OOD scores, on the same draws as MP and UM. Conf.: correct positive; AUPR-in "
+                "/ AUROC: in-distribution positive; AUPR-out: OOD positive; FPR95 lower is "
+                "better.",
                 _render([self.esc(h) for h in ["Method", "Set", "Score", "AUPR-in", "AUPR-out",
                                                "AUROC", "FPR95"]], rows, self.latex)]
 

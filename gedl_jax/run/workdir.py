@@ -18,7 +18,7 @@ import jax
 import numpy as np
 
 from gedl_jax import configuration, data, files, networks
-from gedl_jax.evaluation import core, posthoc, report, saved, sections
+from gedl_jax.evaluation import bootstrap, core, posthoc, report, saved, sections
 from gedl_jax.methods import common
 from gedl_jax.networks import user
 from gedl_jax.run import (
@@ -263,6 +263,9 @@ def evaluate_run(run: RestoredRun, workdir, extra_ood: tuple[str, ...] = (),
         with numerics.precision(exp.config):
             posthoc_scores, section = posthoc_results(run, names, id_pred, ood_sets, outputs,
                                                       workdir, trained)
+        if options.bootstrap_samples:
+            section["bootstrap"] = _posthoc_bootstrap(posthoc_scores, section, id_pred,
+                                                      options)
         results["posthoc"] = section
     fit = exp.method.fit_summary(run.state.method_state)
     if fit:   # what the method's fit after training chose (Laplace's prior precision)
@@ -274,6 +277,21 @@ def evaluate_run(run: RestoredRun, workdir, extra_ood: tuple[str, ...] = (),
                     "numerics": numerics.record(exp.config)})
     return write_results(results, pathlib.Path(workdir), id_pred, ood_preds, exp.config.plots,
                          validation=val_pred, posthoc_scores=posthoc_scores)
+
+
+def _posthoc_bootstrap(posthoc_scores: dict[str, dict[str, np.ndarray]],
+                       section: dict[str, Any], id_pred: core.Predictions,
+                       options: core.EvaluationOptions) -> dict[str, Any]:
+    """The post-hoc scores' bootstrap intervals, on the draws of the method's own
+    (`bootstrap.score_section`: the same seed and streams)."""
+    correct = np.argmax(id_pred.probs, axis=1) == id_pred.labels
+    sets = [k[len("ood/"):] for k in posthoc_scores if k.startswith("ood/")]
+    with heartbeat.announced(f"{options.bootstrap_samples:,} bootstrap replicates of the "
+                             f"post-hoc scores"):
+        return bootstrap.score_section(
+            correct, posthoc_scores["test"], {o: posthoc_scores[f"ood/{o}"] for o in sets},
+            section["scores"], int(options.bootstrap_samples),
+            float(options.bootstrap_confidence), int(options.bootstrap_seed))
 
 
 def posthoc_names(exp: experiment.Experiment) -> tuple[str, ...]:
