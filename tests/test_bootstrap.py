@@ -410,6 +410,21 @@ def test_compare_runs_reads_two_evaluated_folders_and_prints_one_table(tmp_path,
     assert "no predictions.npz" in capsys.readouterr().err
     assert compare.main([str(tmp_path / "gedl"), str(tmp_path / "edl"), "--scores=um"]) == 2
     assert "score(s) ['um'] are not in every run" in capsys.readouterr().err
+    # the post-hoc scores an evaluation saved can be compared too (by name, beside MP)
+    energies = {}
+    for name in ("gedl", "edl"):
+        loaded = saved.load_predictions(tmp_path / name / "predictions.npz")
+        energies[name] = {split: {"energy": rng.normal(size=loaded[split].num_examples)}
+                          for split in ("test", "ood/far")}
+        saved.save_predictions(tmp_path / name / "predictions.npz", loaded["test"],
+                               {"far": loaded["ood/far"]}, posthoc=energies[name])
+    both = compare.compare_runs(tmp_path / "gedl", tmp_path / "edl", samples=50,
+                                scores=["mp", "energy"])
+    assert "| AUROC | far | energy |" in compare.paired_table(both)
+    assert both["ood"]["far"]["energy"]["auroc"]["a"] == pytest.approx(metrics.ood_detection(
+        energies["gedl"]["test"]["energy"], energies["gedl"]["ood/far"]["energy"])["auroc"])
+    assert list(compare.compare_runs(tmp_path / "gedl", tmp_path / "edl",
+                                     samples=10)["ood"]["far"]) == ["mp"]   # not a default
 
 
 def test_compare_runs_takes_a_folder_of_seeds_or_runs_joined_by_commas(tmp_path, capsys):

@@ -9,6 +9,8 @@ Each argument is a run's results folder (its ``predictions.npz``, which every ev
 writes) or that file; a folder whose ``seed_*`` subfolders are runs (``--config.seeds``
 writes one); or several of these joined by commas. Every run must hold the same test set (same
 labels in the same order, as runs on one dataset do); the OOD sets they all have are compared.
+``--scores`` may also name the post-hoc OOD scores the runs' evaluations saved (energy,
+neg_mahalanobis, ...: ``config.posthoc_scores``).
 Each replicate draws the test examples, and each OOD set's examples, with replacement, the same
 draws for every run (``bootstrap.paired_section``), so the interval of A - B leaves out the
 variation the runs share: a difference whose interval excludes 0 is one that other draws of the
@@ -27,6 +29,7 @@ one-parameter fit on held-out data cannot remove.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 import warnings
@@ -58,7 +61,14 @@ def _predictions(path) -> tuple[str, dict[str, Any], dict[str, Any]]:
             evaluated = json.load(f)
         name = str(evaluated.get("variant") or name)
         options = dict(evaluated.get("evaluation_options") or {})
-    return name, saved.load_predictions(file), options
+    predictions = saved.load_predictions(file)
+    # the post-hoc OOD scores the evaluation saved (energy, ...), as scores of their splits:
+    # --scores may name them (the method's own score of the same name comes first)
+    for split, by_score in saved.load_posthoc_scores(file).items():
+        if split in predictions:
+            own = predictions[split]
+            predictions[split] = dataclasses.replace(own, scores={**by_score, **own.scores})
+    return name, predictions, options
 
 
 def _calibrated(path, predictions: dict[str, Any], options: Mapping[str, Any],
@@ -222,7 +232,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the intervals' level (default 0.95)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the draws (default 0)")
     parser.add_argument("--scores", help="comma-separated scores (default: mp,um where every "
-                                         "run has them)")
+                                         "run has them); the post-hoc OOD scores the runs "
+                                         "saved (energy, ...) too")
     parser.add_argument("--calibrated", action="store_true",
                         help="compare the calibrated predictions: each run's calibrator (its "
                              "evaluation's: evidence scaling for the EDL family, temperature "
