@@ -559,6 +559,19 @@ def test_compare_runs_calibrated_compares_each_runs_calibrated_predictions(tmp_p
     assert on_bound["a"]["calibration"][0]["at_bound"]
     assert "1 of 1 fit(s) on the search bound" in compare.paired_table(on_bound)
 
+    # a saved post-hoc score keeps its value under --calibrated, also where a calibrator
+    # recomputes the method's own score of that name (temperature scaling's neg_entropy)
+    loaded = saved.load_predictions(tmp_path / "gedl" / "predictions.npz")
+    entropy = {s_: rng.normal(size=loaded[s_].num_examples) for s_ in ("test", "ood/far")}
+    saved.save_predictions(tmp_path / "gedl" / "predictions.npz", loaded["test"],
+                           {"far": loaded["ood/far"]}, loaded["validation"],
+                           posthoc={s_: {"neg_entropy": v} for s_, v in entropy.items()})
+    kept = compare.compare_runs(tmp_path / "gedl", tmp_path / "gedl", samples=10,
+                                scores=["neg_entropy"], calibrated=True,
+                                calibrator="temperature")
+    assert kept["ood"]["far"]["neg_entropy"]["auroc"]["a"] == pytest.approx(
+        metrics.ood_detection(entropy["test"], entropy["ood/far"])["auroc"])
+
     # --calibrator for every run; evidence scaling needs Dirichlet predictions
     assert compare.main(args + ["--calibrated", "--calibrator=temperature"]) == 0
     assert "(A: temperature scaling; B: temperature scaling)" in capsys.readouterr().out

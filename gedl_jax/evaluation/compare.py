@@ -61,14 +61,22 @@ def _predictions(path) -> tuple[str, dict[str, Any], dict[str, Any]]:
             evaluated = json.load(f)
         name = str(evaluated.get("variant") or name)
         options = dict(evaluated.get("evaluation_options") or {})
-    predictions = saved.load_predictions(file)
-    # the post-hoc OOD scores the evaluation saved (energy, ...), as scores of their splits:
-    # --scores may name them (the method's own score of the same name comes first)
+    return name, saved.load_predictions(file), options
+
+
+def _with_posthoc(path, predictions: dict[str, Any]) -> dict[str, Any]:
+    """`predictions` with the post-hoc OOD scores its evaluation saved (energy, ...) among the
+    scores of their splits, so --scores may name them; the method's own score of the same name
+    comes first. They are the evaluation's, calibrated or not: no calibrator here acts on the
+    logits they come from."""
+    file = pathlib.Path(path)
+    file = file / PREDICTIONS_FILENAME if file.is_dir() else file
+    out = dict(predictions)
     for split, by_score in saved.load_posthoc_scores(file).items():
-        if split in predictions:
-            own = predictions[split]
-            predictions[split] = dataclasses.replace(own, scores={**by_score, **own.scores})
-    return name, predictions, options
+        if split in out:
+            out[split] = dataclasses.replace(out[split],
+                                             scores={**by_score, **out[split].scores})
+    return out
 
 
 def _calibrated(path, predictions: dict[str, Any], options: Mapping[str, Any],
@@ -122,7 +130,7 @@ def _side(spec, calibrated: bool = False, calibrator: str | None = None
                          for p, (_, predictions, options) in zip(paths, loaded, strict=True)]
         about["calibration"] = [fit for fit, _ in fits_and_runs]
         runs = [run for _, run in fits_and_runs]
-    return about, runs
+    return about, [_with_posthoc(p, run) for p, run in zip(paths, runs, strict=True)]
 
 
 def compare_runs(a, b, samples: int = 2000, confidence: float = 0.95, seed: int = 0,
