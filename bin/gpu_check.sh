@@ -16,7 +16,8 @@
 # Needs: the package's dependencies with jax's CUDA plugin (GEDL_EXTRAS=dev,cuda12 or cuda13
 # bash bin/setup.sh) and the MNIST, KMNIST and Fashion-MNIST files in $GEDL_DATA_DIR (or the
 # download cache; a folder with only some files needs a SHA256SUMS listing only those, or none:
-# the suite checks every file it lists). PYTHON (default: .venv/bin/python if present, else
+# the suite checks every file it lists; checked first). PYTHON (default: .venv/bin/python if
+# present, else
 # python3) runs everything;
 # TORCH_PYTHON (default: PYTHON) runs the PyTorch reference, whose column says "not measured"
 # when it cannot import torch. GEDL_TEST_WORKERS pytest workers share the GPU (default: the
@@ -80,6 +81,20 @@ if [ "$DRY_RUN" = 0 ] && [ "$backend" != "gpu" ]; then
        "(GEDL_EXTRAS=dev,cuda12 bash bin/setup.sh; cuda13 for a CUDA 13 driver), or run" \
        "--dry-run to check the script on a CPU" >&2
   exit 2
+fi
+# A data folder's SHA256SUMS must list only files it holds: the suite checks every one
+# (tests/test_data_real.py), so a partial copy with the whole list fails there. Said before any
+# work, not after the suite's minutes on a lent GPU.
+sums="${GEDL_DATA_DIR:-}/SHA256SUMS"
+if has_part tests && [ -n "${GEDL_DATA_DIR:-}" ] && [ -f "$sums" ]; then
+  absent="$(awk 'NF == 2 { print $2 }' "$sums" | while read -r f; do
+              [ -e "$GEDL_DATA_DIR/$f" ] || echo "$f"; done)"
+  if [ -n "$absent" ]; then
+    echo "error: $sums lists $(echo "$absent" | wc -l) file(s) absent from \$GEDL_DATA_DIR" \
+         "(first: $(echo "$absent" | head -1)); the suite checks every listed file. Copy" \
+         "them, or keep a SHA256SUMS that lists only the files there (or none)" >&2
+    exit 2
+  fi
 fi
 gpu_slug="$("$PYTHON" -c 'import jax, re; d = jax.devices()[0]
 print(re.sub(r"[^a-z0-9]+", "_", getattr(d, "device_kind", d.platform).lower()).strip("_"))')"

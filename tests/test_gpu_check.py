@@ -1,0 +1,35 @@
+"""bin/gpu_check.sh refuses, before any work, a data folder whose SHA256SUMS lists files it does
+not hold (the suite checks every listed file, so a partial copy of the data with the whole list
+would fail there, minutes into a lent GPU's time); a list of only the files present passes."""
+
+import os
+import subprocess
+import sys
+
+from training_fixtures import REPO
+
+
+def _check(data_dir, tmp_path):
+    env = {**os.environ, "PYTHON": sys.executable, "GEDL_DATA_DIR": str(data_dir),
+           "JAX_PLATFORMS": "cpu"}
+    return subprocess.run(
+        ["bash", "bin/gpu_check.sh", "--dry-run", "--parts=tests", f"--out={tmp_path / 'out'}",
+         "--tests=--collect-only -q tests/test_numerics.py"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_a_sha256sums_listing_absent_files_is_refused_before_any_work(tmp_path):
+    data = tmp_path / "data"
+    (data / "mnist").mkdir(parents=True)
+    (data / "mnist" / "t10k-labels-idx1-ubyte.gz").write_bytes(b"x")
+    listed = ["mnist/t10k-labels-idx1-ubyte.gz", "cifar10/test.npz", "cifar10/train.npz"]
+    (data / "SHA256SUMS").write_text("".join(f"{'0' * 64}  {f}\n" for f in listed))
+    proc = _check(data, tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "lists 2 file(s) absent from $GEDL_DATA_DIR (first: cifar10/test.npz)" in proc.stderr
+    assert "=== tests" not in proc.stdout   # nothing ran
+
+    (data / "SHA256SUMS").write_text(f"{'0' * 64}  {listed[0]}\n")
+    proc = _check(data, tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "=== tests" in proc.stdout
