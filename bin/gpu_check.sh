@@ -17,8 +17,7 @@
 # bash bin/setup.sh) and the MNIST, KMNIST and Fashion-MNIST files in $GEDL_DATA_DIR (or the
 # download cache; a folder with only some files needs a SHA256SUMS listing only those, or none:
 # the suite checks every file it lists; checked first). PYTHON (default: .venv/bin/python if
-# present, else
-# python3) runs everything;
+# present, else python3) runs everything;
 # TORCH_PYTHON (default: PYTHON) runs the PyTorch reference, whose column says "not measured"
 # when it cannot import torch. GEDL_TEST_WORKERS pytest workers share the GPU (default: the
 # CPU cores less 4, from 2 to 12; an H200 with 16 cores ran the whole suite in 361 s with 13
