@@ -46,8 +46,9 @@ DEFAULT_SCORES = ("mp", "um")
 CALIBRATOR_NAMES = {"temperature": "temperature scaling", "evidence_scale": "evidence scaling"}
 
 
-def _predictions(path) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    """(the run's name, its predictions by split, its evaluation's options or {})."""
+def _predictions(path) -> tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(the run's name, its predictions by split, its evaluation's options or {}, the post-hoc
+    OOD scores it saved by split)."""
     path = pathlib.Path(path)
     file = path / PREDICTIONS_FILENAME if path.is_dir() else path
     if not file.is_file():
@@ -61,18 +62,16 @@ def _predictions(path) -> tuple[str, dict[str, Any], dict[str, Any]]:
             evaluated = json.load(f)
         name = str(evaluated.get("variant") or name)
         options = dict(evaluated.get("evaluation_options") or {})
-    return name, saved.load_predictions(file), options
+    return name, saved.load_predictions(file), options, saved.load_posthoc_scores(file)
 
 
-def _with_posthoc(path, predictions: dict[str, Any]) -> dict[str, Any]:
+def _with_posthoc(predictions: dict[str, Any], posthoc: Mapping[str, Any]) -> dict[str, Any]:
     """`predictions` with the post-hoc OOD scores its evaluation saved (energy, ...) among the
     scores of their splits, so --scores may name them; the method's own score of the same name
     comes first. They are the evaluation's, calibrated or not: no calibrator here acts on the
     logits they come from."""
-    file = pathlib.Path(path)
-    file = file / PREDICTIONS_FILENAME if file.is_dir() else file
     out = dict(predictions)
-    for split, by_score in saved.load_posthoc_scores(file).items():
+    for split, by_score in posthoc.items():
         if split in out:
             out[split] = dataclasses.replace(out[split],
                                              scores={**by_score, **out[split].scores})
@@ -122,15 +121,16 @@ def _side(spec, calibrated: bool = False, calibrator: str | None = None
     runs' predictions, calibrated with `calibrated`) of one side."""
     paths = run_paths(spec)
     loaded = [_predictions(p) for p in paths]
-    about = {"name": "/".join(dict.fromkeys(name for name, _, _ in loaded)), "path": str(spec),
+    about = {"name": "/".join(dict.fromkeys(name for name, *_ in loaded)), "path": str(spec),
              "runs": [str(p) for p in paths]}
-    runs = [predictions for _, predictions, _ in loaded]
+    runs = [predictions for _, predictions, *_ in loaded]
     if calibrated:
         fits_and_runs = [_calibrated(p, predictions, options, calibrator)
-                         for p, (_, predictions, options) in zip(paths, loaded, strict=True)]
+                         for p, (_, predictions, options, _) in zip(paths, loaded, strict=True)]
         about["calibration"] = [fit for fit, _ in fits_and_runs]
         runs = [run for _, run in fits_and_runs]
-    return about, [_with_posthoc(p, run) for p, run in zip(paths, runs, strict=True)]
+    return about, [_with_posthoc(run, posthoc)
+                   for run, (*_, posthoc) in zip(runs, loaded, strict=True)]
 
 
 def compare_runs(a, b, samples: int = 2000, confidence: float = 0.95, seed: int = 0,
