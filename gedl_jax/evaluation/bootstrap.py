@@ -198,15 +198,10 @@ def score_section(correct_N: np.ndarray, id_scores: Mapping[str, np.ndarray],
     mis: dict[str, list[list[float]]] = {s: [] for s in score_names}
     for draw in resample_indices(n, samples, seed, "id"):
         _misclassification_of_draw(ranked, correct_N, draw, mis)
-    values: dict[str, Any] = {"misclassification": _misclassification_arrays(mis), "ood": {}}
-    for name, scores in ood_scores.items():
-        values["ood"][name] = {s: detection_replicates(
-            id_scores[s], scores[s], resample_indices(n, samples, seed, "id"),
-            resample_indices(int(np.asarray(scores[s]).size), samples, seed, f"ood/{name}"))
-            for s in score_names}
-    settings = {k: v for k, v in _settings(samples, confidence, seed, 0).items()
-                if k != "ece_bins"}
-    return {"settings": settings, **_map_leaves(lambda v: interval(v, confidence), values)}
+    values = {"misclassification": _misclassification_arrays(mis),
+              "ood": _ood_replicates(id_scores, ood_scores, score_names, n, samples, seed)}
+    return {"settings": _settings(samples, confidence, seed),
+            **_map_leaves(lambda v: interval(v, confidence), values)}
 
 
 def interval(values_B: np.ndarray, confidence: float) -> dict[str, float | int | None]:
@@ -237,14 +232,23 @@ def replicates(probs_NxK: np.ndarray, labels_N: np.ndarray, id_scores: Mapping[s
     {score: `detection_replicates`}}}. Two runs on the same examples get the same draws from
     the same `seed` (a paired comparison: `paired_section`)."""
     n = int(np.asarray(labels_N).size)
-    out: dict[str, Any] = {"id": id_replicates(
-        probs_NxK, labels_N, {s: id_scores[s] for s in score_names},
-        resample_indices(n, samples, seed, "id"), num_bins), "ood": {}}
+    return {"id": id_replicates(probs_NxK, labels_N, {s: id_scores[s] for s in score_names},
+                                resample_indices(n, samples, seed, "id"), num_bins),
+            "ood": _ood_replicates(id_scores, ood_scores, score_names, n, samples, seed)}
+
+
+def _ood_replicates(id_scores: Mapping[str, np.ndarray],
+                    ood_scores: Mapping[str, Mapping[str, np.ndarray]],
+                    score_names: Sequence[str], n: int, samples: int, seed: int
+                    ) -> dict[str, Any]:
+    """{set: {score: `detection_replicates`}} on the draws of the streams "id" (n test
+    examples) and "ood/<set>"."""
+    out: dict[str, Any] = {}
     for name, scores in ood_scores.items():
-        out["ood"][name] = {}
+        out[name] = {}
         for s in score_names:   # the same rows for every score: one replicate, every metric
             m = int(np.asarray(scores[s]).size)
-            out["ood"][name][s] = detection_replicates(
+            out[name][s] = detection_replicates(
                 id_scores[s], scores[s], resample_indices(n, samples, seed, "id"),
                 resample_indices(m, samples, seed, f"ood/{name}"))
     return out
@@ -272,9 +276,12 @@ def bootstrap_section(probs_NxK: np.ndarray, labels_N: np.ndarray,
             **_map_leaves(lambda v: interval(v, confidence), values)}
 
 
-def _settings(samples: int, confidence: float, seed: int, num_bins: int) -> dict[str, Any]:
-    return {"samples": int(samples), "confidence": float(confidence), "seed": int(seed),
-            "method": "percentile", "ece_bins": int(num_bins)}
+def _settings(samples: int, confidence: float, seed: int,
+              num_bins: int | None = None) -> dict[str, Any]:
+    """The settings a section records ("ece_bins" where it has ECEs)."""
+    out = {"samples": int(samples), "confidence": float(confidence), "seed": int(seed),
+           "method": "percentile"}
+    return out if num_bins is None else {**out, "ece_bins": int(num_bins)}
 
 
 def paired_section(a: Mapping[str, Any] | Sequence[Mapping[str, Any]],
