@@ -16,8 +16,8 @@
 # Needs: the package's dependencies with jax's CUDA plugin (GEDL_EXTRAS=dev,cuda12 or cuda13
 # bash bin/setup.sh) and the MNIST, KMNIST and Fashion-MNIST files in $GEDL_DATA_DIR (or the
 # download cache; a folder with only some files needs a SHA256SUMS listing only those, or none:
-# the suite checks every file it lists; checked first). PYTHON (default: .venv/bin/python if
-# present, else python3) runs everything;
+# the suite checks every file it lists), with the dev extra for the tests part (both checked
+# before any work). PYTHON (default: .venv/bin/python if present, else python3) runs everything;
 # TORCH_PYTHON (default: PYTHON) runs the PyTorch reference, whose column says "not measured"
 # when it cannot import torch. GEDL_TEST_WORKERS pytest workers share the GPU (default: the
 # CPU cores less 4, from 2 to 12; an H200 with 16 cores ran the whole suite in 361 s with 13
@@ -92,6 +92,26 @@ if has_part tests && [ -n "${GEDL_DATA_DIR:-}" ] && [ -f "$sums" ]; then
     echo "error: $sums lists $(echo "$absent" | wc -l) file(s) absent from \$GEDL_DATA_DIR" \
          "(first: $(echo "$absent" | head -1)); the suite checks every listed file. Copy" \
          "them, or keep a SHA256SUMS that lists only the files there (or none)" >&2
+    exit 2
+  fi
+fi
+# The suite needs the dev extra (its oracles, ruff's lint, the notebook runner): a copy set up
+# without one of them fails that test minutes in; say so before any work.
+if has_part tests; then
+  missing="$("$PYTHON" -c '
+import importlib.metadata, re, tomllib
+extra = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["dev"]
+names = [re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", spec).group() for spec in extra]
+def absent(name):
+    try:
+        importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return True
+    return False
+print(" ".join(name for name in names if absent(name)))')" || exit 2
+  if [ -n "$missing" ]; then
+    echo "error: $PYTHON lacks the dev extra's $missing, which the suite needs; install" \
+         "them (pip install -e '.[dev]', or GEDL_EXTRAS=dev,cuda12 bash bin/setup.sh)" >&2
     exit 2
   fi
 fi

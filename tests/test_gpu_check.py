@@ -1,6 +1,6 @@
-"""bin/gpu_check.sh refuses, before any work, a data folder whose SHA256SUMS lists files it does
-not hold (the suite checks every listed file, so a partial copy of the data with the whole list
-would fail there, minutes into a lent GPU's time); a list of only the files present passes."""
+"""bin/gpu_check.sh refuses, before any work, what would fail the suite minutes into a lent GPU's
+time: a data folder whose SHA256SUMS lists files it does not hold (the suite checks every
+listed file; a list of only the files present passes), and an interpreter without the dev extra."""
 
 import os
 import subprocess
@@ -33,3 +33,31 @@ def test_a_sha256sums_listing_absent_files_is_refused_before_any_work(tmp_path):
     proc = _check(data, tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "=== tests" in proc.stdout
+
+
+def test_an_interpreter_without_part_of_the_dev_extra_is_refused_before_any_work(tmp_path):
+    """ruff's absence failed the lint test 7 minutes into a lent GPU's suite; now the check names
+    what the interpreter lacks first. The absence is simulated: a sitecustomize makes
+    importlib.metadata report ruff and hypothesis as not installed."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import importlib.metadata as metadata\n"
+        "_version = metadata.version\n"
+        "def version(name):\n"
+        "    if name in ('ruff', 'hypothesis'):\n"
+        "        raise metadata.PackageNotFoundError(name)\n"
+        "    return _version(name)\n"
+        "metadata.version = version\n")
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH="{site}" exec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
+    env = {**os.environ, "PYTHON": str(python), "JAX_PLATFORMS": "cpu"}
+    env.pop("GEDL_DATA_DIR", None)
+    proc = subprocess.run(
+        ["bash", "bin/gpu_check.sh", "--dry-run", "--parts=tests", f"--out={tmp_path / 'out'}",
+         "--tests=--collect-only -q tests/test_numerics.py"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "lacks the dev extra's hypothesis ruff, which the suite needs" in proc.stderr
+    assert "=== tests" not in proc.stdout   # nothing ran
