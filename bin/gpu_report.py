@@ -314,8 +314,9 @@ def report(folder: pathlib.Path) -> str:
     vs = folder / "vs_torch" / "vs_torch.md"
     out += ["", "## Beside PyTorch", "", vs.read_text().strip() if vs.exists() else "Not run."]
     config = _json(folder / "train_config.json") or {}
-    out += ["", f"## The main job, `bin/train` (GEDL on MNIST; this run: "
-            f"{config.get('num_epochs', '?')} epochs)", "", *_training(folder, bench)]
+    epochs = f"; this run: {config['num_epochs']} epochs" if "num_epochs" in config else ""
+    out += ["", f"## The main job, `bin/train` (GEDL on MNIST{epochs})", "",
+            *_training(folder, bench)]
     return "\n".join(out) + "\n"
 
 

@@ -60,6 +60,15 @@ def test_a_finished_log_gives_pytests_own_summary(tmp_path):
         (folder / "README.md").read_text()
 
 
+def test_a_folder_without_the_main_job_says_so_without_an_epoch_count(tmp_path):
+    folder = _folder(tmp_path, "=== 5 passed in 2.7s ===\n")
+    (folder / "train_config.json").unlink()
+    (folder / "train_metrics.jsonl").unlink()
+    report.main([str(folder)])
+    text = (folder / "README.md").read_text()
+    assert "## The main job, `bin/train` (GEDL on MNIST)\n" in text
+    assert "this run" not in text and "did not run." in text
+
 def test_machine_paths_are_replaced_in_the_logs_and_nothing_else(tmp_path):
     folder = _folder(tmp_path, "")
     (folder / "torch.log").write_text(
