@@ -35,7 +35,7 @@ What kept a vmapped run above its floor on a GPU is the question
 (docs/results/gpu/nvidia_h200/earlier_78c8da6/NOTES.md): there the epochs took 100-170 ms
 longer per extra save. Since then the trainer saves at most a round a minute
 (`config.checkpoint_interval_seconds`), and five seeds ran at 1.15x their floor on an H200
-(docs/results/gpu/nvidia_h200/NOTES.md). On a CPU the host is the device, so only
+(docs/results/gpu/nvidia_h200/earlier_492beaf/NOTES.md). On a CPU the host is the device, so only
 `--dry_run` (the MLP, two epochs of two calls of two steps) is meant to run there: it checks
 the script.
 """
