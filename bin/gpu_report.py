@@ -252,6 +252,15 @@ def _resume(folder: pathlib.Path) -> list[str]:
     for name, flags in (("resume", "the trainer's flags (config.deterministic)"),
                         ("resume_deterministic_ops", "`--xla_gpu_deterministic_ops=true`")):
         result = _json(folder / name / "resume_check.json")
+        log = folder / f"{name}.log"
+        if result is None and log.exists():
+            # the part's own log keeps the verdict line when its folder did not come back whole
+            said = [line for line in log.read_text().splitlines()
+                    if line.startswith("resume_check: ")]
+            lines.append(f"- {flags}: no resume_check.json; the log's last verdict: "
+                         f"\"{said[-1].removeprefix('resume_check: ')}\"" if said else
+                         f"- {flags}: no resume_check.json, and no verdict in {log.name}")
+            continue
         if result is None:
             continue
         if "error" in result:

@@ -69,6 +69,19 @@ def test_a_folder_without_the_main_job_says_so_without_an_epoch_count(tmp_path):
     assert "## The main job, `bin/train` (GEDL on MNIST)\n" in text
     assert "this run" not in text and "did not run." in text
 
+def test_a_resume_part_without_its_json_reports_the_verdict_its_log_printed(tmp_path):
+    folder = _folder(tmp_path, "=== 5 passed in 2.7s ===\n")
+    verdict = ("stopped at step 750 of 1500, resumed: IDENTICAL: the resumed run equals the "
+               "uninterrupted one bit for bit (70.4 s)")
+    (folder / "resume_deterministic_ops.log").write_text(f"=== ...\nresume_check: {verdict}\n")
+    (folder / "resume.log").write_text("Traceback (most recent call last):\n")
+    report.main([str(folder)])
+    text = (folder / "README.md").read_text()
+    assert (f'- `--xla_gpu_deterministic_ops=true`: no resume_check.json; the log\'s last '
+            f'verdict: "{verdict}"') in text
+    assert ("- the trainer's flags (config.deterministic): no resume_check.json, and no verdict "
+            "in resume.log") in text
+
 def test_machine_paths_are_replaced_in_the_logs_and_nothing_else(tmp_path):
     folder = _folder(tmp_path, "")
     (folder / "torch.log").write_text(
