@@ -19,7 +19,7 @@ import pytest
 from test_train import assert_same_leaves, data_dir, leaves, tiny_config  # noqa: F401
 
 from gedl_jax import train
-from gedl_jax.run import training
+from gedl_jax.run import progress, training
 
 
 @pytest.fixture(autouse=True)
@@ -110,6 +110,25 @@ def test_a_run_stopped_between_calls_resumes_to_the_same_state(data_dir, tmp_pat
     assert resumed["steps"] == full["steps"]
     assert_same_leaves(full["state"], resumed["state"])
 
+
+def test_the_first_call_is_one_step_then_calls_end_at_the_events(data_dir, tmp_path,
+                                                                 monkeypatch):
+    """The first call carries the compile and the device's warm-up, which the progress lines
+    time apart (`progress.MetricsBuffer.add`); a resumed process's first call too."""
+    calls = []
+    add = progress.MetricsBuffer.add
+
+    def spy(self, step, metrics, num_steps=None):
+        calls.append((step, num_steps))
+        return add(self, step, metrics, num_steps)
+
+    monkeypatch.setattr(progress.MetricsBuffer, "add", spy)
+    c = _config(data_dir, 8, "mlp")
+    train.train_and_evaluate(c, tmp_path / "run", stop_after_steps=7)
+    assert calls == [(1, 1), (3, 2), (5, 2), (6, 1), (7, 1)]
+    calls.clear()
+    train.train_and_evaluate(c, tmp_path / "run")   # resumes at step 5, the newest checkpoint
+    assert calls == [(6, 1), (8, 2), (9, 1), (10, 1), (12, 2), (15, 3), (16, 1)]
 
 def test_on_a_cpu_the_loop_runs_one_step_per_call(monkeypatch):
     monkeypatch.undo()

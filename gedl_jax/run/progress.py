@@ -3,13 +3,19 @@
 The loop hands each call's metrics (device arrays: one step's, or the rows of several steps run
 in one call) to `MetricsBuffer.add` and goes on dispatching. `flush(keep_last=True)` fetches
 every pending call but the newest, so the device is never idle while Python logs; `flush()`
-fetches all (a stop, a mid-epoch checkpoint, an epoch end where the loop waits: a CPU's). The
-ETA divides the steps left by the mean rate of the run so far (from the first fetch on, so
-compilation is not counted; validations and checkpoints are), not by the last interval's rate,
-which an epoch end would swing; the first line's rate and ETA time that interval from the first
-call's dispatch, after its compilation. A non-finite step (its update was skipped in the
-graph) stops the run with an error naming the steps and seeds, after the checkpoints already
-written are safe on disk.
+fetches all (a stop, a mid-epoch checkpoint, an epoch end where the loop waits: a CPU's).
+
+Rate and ETA leave out what a run pays once. The loop's first call is one step, and the buffer
+waits for it (the one host wait of the run): it carries the compilation and the device's
+first-run costs (on an H200 the main job's first 100 steps took about 2.9 s more than later
+ones, 85 ms), so the first line's interval starts after it. The ETA divides the steps left by
+the mean rate of the run so far, not by the last interval's rate, which an epoch end would
+swing: until the first validation is done (its program compiles on first use) the mean runs
+from the first fetch and skips the intervals that end at an epoch end; after it
+(`restart_mean`), from the next fetch on, with every later validation and checkpoint in it.
+
+A non-finite step (its update was skipped in the graph) stops the run with an error naming the
+steps and seeds, after the checkpoints already written are safe on disk.
 """
 
 from __future__ import annotations
@@ -45,18 +51,28 @@ class MetricsBuffer:
         self.pending: list[tuple[int, int | None, dict]] = []
         self.last_fetched = 0   # the newest step whose metrics reached the host
         self.window_start, self.window_steps = time.time(), 0
-        self.run_start: tuple[float, int] | None = None   # (time, step) of the first fetch
+        self.calls = 0
+        self.first_call: tuple[float, int] | None = None   # (dispatch time, steps)
+        self.untimed_steps = 0   # the first call's steps, run before the first interval began
+        # (time, step) the ETA's mean rate runs from: the first fetch, then the first fetch
+        # after the first validation (`restart_mean`)
+        self.mean_start: tuple[float, int] | None = None
+        self.mean_restarted = False
+        self.seconds_per_step: float | None = None   # the ETA's latest estimate
 
     def add(self, step: int, metrics: dict, num_steps: int | None = None) -> None:
         """Queue the metrics of the call that ended at `step` (device arrays, fetched at the
         next `flush`): one step's, or with `num_steps` the first `num_steps` rows of a
         several-step call (`steps.multi_step`)."""
-        if self.run_start is None and not self.pending and self.window_steps == 0:
-            # the first call of this process has just been dispatched, so it has compiled: the
-            # first interval's rate (and the first ETA) counts the steps' time, not the compile
-            # (seconds on a CPU, most of the first interval on a GPU)
-            self.window_start = time.time()
         self.pending.append((step, num_steps, metrics))
+        self.calls += 1
+        if self.calls == 1:
+            # the first call of this process: its compile and the device's warm-up are paid
+            # once it has run, and the first interval starts then
+            dispatched = time.time()
+            jax.block_until_ready(metrics)
+            self.window_start, self.untimed_steps = time.time(), num_steps or 1
+            self.first_call = (dispatched, self.untimed_steps)
 
     def flush(self, keep_last: bool = False) -> dict[str, float] | None:
         """Fetch pending metrics (all but the newest call with `keep_last`), write each seed's
@@ -81,9 +97,10 @@ class MetricsBuffer:
                         for k in fetched[0] if k != "nonfinite"}
             self.write(i, steps[-1], averaged)
             per_seed.append(averaged)
-        self.window_steps += len(steps)
-        if self.run_start is None:
-            self.run_start = (time.time(), steps[-1])
+        self.window_steps += len(steps) - self.untimed_steps
+        self.untimed_steps = 0
+        if self.mean_start is None:
+            self.mean_start = (time.time(), steps[-1])
         return {k: float(np.mean([a[k] for a in per_seed])) for k in per_seed[0]}
 
     def _check_finite(self, steps: list[int], fetched: list[dict]) -> None:
@@ -102,14 +119,30 @@ class MetricsBuffer:
             f"and training stopped. {kept} Try a lower learning rate, config.grad_clip_norm, or "
             f"config.compute_dtype='float32'.")
 
+    def restart_mean(self) -> None:
+        """The first validation is done: the ETA's mean rate runs from the next fetch on, past
+        the one-time costs of the run's first epoch ends (only the first call counts)."""
+        if not self.mean_restarted:
+            self.mean_start, self.mean_restarted = None, True
+
     def rate_and_eta(self, images_per_step: int, steps_left: int) -> tuple[float, str]:
         """img/s over the steps fetched since the last call, and the time left at the mean
-        rate of the run so far (at this interval's rate until a second fetch)."""
+        rate of the run so far (`restart_mean`; the latest estimate where no span is timed
+        yet, or where the interval ends at an epoch end before the first validation; this
+        interval's rate at the first line)."""
         now = time.time()
-        rate = self.window_steps * images_per_step / max(now - self.window_start, 1e-9)
+        timed = max(now - self.window_start, 1e-9)
+        rate = self.window_steps * images_per_step / timed
+        if self.window_steps <= 0 and self.first_call:   # nothing timed but the first call
+            dispatched, steps = self.first_call
+            rate = steps * images_per_step / max(now - dispatched, 1e-9)
         self.window_start, self.window_steps = now, 0
-        seconds_per_step = 1 / rate * images_per_step if rate else math.inf
-        if self.run_start is not None and self.last_fetched > self.run_start[1]:
-            start_time, start_step = self.run_start
-            seconds_per_step = (now - start_time) / (self.last_fetched - start_step)
-        return rate, format_eta(steps_left * seconds_per_step)
+        start_time, start_step = self.mean_start or (now, self.last_fetched)
+        epoch_end_before_restart = not self.mean_restarted and \
+            self.last_fetched % self.steps_per_epoch == 0
+        if self.last_fetched > start_step and not epoch_end_before_restart:
+            self.seconds_per_step = (now - start_time) / (self.last_fetched - start_step)
+        elif self.seconds_per_step is None and rate:
+            self.seconds_per_step = images_per_step / rate
+        seconds = math.inf if self.seconds_per_step is None else self.seconds_per_step
+        return rate, format_eta(steps_left * seconds)
