@@ -9,10 +9,10 @@ replaces machine paths in them (`scrub`: the checkout's root, Python's site-pack
 interpreter, temporary folders), and writes README.md beside them: the machine and versions,
 each part's wall time and exit status, the test counts, the step table, what deterministic
 kernels cost, our step beside PyTorch's, and the main job's (`bin/train`) training time against
-its floor (the steps times the benchmarked time of one step in the device loop), and for it and
-the vmapped seeds the epochs' durations by the checkpoints saved at the epoch end before each
-(train.log, seeds.log). Every number is read from those files; a part that did not run is named
-as not run.
+its floor (the steps times the benchmarked time of one step in the device loop) and its
+progress lines' ETAs against the training time then left, and for it and the vmapped seeds the
+epochs' durations by the checkpoints saved at the epoch end before each (train.log, seeds.log).
+Every number is read from those files; a part that did not run is named as not run.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import re
 import statistics
 import sys
 import tempfile
+
+from gedl_jax.run.progress import format_eta
 
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -123,6 +125,9 @@ def _training(folder: pathlib.Path, bench: dict | None) -> list[str]:
         by_saves = epochs_by_saves(records, log.read_text()) if log.exists() else None
         if by_saves:
             lines.append(by_saves)
+        etas = eta_against_time_left(records, log.read_text()) if log.exists() else None
+        if etas:
+            lines.append(etas)
     walls = _json(folder / "wall_times.json") or {}
     if "train" in walls:
         lines.append(f"Whole command (start-up, data, compilation, training, evaluation): "
@@ -157,6 +162,37 @@ def epoch_end_cost(records: list[dict]) -> str | None:
     return (f"Inside an epoch, {1e3 * per_step:.3f} ms a step; across an epoch end, "
             f"{1e3 * extra:.0f} ms more (medians over {len(inside)} intervals and "
             f"{len(across)} epoch ends of the train records' times).")
+
+
+# A progress line of the training log (gedl_jax.run.training): "epoch 1/200 step 100/75000 loss
+# ... | 4,307 img/s | ETA 0:37:05".
+_PROGRESS_LINE = re.compile(r"^epoch \d+/\d+ step (\d+)/(\d+) .*\| ETA (\d+):(\d\d):(\d\d)$")
+
+
+def eta_against_time_left(records: list[dict], log: str) -> str | None:
+    """The ETAs the progress lines printed against the training time then left (the last train
+    record's time less the time of the line's record, both taken when the host fetched them):
+    the first three lines, the first line after the first validation, and the first lines at
+    10 % and 50 % of the steps. None without two such lines."""
+    times = {r["step"]: r["time"] for r in records if r["split"] == "train"}
+    validations = sorted(r["step"] for r in records if r["split"] == "validation")
+    etas, total = {}, None
+    for line in log.splitlines():
+        match = _PROGRESS_LINE.match(line)
+        if match and int(match[1]) in times:
+            hours, minutes, seconds = (int(g) for g in match.group(3, 4, 5))
+            etas[int(match[1])], total = 3600 * hours + 60 * minutes + seconds, int(match[2])
+    last = max(times, default=0)
+    steps = sorted(s for s in etas if s < last)
+    if len(steps) < 2:
+        return None
+    picks = set(steps[:3])
+    for after in ([validations[0]] if validations else []) + [total // 10, total // 2]:
+        picks.update(next(([s] for s in steps if s > after), []))
+    shown = "; ".join(f"step {s}: {format_eta(etas[s])} for {times[last] - times[s]:.1f} s"
+                      for s in sorted(picks))
+    return (f"ETAs printed against the training time then left (to the last train record): "
+            f"{shown}.")
 
 
 # A validation line of the training log: one seed's ("epoch 3: validation accuracy 0.9899

@@ -82,6 +82,21 @@ def test_a_resume_part_without_its_json_reports_the_verdict_its_log_printed(tmp_
     assert ("- the trainer's flags (config.deterministic): no resume_check.json, and no verdict "
             "in resume.log") in text
 
+def test_etas_are_set_against_the_training_time_then_left():
+    # 10 steps an epoch, 100 in all, a record every 5 steps at 0.1 s a step (t = step / 10)
+    records = [{"step": s, "split": "train", "time": s / 10} for s in range(5, 101, 5)]
+    records += [{"step": s, "split": "validation", "time": s / 10} for s in range(10, 101, 10)]
+    log = "\n".join([f"epoch {(s - 1) // 10 + 1}/10 step {s}/100 loss 1.0 | 128 img/s | "
+                      f"ETA 0:{s // 60:02d}:{s % 60:02d}" for s in range(5, 101, 5)]
+                     + ["epoch 1: validation accuracy 0.5 (best)"])
+    text = report.eta_against_time_left(records, log)
+    # the first three lines, the first after the first validation (step 10), the first past
+    # 10 and 50 steps; never the last
+    assert text == ("ETAs printed against the training time then left (to the last train "
+                    "record): step 5: 0:00:05 for 9.5 s; step 10: 0:00:10 for 9.0 s; step 15: "
+                    "0:00:15 for 8.5 s; step 55: 0:00:55 for 4.5 s.")
+    assert report.eta_against_time_left(records[:1], log) is None
+
 def test_machine_paths_are_replaced_in_the_logs_and_nothing_else(tmp_path):
     folder = _folder(tmp_path, "")
     (folder / "torch.log").write_text(
