@@ -102,9 +102,10 @@ def load_posthoc_scores(path) -> dict[str, dict[str, np.ndarray]]:
 
 
 def load_predictions(path) -> dict[str, Predictions]:
-    """{split: Predictions} of a ``predictions.npz`` ("test", "validation", "ood/<name>")."""
+    """{split: Predictions} of a ``predictions.npz`` ("test", "validation", "ood/<name>"); its
+    post-hoc scores are left on disk (`load_posthoc_scores` reads them)."""
     with np.load(path, allow_pickle=False) as z:
-        arrays = {k: z[k] for k in z.files}
+        arrays = {k: z[k] for k in z.files if "/posthoc/" not in k}
     out = {}
     for split in arrays["meta/splits"].tolist():
         prefix = f"{split}/score/"
