@@ -221,7 +221,7 @@ RESUME_SAFE_FIELDS = frozenset({
     "data_mirror", "run_name",
     "eval_examples", "coordinator_address", "num_processes", "process_id", "mc_samples",
     "epoch_eval", "allow_chance", "conformal_alpha", "calibrate", "aupr_trapezoidal",
-    "bootstrap_samples", "bootstrap_confidence",
+    "bootstrap_samples", "bootstrap_confidence", "bootstrap_interval",
     "posthoc_scores",
     # equal parameters on a CPU; on a GPU equal to rounding (deterministic) and bit for bit
     # (steps_per_dispatch: tests/test_multi_step.py)
@@ -389,9 +389,12 @@ def _evaluation_fields(c: ml_collections.ConfigDict) -> None:
                                        # temperature scaling (categorical), evidence scale (EDL
                                        # family); calibrated rows in every table
     c.aupr_trapezoidal = False         # also OpenOOD's trapezoidal AUPR (its own table)
-    c.bootstrap_samples = 0            # > 0: percentile intervals of every metric over that
+    c.bootstrap_samples = 0            # > 0: bootstrap intervals of every metric over that
                                        # many resamples of the test and OOD examples (a table)
     c.bootstrap_confidence = 0.95      # the intervals' level
+    c.bootstrap_interval = "percentile"   # or "basic": the percentile bounds reflected about
+                                       # the metric on all examples (corrects ECE's upward
+                                       # bias to first order; evaluation.bootstrap)
     c.posthoc_scores = "auto"          # post-hoc OOD scores of a softmax / EDL-family network
                                        # (evaluation.posthoc): "auto" = every one its network
                                        # gives the inputs for, "none", or a comma list of msp,
@@ -877,6 +880,10 @@ def _validate_evaluation(c: ml_collections.ConfigDict) -> None:
     if not 0.0 < c.get("bootstrap_confidence", 0.95) < 1.0:
         raise ValueError(f"config.bootstrap_confidence={c.bootstrap_confidence!r} must be in "
                          f"(0, 1)")
+    from gedl_jax.evaluation.bootstrap import INTERVAL_METHODS   # its owner; no import cycle
+    if c.get("bootstrap_interval", "percentile") not in INTERVAL_METHODS:
+        raise ValueError(f"config.bootstrap_interval={c.bootstrap_interval!r} must be one of "
+                         f"{INTERVAL_METHODS}")
     if c.get("bootstrap_samples", 0) < 0 or c.get("bootstrap_samples", 0) == 1:
         raise ValueError(f"config.bootstrap_samples={c.bootstrap_samples!r} must be 0 (none) or "
                          f">= 2 (1,000 is usual)")

@@ -19,6 +19,7 @@ from typing import Any
 
 from gedl_jax import cli, configuration, data, evaluation, files, methods
 from gedl_jax.data import registry
+from gedl_jax.evaluation import bootstrap
 from gedl_jax.run import heartbeat, lock, preemption
 from gedl_jax.run.corruption_study import corruption_study, study_table
 from gedl_jax.run.ensemble import evaluate_ensemble_and_write, member_dirs
@@ -128,10 +129,15 @@ def _define_flags() -> None:
                       "model's input (default: the run's config.image_resize): crop (aspect "
                       "kept, scaled to cover, centre cut; torchvision Resize+CenterCrop) or "
                       "stretch (resized to the input).")
-    flags.DEFINE_integer("bootstrap_samples", None, "Percentile intervals of every metric "
+    flags.DEFINE_integer("bootstrap_samples", None, "Bootstrap intervals of every metric "
                          "over N resamples of the test and OOD examples, in a table of their "
                          "own (config.bootstrap_samples; a line says how long they took). "
                          "Default: as the run was configured (0: none).")
+    flags.DEFINE_enum("bootstrap_interval", None, list(bootstrap.INTERVAL_METHODS),
+                      "The bootstrap intervals' method (config.bootstrap_interval; default: as "
+                      "the run was configured): percentile, or basic, the percentile bounds "
+                      "reflected about the metric on all examples (corrects ECE's upward bias "
+                      "to first order).")
     flags.DEFINE_multi_string("ood_group", [], "GROUP=SET (repeatable): put OOD set SET (as "
                               "--ood or the run's config names it) in the near or far group of "
                               "the OpenOOD-style group means, over the run's config.ood_groups "
@@ -178,6 +184,8 @@ def _overrides(FLAGS) -> dict[str, Any]:
             raise ValueError(f"--bootstrap_samples={FLAGS.bootstrap_samples} must be 0 (none) "
                              f"or >= 2 (1,000 is usual)")
         overrides["bootstrap_samples"] = FLAGS.bootstrap_samples
+    if FLAGS.bootstrap_interval:
+        overrides["bootstrap_interval"] = FLAGS.bootstrap_interval
     if FLAGS.image_resize:
         overrides["image_resize"] = FLAGS.image_resize
     if FLAGS.ood_group:

@@ -114,6 +114,71 @@ def test_percentile_intervals_agree_with_scipy():
     assert got["se"] == pytest.approx((want.high - want.low) / (2 * 1.96), rel=0.15)
 
 
+def test_basic_intervals_agree_with_scipy_and_reflect_the_percentile_bounds():
+    """method="basic": scipy.stats.bootstrap's "basic" interval (2 t - q(1 - a/2), 2 t - q(a/2))
+    on accuracy and AUROC, and on the same draws exactly the percentile bounds reflected about
+    the metric on all examples, for the method's metrics, the post-hoc scores' and a paired
+    difference."""
+    rng = np.random.default_rng(3)
+    n, m = 400, 300
+    id_scores, ood_scores = rng.normal(0.7, 1, n), rng.normal(0, 1, m)
+    labels = rng.integers(0, 2, n)
+    probs = np.stack([1 - (p := rng.uniform(0.3, 1, n)), p], 1)
+    args = (probs, labels, {"s": id_scores}, {"o": {"s": ood_scores}}, ["s"])
+    basic = bootstrap.bootstrap_section(*args, samples=4000, seed=1, method="basic")
+    percentile = bootstrap.bootstrap_section(*args, samples=4000, seed=1)
+    assert basic["settings"]["method"] == "basic"
+    correct = (probs.argmax(1) == labels).astype(float)
+    want = stats.bootstrap((correct,), np.mean, n_resamples=4000, method="basic",
+                           random_state=7).confidence_interval
+    got = basic["id"]["accuracy"]
+    assert got["low"] == pytest.approx(want.low, abs=0.006)
+    assert got["high"] == pytest.approx(want.high, abs=0.006)
+
+    def auroc(a, b):
+        return metrics.auroc(np.r_[np.ones(a.size, bool), np.zeros(b.size, bool)], np.r_[a, b])
+
+    want = stats.bootstrap((id_scores, ood_scores), auroc, n_resamples=2000, method="basic",
+                           paired=False, vectorized=False, random_state=7).confidence_interval
+    got = basic["ood"]["o"]["s"]["auroc"]
+    assert got["low"] == pytest.approx(want.low, abs=0.008)
+    assert got["high"] == pytest.approx(want.high, abs=0.008)
+
+    def reflected(b, p, point):
+        assert b["se"] == p["se"] and b["undefined"] == p["undefined"]
+        assert b["low"] == pytest.approx(2 * point - p["high"], abs=1e-12)
+        assert b["high"] == pytest.approx(2 * point - p["low"], abs=1e-12)
+
+    ece = metrics.expected_calibration_error(probs, labels).ece
+    reflected(basic["id"]["ece"], percentile["id"]["ece"], ece)
+    # ECE's replicates are biased upwards: the percentile interval's middle lies above the
+    # estimate, and the basic interval below the percentile one
+    middle = (percentile["id"]["ece"]["low"] + percentile["id"]["ece"]["high"]) / 2
+    assert middle > ece and basic["id"]["ece"]["low"] < percentile["id"]["ece"]["low"]
+    reflected(basic["ood"]["o"]["s"]["auroc"], percentile["ood"]["o"]["s"]["auroc"],
+              auroc(id_scores, ood_scores))
+
+    posthoc = [bootstrap.score_section(correct.astype(bool), {"s": id_scores},
+                                       {"o": {"s": ood_scores}}, ["s"], 500, seed=4,
+                                       method=method) for method in ("basic", "percentile")]
+    reflected(posthoc[0]["ood"]["o"]["s"]["aupr_in"], posthoc[1]["ood"]["o"]["s"]["aupr_in"],
+              metrics.average_precision(np.r_[np.ones(n, bool), np.zeros(m, bool)],
+                                        np.r_[id_scores, ood_scores]))
+
+    run_a = {"test": core.Predictions(probs=probs, labels=labels, scores={"mp": id_scores}),
+             "ood/o": core.Predictions(probs=probs[:m], labels=None, scores={"mp": ood_scores})}
+    run_b = {"test": core.Predictions(probs=probs[:, ::-1], labels=labels,
+                                      scores={"mp": -id_scores}),
+             "ood/o": core.Predictions(probs=probs[:m], labels=None, scores={"mp": ood_scores})}
+    paired = [bootstrap.paired_section(run_a, run_b, ["mp"], 300, seed=2, method=method)
+              for method in ("basic", "percentile")]
+    b, p = paired[0]["id"]["accuracy"], paired[1]["id"]["accuracy"]
+    reflected(b, p, b["difference"])
+    with pytest.raises(ValueError, match="interval method must be one of"):
+        bootstrap.bootstrap_section(*args, samples=10, method="bca")
+    with pytest.raises(ValueError, match="bootstrap_interval must be one of"):
+        core.EvaluationOptions(bootstrap_interval="bca")
+
 def test_draws_are_seeded_per_set_and_undefined_replicates_are_counted():
     rng = np.random.default_rng(4)
     n = 30
@@ -237,15 +302,21 @@ def test_a_run_and_the_evaluate_flag_write_the_intervals(tmp_path):
     assert "Bootstrap intervals" in (tmp_path / "w" / "eval_table.md").read_text()
     proc = subprocess.run([sys.executable, "-m", "gedl_jax.evaluate",
                            f"--workdir={tmp_path / 'w'}", "--bootstrap_samples=40",
-                           f"--out={tmp_path / 'again'}"], cwd=REPO,
+                           "--bootstrap_interval=basic", f"--out={tmp_path / 'again'}"], cwd=REPO,
                           env=subprocess_env(tmp_path / "cli"), capture_output=True, text=True,
                           timeout=240)
     assert proc.returncode == 0, proc.stderr
     again = json.loads((tmp_path / "again" / "eval_results.json").read_text())
     assert again["bootstrap"]["settings"]["samples"] == 40
+    assert (trained["bootstrap"]["settings"]["method"],
+            again["bootstrap"]["settings"]["method"]) == ("percentile", "basic")
+    assert "40 replicates, basic method" in (tmp_path / "again" / "eval_table.md").read_text()
     assert again["id"] == trained["id"]   # the same predictions: only the intervals changed
     with pytest.raises(ValueError, match="bootstrap_samples=1 must be 0"):
         configuration.set_fields(c, bootstrap_samples=1)
+        configuration.validate_config(c)
+    with pytest.raises(ValueError, match="bootstrap_interval='bca' must be one of"):
+        configuration.set_fields(c, bootstrap_samples=2, bootstrap_interval="bca")
         configuration.validate_config(c)
 
 
@@ -425,6 +496,9 @@ def test_compare_runs_reads_two_evaluated_folders_and_prints_one_table(tmp_path,
         energies["gedl"]["test"]["energy"], energies["gedl"]["ood/far"]["energy"])["auroc"])
     assert list(compare.compare_runs(tmp_path / "gedl", tmp_path / "edl",
                                      samples=10)["ood"]["far"]) == ["mp"]   # not a default
+    assert compare.main([str(tmp_path / "gedl"), str(tmp_path / "edl"), "--samples=50",
+                         "--interval=basic"]) == 0
+    assert "95% basic interval over 50 replicates" in capsys.readouterr().out
 
 
 def test_compare_runs_takes_a_folder_of_seeds_or_runs_joined_by_commas(tmp_path, capsys):

@@ -23,8 +23,15 @@ Each replicate's value is the metric of the resampled arrays, as ``gedl_jax.eval
 computes it (ties included): the examples are ranked once, and a replicate counts how often each
 tied run of scores was drawn (``tests/test_bootstrap.py`` checks it against the metric functions
 on explicitly resampled arrays, and the intervals' coverage on data of known AUROC and accuracy).
-The intervals are the percentile method (Efron & Tibshirani, 1993, ch. 13): simple and
-transformation-respecting; BCa would need a jackknife pass of n metric evaluations per metric.
+The intervals are the percentile method by default (Efron & Tibshirani, 1993, ch. 13): simple
+and transformation-respecting, ``[q(a/2), q(1 - a/2)]`` of the replicates. For a metric whose
+plug-in estimate is biased, such as any ECE (biased upwards: binning noise only adds to it), the
+replicates sit on the biased side of the estimate, and so does the percentile interval.
+``method="basic"`` (the reverse percentile interval, ``[2 t - q(1 - a/2), 2 t - q(a/2)]`` with
+``t`` the metric on all examples; ``scipy.stats.bootstrap``'s "basic") reflects them about the
+estimate, which corrects that bias to first order, at the cost of bounds that can leave the
+metric's range (below 0 for an ECE near 0). BCa would need a jackknife pass of n metric
+evaluations per metric.
 """
 
 from __future__ import annotations
@@ -37,8 +44,10 @@ import numpy as np
 
 from gedl_jax.evaluation import metrics
 
-__all__ = ["bootstrap_section", "detection_replicates", "id_replicates", "interval",
-           "paired_section", "replicates", "resample_indices", "score_section"]
+__all__ = ["INTERVAL_METHODS", "bootstrap_section", "detection_replicates", "id_replicates",
+           "interval", "paired_section", "replicates", "resample_indices", "score_section"]
+
+INTERVAL_METHODS = ("percentile", "basic")
 
 DETECTION_KEYS = ("aupr_in", "aupr_out", "auroc", "fpr95")
 ID_KEYS = ("accuracy", "nll", "brier", "ece", "ece_overconfidence", "ece_underconfidence",
@@ -184,45 +193,78 @@ def _misclassification_arrays(values: Mapping[str, list[list[float]]]) -> dict[s
 def score_section(correct_N: np.ndarray, id_scores: Mapping[str, np.ndarray],
                   ood_scores: Mapping[str, Mapping[str, np.ndarray]],
                   score_names: Sequence[str], samples: int, confidence: float = 0.95,
-                  seed: int = 0) -> dict[str, Any]:
+                  seed: int = 0, method: str = "percentile") -> dict[str, Any]:
     """Intervals of scores that come without predictions of their own (the post-hoc OOD
     scores, results' "posthoc" -> "bootstrap"): {"settings", "misclassification": {score:
     {"aupr", "auroc": interval}}, "ood": {set: {score: {metric: interval}}}}, on the draws
     `bootstrap_section` makes with the same `seed` (the streams "id" and "ood/<set>"), so a
     replicate of these scores and of the method's own draws the same examples.
     `correct_N`: whether each test example's prediction is right."""
-    _check(samples, confidence)
+    _check(samples, confidence, method)
     correct_N = np.asarray(correct_N, bool)
     n = correct_N.size
     ranked = {s: _Ranking(np.asarray(id_scores[s], np.float64)) for s in score_names}
-    mis: dict[str, list[list[float]]] = {s: [] for s in score_names}
-    for draw in resample_indices(n, samples, seed, "id"):
-        _misclassification_of_draw(ranked, correct_N, draw, mis)
-    values = {"misclassification": _misclassification_arrays(mis),
-              "ood": _ood_replicates(id_scores, ood_scores, score_names, n, samples, seed)}
-    return {"settings": _settings(samples, confidence, seed),
-            **_map_leaves(lambda v: interval(v, confidence), values)}
+
+    def values_of(id_draws, ood_draws):
+        mis: dict[str, list[list[float]]] = {s: [] for s in score_names}
+        for draw in id_draws():
+            _misclassification_of_draw(ranked, correct_N, draw, mis)
+        return {"misclassification": _misclassification_arrays(mis),
+                "ood": _ood_replicates(id_scores, ood_scores, score_names, id_draws, ood_draws)}
+
+    values = values_of(*_streams(n, samples, seed))
+    points = values_of(*_whole(n)) if method == "basic" else None
+    return {"settings": _settings(samples, confidence, seed, method=method),
+            **_intervals(values, points, confidence, method)}
 
 
-def interval(values_B: np.ndarray, confidence: float) -> dict[str, float | int | None]:
-    """The percentile interval of the defined replicate values, their std (ddof=1) and how many
-    replicates left the metric undefined (NaN)."""
+def interval(values_B: np.ndarray, confidence: float, method: str = "percentile",
+             point: float | None = None) -> dict[str, float | int | None]:
+    """The interval of the defined replicate values (`method`: "percentile", or "basic", which
+    reflects the percentile bounds about `point`, the metric on all examples), their std
+    (ddof=1) and how many replicates left the metric undefined (NaN)."""
     values_B = np.asarray(values_B, np.float64)
     defined = values_B[~np.isnan(values_B)]
     undefined = int(values_B.size - defined.size)
-    if defined.size < 2:
+    if defined.size < 2 or (method == "basic" and (point is None or np.isnan(point))):
         return {"low": None, "high": None, "se": None, "undefined": undefined}
     tail = (1.0 - confidence) / 2.0
     low, high = np.quantile(defined, [tail, 1.0 - tail])
+    if method == "basic":
+        low, high = 2.0 * point - high, 2.0 * point - low
     return {"low": float(low), "high": float(high), "se": float(np.std(defined, ddof=1)),
             "undefined": undefined}
 
 
-def _check(samples: int, confidence: float) -> None:
+def _intervals(values: Mapping[str, Any], points: Mapping[str, Any] | None, confidence: float,
+               method: str) -> dict[str, Any]:
+    """`interval` of every replicate array in `values`, about the point at the same place in
+    `points` (one-replicate arrays of the metrics on all examples) where `method` needs it."""
+    if points is None:
+        return _map_leaves(lambda v: interval(v, confidence, method), values)
+    return _map_leaves(lambda v, t: interval(v, confidence, method, float(t[0])), values, points)
+
+
+def _check(samples: int, confidence: float, method: str = "percentile") -> None:
     if int(samples) < 2:
         raise ValueError(f"bootstrap needs at least 2 samples, got {samples}.")
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"bootstrap confidence must lie in (0, 1), got {confidence}.")
+    if method not in INTERVAL_METHODS:
+        raise ValueError(f"bootstrap interval method must be one of {INTERVAL_METHODS}, got "
+                         f"{method!r}.")
+
+
+def _streams(n: int, samples: int, seed: int):
+    """The replicates' draws: (the test set's, as a callable that starts the "id" stream
+    anew; {set size m, set name} -> that set's "ood/<set>" stream)."""
+    return (lambda: resample_indices(n, samples, seed, "id"),
+            lambda m, name: resample_indices(m, samples, seed, f"ood/{name}"))
+
+
+def _whole(n: int):
+    """One "draw" of every example once, in order, for each set: the metrics on all examples."""
+    return (lambda: iter([np.arange(n)]), lambda m, name: iter([np.arange(m)]))
 
 
 def replicates(probs_NxK: np.ndarray, labels_N: np.ndarray, id_scores: Mapping[str, np.ndarray],
@@ -232,25 +274,31 @@ def replicates(probs_NxK: np.ndarray, labels_N: np.ndarray, id_scores: Mapping[s
     {score: `detection_replicates`}}}. Two runs on the same examples get the same draws from
     the same `seed` (a paired comparison: `paired_section`)."""
     n = int(np.asarray(labels_N).size)
+    return _replicates_of(probs_NxK, labels_N, id_scores, ood_scores, score_names, num_bins,
+                          *_streams(n, samples, seed))
+
+
+def _replicates_of(probs_NxK, labels_N, id_scores, ood_scores, score_names, num_bins,
+                   id_draws, ood_draws) -> dict[str, Any]:
+    """`replicates` on the draws `id_draws()` and `ood_draws(m, set)` give (`_streams`,
+    `_whole`)."""
     return {"id": id_replicates(probs_NxK, labels_N, {s: id_scores[s] for s in score_names},
-                                resample_indices(n, samples, seed, "id"), num_bins),
-            "ood": _ood_replicates(id_scores, ood_scores, score_names, n, samples, seed)}
+                                id_draws(), num_bins),
+            "ood": _ood_replicates(id_scores, ood_scores, score_names, id_draws, ood_draws)}
 
 
 def _ood_replicates(id_scores: Mapping[str, np.ndarray],
                     ood_scores: Mapping[str, Mapping[str, np.ndarray]],
-                    score_names: Sequence[str], n: int, samples: int, seed: int
-                    ) -> dict[str, Any]:
-    """{set: {score: `detection_replicates`}} on the draws of the streams "id" (n test
-    examples) and "ood/<set>"."""
+                    score_names: Sequence[str], id_draws, ood_draws) -> dict[str, Any]:
+    """{set: {score: `detection_replicates`}} on the draws `id_draws()` of the test examples
+    and `ood_draws(m, set)` of each set's m examples."""
     out: dict[str, Any] = {}
     for name, scores in ood_scores.items():
         out[name] = {}
         for s in score_names:   # the same rows for every score: one replicate, every metric
             m = int(np.asarray(scores[s]).size)
-            out[name][s] = detection_replicates(
-                id_scores[s], scores[s], resample_indices(n, samples, seed, "id"),
-                resample_indices(m, samples, seed, f"ood/{name}"))
+            out[name][s] = detection_replicates(id_scores[s], scores[s], id_draws(),
+                                                ood_draws(m, name))
     return out
 
 
@@ -265,31 +313,36 @@ def bootstrap_section(probs_NxK: np.ndarray, labels_N: np.ndarray,
                       id_scores: Mapping[str, np.ndarray],
                       ood_scores: Mapping[str, Mapping[str, np.ndarray]],
                       score_names: Sequence[str], samples: int, confidence: float = 0.95,
-                      seed: int = 0, num_bins: int = 15) -> dict[str, Any]:
+                      seed: int = 0, num_bins: int = 15, method: str = "percentile"
+                      ) -> dict[str, Any]:
     """`results["bootstrap"]` (module docstring): {"settings", "id": {metric: interval,
     "misclassification": {score: {metric: interval}}}, "ood": {set: {score: {metric:
     interval}}}}. `ood_scores`: {set: {score: (M,) scores}}."""
-    _check(samples, confidence)
+    _check(samples, confidence, method)
     values = replicates(probs_NxK, labels_N, id_scores, ood_scores, score_names, samples, seed,
                         num_bins)
-    return {"settings": _settings(samples, confidence, seed, num_bins),
-            **_map_leaves(lambda v: interval(v, confidence), values)}
+    points = _replicates_of(probs_NxK, labels_N, id_scores, ood_scores, score_names, num_bins,
+                            *_whole(int(np.asarray(labels_N).size))) \
+        if method == "basic" else None
+    return {"settings": _settings(samples, confidence, seed, num_bins, method),
+            **_intervals(values, points, confidence, method)}
 
 
-def _settings(samples: int, confidence: float, seed: int,
-              num_bins: int | None = None) -> dict[str, Any]:
+def _settings(samples: int, confidence: float, seed: int, num_bins: int | None = None,
+              method: str = "percentile") -> dict[str, Any]:
     """The settings a section records ("ece_bins" where it has ECEs)."""
     out = {"samples": int(samples), "confidence": float(confidence), "seed": int(seed),
-           "method": "percentile"}
+           "method": method}
     return out if num_bins is None else {**out, "ece_bins": int(num_bins)}
 
 
 def paired_section(a: Mapping[str, Any] | Sequence[Mapping[str, Any]],
                    b: Mapping[str, Any] | Sequence[Mapping[str, Any]],
                    score_names: Sequence[str], samples: int, confidence: float = 0.95,
-                   seed: int = 0, num_bins: int = 15) -> dict[str, Any]:
+                   seed: int = 0, num_bins: int = 15, method: str = "percentile"
+                   ) -> dict[str, Any]:
     """Two runs, or two methods' runs over seeds, on the same test and OOD examples compared:
-    for every metric, the percentile interval of the difference A - B over replicates that draw
+    for every metric, the interval (`method`) of the difference A - B over replicates that draw
     the same examples for every run (paired), with "a" and "b" the metric on all examples (the
     mean over a method's runs), "difference" = a - b, and "a_better", the fraction of
     replicates in which A is better (higher, or lower for NLL, Brier, the ECEs and FPR95).
@@ -301,7 +354,7 @@ def paired_section(a: Mapping[str, Any] | Sequence[Mapping[str, Any]],
     interval then holds the variation over seeds as well as over examples. With one run per
     side this is the plain paired bootstrap. The OOD sets every run has are compared.
     Raises ValueError when the test sets differ (sizes or labels)."""
-    _check(samples, confidence)
+    _check(samples, confidence, method)
     runs_a, runs_b = _as_runs(a), _as_runs(b)
     everyone = runs_a + runs_b
     labels = everyone[0]["test"].labels
@@ -338,7 +391,7 @@ def paired_section(a: Mapping[str, Any] | Sequence[Mapping[str, Any]],
 
     def compare(va, vb, pa, pb, lower_is_better):
         diff = va - vb
-        entry = interval(diff, confidence)
+        entry = interval(diff, confidence, method, pa - pb)
         defined = ~np.isnan(diff)
         better = (diff < 0) if lower_is_better else (diff > 0)
         entry.update({"a": pa, "b": pb, "difference": pa - pb,
@@ -359,7 +412,7 @@ def paired_section(a: Mapping[str, Any] | Sequence[Mapping[str, Any]],
             s: {k: compare(va["ood"][name][s][k], vb["ood"][name][s][k],
                            point_a["ood"][name][s][k], point_b["ood"][name][s][k],
                            k == "fpr95") for k in DETECTION_KEYS} for s in score_names}
-    return {"settings": {**_settings(samples, confidence, seed, num_bins), "paired": True,
+    return {"settings": {**_settings(samples, confidence, seed, num_bins, method), "paired": True,
                          "runs": [len(runs_a), len(runs_b)]},
             **out}
 

@@ -135,11 +135,13 @@ def _side(spec, calibrated: bool = False, calibrator: str | None = None
 
 def compare_runs(a, b, samples: int = 2000, confidence: float = 0.95, seed: int = 0,
                  scores: Sequence[str] | None = None, calibrated: bool = False,
-                 calibrator: str | None = None) -> dict[str, Any]:
+                 calibrator: str | None = None, interval: str = "percentile"
+                 ) -> dict[str, Any]:
     """`bootstrap.paired_section` of the runs that `a` and `b` name (`run_paths`), over
     `scores` (default: those of "mp" and "um" that every run has), with "a" and "b" naming
     them. With `calibrated`, of each run's calibrated predictions (module docstring), by
-    `calibrator` ("temperature" or "evidence_scale"; None: each run's evaluation's)."""
+    `calibrator` ("temperature" or "evidence_scale"; None: each run's evaluation's);
+    `interval`: the bootstrap interval's method (`bootstrap.INTERVAL_METHODS`)."""
     if calibrator is not None and calibrator not in core.CALIBRATORS:
         raise ValueError(f"calibrator must be one of {list(core.CALIBRATORS)}, got "
                          f"{calibrator!r}")
@@ -153,7 +155,8 @@ def compare_runs(a, b, samples: int = 2000, confidence: float = 0.95, seed: int 
         raise ValueError(f"the runs share no score to compare (A: "
                          f"{sorted(runs_a[0]['test'].scores)}, B: "
                          f"{sorted(runs_b[0]['test'].scores)})")
-    section = bootstrap.paired_section(runs_a, runs_b, chosen, samples, confidence, seed)
+    section = bootstrap.paired_section(runs_a, runs_b, chosen, samples, confidence, seed,
+                                       method=interval)
     section["settings"]["calibrated"] = bool(calibrated)
     return {"a": about_a, "b": about_b, **section}
 
@@ -197,7 +200,8 @@ def paired_table(comparison: Mapping[str, Any]) -> str:
              "(A and B: the means over the runs), so the interval holds the variation over "
              "training seeds too." if several else "")
     lines = [f"> Paired bootstrap: A = {side('a')}, B = {side('b')}. A - B with its "
-             f"{settings['confidence']:.0%} percentile interval over {settings['samples']:,} "
+             f"{settings['confidence']:.0%} {settings.get('method', 'percentile')} interval "
+             f"over {settings['samples']:,} "
              f"replicates that draw the same test examples (and the same examples of each OOD "
              f"set) for every run.{calibration}{seeds} 'A better': the fraction of "
              f"replicates in which A is better (higher; lower for NLL, Brier, the ECEs and "
@@ -239,6 +243,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--confidence", type=float, default=0.95,
                         help="the intervals' level (default 0.95)")
     parser.add_argument("--seed", type=int, default=0, help="seeds the draws (default 0)")
+    parser.add_argument("--interval", choices=bootstrap.INTERVAL_METHODS, default="percentile",
+                        help="percentile (default), or basic: the percentile bounds reflected "
+                             "about the difference on all examples")
     parser.add_argument("--scores", help="comma-separated scores (default: mp,um where every "
                                          "run has them); the post-hoc OOD scores the runs "
                                          "saved (energy, ...) too")
@@ -257,7 +264,7 @@ def _main(args: Any) -> int:
         raise ValueError("--calibrator chooses the calibrator of --calibrated; add --calibrated")
     comparison = compare_runs(args.run_a, args.run_b, args.samples, args.confidence, args.seed,
                               args.scores.split(",") if args.scores else None,
-                              args.calibrated, args.calibrator)
+                              args.calibrated, args.calibrator, args.interval)
     text = paired_table(comparison)
     print(text, end="")
     if args.out:

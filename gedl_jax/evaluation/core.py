@@ -80,8 +80,10 @@ CONVENTIONS: dict[str, str] = {
                   "run's config.ood_groups declares so; "
                   "ood_groups.<group>.detection: the unweighted mean over those sets of each "
                   "detection metric (null if any set's value is null).",
-    "bootstrap": "bootstrap (only with bootstrap_samples > 0): percentile intervals [low, high] "
-                 "at bootstrap_confidence and the standard error se of each metric over "
+    "bootstrap": "bootstrap (only with bootstrap_samples > 0): intervals [low, high] at "
+                 "bootstrap_confidence (settings.method: percentile, or basic = the percentile "
+                 "bounds reflected about the metric on all examples) and the standard error se "
+                 "of each metric over "
                  "bootstrap_samples replicates that draw the test examples and, independently, "
                  "each OOD set's examples with replacement (seeded); undefined = replicates "
                  "where the metric is undefined, left out. gedl_jax.evaluation.bootstrap.",
@@ -316,6 +318,9 @@ class EvaluationOptions:
         the test and OOD examples ("bootstrap"; ``gedl_jax.evaluation.bootstrap``); 0: none.
       bootstrap_confidence: the intervals' level.
       bootstrap_seed: seeds the replicates' draws.
+      bootstrap_interval: "percentile" ([q(a/2), q(1 - a/2)] of the replicates) or "basic"
+        (reflected about the metric on all examples: corrects a biased metric such as ECE to
+        first order; ``gedl_jax.evaluation.bootstrap``).
     """
 
     conformal_alpha: float = 0.1
@@ -328,6 +333,7 @@ class EvaluationOptions:
     bootstrap_samples: int = 0
     bootstrap_confidence: float = 0.95
     bootstrap_seed: int = 0
+    bootstrap_interval: str = "percentile"
 
     def __post_init__(self):
         if not 0.0 < float(self.conformal_alpha) < 1.0:
@@ -342,6 +348,9 @@ class EvaluationOptions:
         if not 0.0 < float(self.bootstrap_confidence) < 1.0:
             raise ValueError(f"bootstrap_confidence must lie in (0, 1), got "
                              f"{self.bootstrap_confidence}.")
+        if self.bootstrap_interval not in bootstrap_lib.INTERVAL_METHODS:
+            raise ValueError(f"bootstrap_interval must be one of "
+                             f"{bootstrap_lib.INTERVAL_METHODS}, got {self.bootstrap_interval!r}.")
         bad = {g for g in (self.ood_groups or {}).values()} - set(sections.GROUPS)
         if bad:
             raise ValueError(f"ood_groups values must be in {sections.GROUPS}, got {sorted(bad)}.")
@@ -490,7 +499,7 @@ def _bootstrap(idd: Predictions, ood_predictions: Mapping[str, Predictions],
         idd.probs, idd.labels, idd.scores,
         {name: o.scores for name, o in ood_predictions.items()}, score_names,
         int(options.bootstrap_samples), float(options.bootstrap_confidence),
-        int(options.bootstrap_seed), num_bins)
+        int(options.bootstrap_seed), num_bins, options.bootstrap_interval)
 
 
 def _evaluate(idd: Predictions, ood_predictions: Mapping[str, Predictions], num_bins: int,

@@ -603,9 +603,12 @@ class _Tables:
                             cell(_node(values, path + (k,)), _node(bounds, ("ood", o, s, k)),
                                  100) for k in ("aupr_in", "aupr_out", "auroc", "fpr95")])
         settings = {(r["bootstrap"]["settings"]["samples"],
-                     r["bootstrap"]["settings"]["confidence"]) for r in single.values()}
-        level = "; ".join(f"{c:.0%} over {b:,} replicates" for b, c in sorted(settings))
-        note = (f"Bootstrap intervals of each single run ({level}; percentile method): the test "
+                     r["bootstrap"]["settings"]["confidence"],
+                     r["bootstrap"]["settings"].get("method", "percentile"))
+                    for r in single.values()}
+        level = "; ".join(f"{c:.0%} over {b:,} replicates, {m} method"
+                          for b, c, m in sorted(settings))
+        note = (f"Bootstrap intervals of each single run ({level}): the test "
                 f"examples and, independently, each OOD set's examples drawn with replacement; "
                 f"value [low, high]")
         return [self.comment + note + ". Acc in %, NLL, Brier and the ECEs (15 equal-width "

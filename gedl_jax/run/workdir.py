@@ -204,7 +204,7 @@ class _EvalProgress:
 def evaluation_options(exp: experiment.Experiment,
                        ood_names=()) -> core.EvaluationOptions:
     """The run's `EvaluationOptions`: config.conformal_alpha / calibrate / aupr_trapezoidal /
-    bootstrap_samples / bootstrap_confidence,
+    bootstrap_samples / bootstrap_confidence / bootstrap_interval,
     near/far groups of its OOD sets (`data.ood_group`: config.ood_groups, else the registry's),
     and the calibrator of its method
     (`Method.calibrator`: the evidence scale for the EDL family, whose alpha = e + W a;
@@ -219,7 +219,8 @@ def evaluation_options(exp: experiment.Experiment,
         ood_groups={k: v for k, v in groups.items() if v is not None},
         aupr_trapezoidal=bool(config.get("aupr_trapezoidal", False)),
         bootstrap_samples=int(config.get("bootstrap_samples", 0)),
-        bootstrap_confidence=float(config.get("bootstrap_confidence", 0.95)))
+        bootstrap_confidence=float(config.get("bootstrap_confidence", 0.95)),
+        bootstrap_interval=str(config.get("bootstrap_interval", "percentile")))
 
 
 def evaluate_run(run: RestoredRun, workdir, extra_ood: tuple[str, ...] = (),
@@ -291,7 +292,8 @@ def _posthoc_bootstrap(posthoc_scores: dict[str, dict[str, np.ndarray]],
         return bootstrap.score_section(
             correct, posthoc_scores["test"], {o: posthoc_scores[f"ood/{o}"] for o in sets},
             section["scores"], int(options.bootstrap_samples),
-            float(options.bootstrap_confidence), int(options.bootstrap_seed))
+            float(options.bootstrap_confidence), int(options.bootstrap_seed),
+            options.bootstrap_interval)
 
 
 def posthoc_names(exp: experiment.Experiment) -> tuple[str, ...]:
