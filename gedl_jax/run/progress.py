@@ -15,6 +15,16 @@ program compiles on first use) the mean runs from the first fetch, and a line at
 keeps the estimate of the line before; after it (`restart_mean`), the mean runs from the next
 fetch on, with every later validation and checkpoint in it.
 
+The img/s of a line is the rate of the steps the device completed since the last point where
+the host saw it complete one: a fetch that had to wait for its call (the call was still
+running when the host asked) returns when the device finishes it, so its time is that step's
+completion time. A fetch whose call had already finished says only that it finished by then:
+the host was behind (a checkpoint, a validation's host work), and the device may have run the
+next call too. Timing the next line from such a fetch divided its steps by too short a span:
+on an H200 the lines around epoch ends read from 386 to 4,632,590 img/s for a loop whose steps
+ran at about 39,000. So a line's span starts at the last fetch that waited and ends now: its
+rate is never above what the device did, and where the host held the device up it is the
+lower rate the run really had.
 A non-finite step (its update was skipped in the graph) stops the run with an error naming the
 steps and seeds, after the checkpoints already written are safe on disk.
 """
@@ -51,10 +61,12 @@ class MetricsBuffer:
         # (last step, number of steps or None for a single step's metrics, metrics)
         self.pending: list[tuple[int, int | None, dict]] = []
         self.last_fetched = 0   # the newest step whose metrics reached the host
-        self.window_start, self.window_steps = time.time(), 0
         self.calls = 0
         self.first_call: tuple[float, int] | None = None   # (dispatch time, steps)
-        self.untimed_steps = 0   # the first call's steps, run before the first interval began
+        # (time, step) where the host last saw the device complete a step: the end of the
+        # first call, then every fetch that waited for its call; a line's span starts here
+        self.anchor: tuple[float, int] | None = None
+        self.waited: tuple[float, int] | None = None   # this line's fetch, if it waited
         # (time, step) the ETA's mean rate runs from: the first fetch, then the first fetch
         # after the first validation (`restart_mean`)
         self.mean_start: tuple[float, int] | None = None
@@ -72,8 +84,8 @@ class MetricsBuffer:
             # once it has run, and the first interval starts then
             dispatched = time.time()
             jax.block_until_ready(metrics)
-            self.window_start, self.untimed_steps = time.time(), num_steps or 1
-            self.first_call = (dispatched, self.untimed_steps)
+            self.anchor = (time.time(), step)
+            self.first_call = (dispatched, num_steps or 1)
 
     def flush(self, keep_last: bool = False) -> dict[str, float] | None:
         """Fetch pending metrics (all but the newest call with `keep_last`), write each seed's
@@ -83,6 +95,7 @@ class MetricsBuffer:
         if not ready:
             return None
         steps, fetched = [], []
+        waits = not _is_ready(ready[-1][2])   # then it returns when the device finishes it
         for (last, count, _), values in zip(ready, jax.device_get([m for *_, m in ready])):
             if count is None:
                 steps.append(last)
@@ -98,8 +111,8 @@ class MetricsBuffer:
                         for k in fetched[0] if k != "nonfinite"}
             self.write(i, steps[-1], averaged)
             per_seed.append(averaged)
-        self.window_steps += len(steps) - self.untimed_steps
-        self.untimed_steps = 0
+        if waits:
+            self.waited = (time.time(), steps[-1])
         if self.mean_start is None:
             self.mean_start = (time.time(), steps[-1])
         return {k: float(np.mean([a[k] for a in per_seed])) for k in per_seed[0]}
@@ -127,17 +140,21 @@ class MetricsBuffer:
             self.mean_start, self.mean_restarted = None, True
 
     def rate_and_eta(self, images_per_step: int, steps_left: int) -> tuple[float, str]:
-        """img/s over the steps fetched since the last call, and the time left at the mean
-        rate of the run so far (`restart_mean`; the latest estimate where no span is timed
-        yet, or where the interval ends at an epoch end before the first validation; this
-        interval's rate at the first line)."""
+        """img/s of the steps completed since the last fetch that waited for its call (the
+        module's docstring), and the time left at the mean rate of the run so far
+        (`restart_mean`; the latest estimate where no span is timed yet, or where the interval
+        ends at an epoch end before the first validation; this interval's rate at the first
+        line)."""
         now = time.time()
-        timed = max(now - self.window_start, 1e-9)
-        rate = self.window_steps * images_per_step / timed
-        if self.window_steps <= 0 and self.first_call:   # nothing timed but the first call
+        start_time, start_step = self.anchor or (now, self.last_fetched)
+        end_time = self.waited[0] if self.waited else now
+        rate = (self.last_fetched - start_step) * images_per_step / max(end_time - start_time,
+                                                                          1e-9)
+        if self.last_fetched <= start_step and self.first_call:   # only the first call ran
             dispatched, steps = self.first_call
             rate = steps * images_per_step / max(now - dispatched, 1e-9)
-        self.window_start, self.window_steps = now, 0
+        if self.waited:
+            self.anchor, self.waited = self.waited, None
         start_time, start_step = self.mean_start or (now, self.last_fetched)
         epoch_end_before_restart = not self.mean_restarted and \
             self.last_fetched % self.steps_per_epoch == 0
@@ -147,3 +164,8 @@ class MetricsBuffer:
             self.seconds_per_step = images_per_step / rate
         seconds = math.inf if self.seconds_per_step is None else self.seconds_per_step
         return rate, format_eta(steps_left * seconds)
+
+
+def _is_ready(tree) -> bool:
+    """Whether every array of `tree` is computed (host arrays always are)."""
+    return all(getattr(x, "is_ready", lambda: True)() for x in jax.tree.leaves(tree))
