@@ -12,6 +12,7 @@
 #   bash bin/gpu_check.sh --parts=bench,train --out=DIR
 #   bash bin/gpu_check.sh --parts=resume --out=DIR --append   # add parts to DIR's results
 #   bash bin/gpu_check.sh --parts=tests --tests='-x tests/test_train.py'   # pytest's arguments
+#   GEDL_CHECK_ROW=gedl bash bin/gpu_check.sh --parts=cifar10   # one CIFAR-10 row, 5 seeds
 #
 # Needs: the package's dependencies with jax's CUDA plugin (GEDL_EXTRAS=dev,cuda12 or cuda13
 # bash bin/setup.sh) and the MNIST, KMNIST and Fashion-MNIST files in $GEDL_DATA_DIR (or the
@@ -27,7 +28,13 @@
 # the bench and torch parts' rows (convnet and float32 alone: about a minute less);
 # GEDL_CHECK_TIMEOUTS="tests=S,train=S,..." stops a part after S seconds;
 # GEDL_CHECK_SEEDS_EPOCHS (default 200) the seeds part's epochs. Parts, in this order: tests,
-# train, bench, torch, seeds, resume (default: all). On one H200 the parts' wall times sum to 14
+# train, bench, torch, seeds, resume (default: all), and cifar10, only when named (or in a dry
+# run): one row of the paper's CIFAR-10 table, `bin/reproduce.py --dataset=cifar10
+# --setting=paper --variants=$GEDL_CHECK_ROW (gedl) --seeds=$GEDL_CHECK_ROW_SEEDS (0-4)
+# --vmap_seeds` with GEDL_CHECK_ROW_ARGS added (e.g. "--study=readings --publish_predictions"),
+# published into $GEDL_CHECK_RESULTS (default docs/results/cifar10_paper; a dry run: a copy of it
+# in the results folder), whose tables it remakes from every row there; it needs CIFAR-10 and
+# the MNIST and Fashion-MNIST test files (the far-OOD sets) in $GEDL_DATA_DIR. On one H200 the parts' wall times sum to 14
 # minutes, the seeds part with 50 epochs (with 200: 276 s, commit 492beaf); with the resume part
 # beside the tests, the two calls took 11 (docs/results/gpu/nvidia_h200/earlier_78c8da6,
 # wall_times.json); --append joins such calls' results.
@@ -39,7 +46,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 DRY_RUN=0
-PARTS="tests,train,bench,torch,seeds,resume"
+PARTS=""
 OUT=""
 APPEND=0
 TEST_ARGS=()
@@ -53,13 +60,18 @@ for arg in "$@"; do
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
                exit 0 ;;
     *) echo "error: unknown argument '$arg' (--dry-run, --parts=tests,train,bench,torch," \
-            "seeds, resume, --out=DIR, --append, --tests='PYTEST ARGS'; --help)" >&2; exit 2 ;;
+            "seeds,resume,cifar10, --out=DIR, --append, --tests='PYTEST ARGS'; --help)" >&2
+       exit 2 ;;
   esac
 done
+if [ -z "$PARTS" ]; then   # the default; a dry run checks the cifar10 part too
+  PARTS="tests,train,bench,torch,seeds,resume"
+  [ "$DRY_RUN" = 1 ] && PARTS="$PARTS,cifar10"
+fi
 for part in ${PARTS//,/ }; do
-  case "$part" in tests|bench|torch|train|seeds|resume) ;;
+  case "$part" in tests|bench|torch|train|seeds|resume|cifar10) ;;
     *) echo "error: unknown part '$part' in --parts (tests, train, bench, torch, seeds," \
-            "resume)" >&2
+            "resume, cifar10)" >&2
        exit 2 ;;
   esac
 done
@@ -269,6 +281,22 @@ if has_part resume; then
     run_part resume_deterministic_ops env XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_deterministic_ops=true" \
       "$PYTHON" -m studies.resume_check --out="$OUT/resume_deterministic_ops"
   fi
+fi
+
+if has_part cifar10; then
+  # One row of the paper's CIFAR-10 table, its seeds trained together, published into the
+  # results folder with its machine and wall time, the folder's tables remade from every row.
+  results="${GEDL_CHECK_RESULTS:-docs/results/cifar10_paper}"
+  row=(--variants="${GEDL_CHECK_ROW:-gedl}" --seeds="${GEDL_CHECK_ROW_SEEDS:-0-4}")
+  if [ "$DRY_RUN" = 1 ]; then
+    rm -rf "$OUT/cifar10_paper"
+    [ -d "$results" ] && cp -r "$results" "$OUT/cifar10_paper"
+    results="$OUT/cifar10_paper"
+    row=(--variants="${GEDL_CHECK_ROW:-gedl}" --seeds=0-1 --dry_run)
+  fi
+  read -r -a row_args <<< "${GEDL_CHECK_ROW_ARGS:-}"
+  run_part cifar10 "$PYTHON" bin/reproduce.py --dataset=cifar10 --setting=paper "${row[@]}" \
+    --vmap_seeds "${row_args[@]}" --out="$WORK/cifar10_paper" --results="$results"
 fi
 
 # Wall times and exit statuses (merged into the folder's earlier ones with --append), then the

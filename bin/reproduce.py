@@ -7,8 +7,8 @@
     python bin/reproduce.py --study=readings --setting=long --seeds=0,1,2 --out=RUNS  # readings
     python bin/reproduce.py --study=ablation --setting=short --out=runs/ablation_short
     python bin/reproduce.py --study=sensitivity --setting=short --out=runs/sens_short
-    python bin/reproduce.py --dataset=cifar10 --study=main --setting=paper --variants=gedl \
-        --override=ood_datasets= --out=runs/cifar10_paper
+    python bin/reproduce.py --dataset=cifar10 --setting=paper --variants=gedl --seeds=0-4 \
+        --vmap_seeds --out=runs/cifar10_paper --results=docs/results/cifar10_paper
 
 Settings: `paper` (old name `full`) is the paper's protocol (Table implementation_details: 200
 epochs, batch 128, Adam + cosine); `long` the whole split for 20 epochs (every KL schedule at
@@ -27,6 +27,16 @@ interrupted reproduction continues: SIGTERM or SIGINT (a cluster's preemption, C
 run in progress at its next step with a checkpoint and exits 75; the same command resumes it.
 `--aggregate_only` trains nothing: it remakes the tables from the finished runs in --out (runs
 trained on several machines and copied together, or a table while the study trains elsewhere).
+
+`--results=DIR` also publishes each finished run into DIR (`runs/<row>_seed<s>/`: its config,
+evaluation, table, training log and environment, the machine's paths replaced by RUNS_DIR and
+DATA_DIR; `rows.json`: each row's command, seeds, machine and wall time) and remakes DIR's
+`results.md` and `results.json` from every row DIR holds, ours beside the paper's
+(`gedl_jax.evaluation.against_paper`): one command per row, on whatever machine, fills one
+table. OOD sets (`--ood_sets`): on CIFAR the paper's (SVHN, CIFAR-100) and the far-OOD sets
+derived from MNIST and Fashion-MNIST, those the data folder (or the cache) holds; the command
+names the ones it leaves out. `--dry_run` trains each run a few steps on a few images (the
+whole program: network, augmentation, evaluation), to check a command before a long run.
 Bad input (an unknown study, setting or run name, bad seeds,
 an override that is not a field) is one `error:` line and exit 2, before --out is created.
 """
@@ -38,51 +48,17 @@ import json
 import os
 import pathlib
 import platform
+import shutil
 import subprocess
 import sys
 import time
 
 import jax
 
-from gedl_jax import cli, configuration, evaluation, files, methods, train
+from gedl_jax import cli, configuration, data, evaluation, files, methods, train
+from gedl_jax.evaluation import against_paper
+from gedl_jax.paper import MAIN_METHODS, PAPER
 from gedl_jax.run import lock, numerics, preemption, rundir
-
-# The paper's numbers (AUPR %, accuracy %): main Table results and Table additional_baselines.
-PAPER = {
-    "mnist": {
-        "columns": ["Acc", "Conf.MP", "KMNIST MP", "KMNIST UM", "FMNIST MP", "FMNIST UM"],
-        "edl": [98.22, 99.99, 97.02, 96.31, 98.11, 98.08],
-        "iedl": [99.21, 99.98, 98.34, 98.33, 98.89, 98.86],
-        "redl": [99.33, 99.99, 98.69, 98.69, 99.29, 99.29],
-        "red": [99.38, 99.97, 98.71, 97.24, 99.34, 98.78],
-        "gedl": [99.58, 99.95, 99.80, 99.70, 98.54, 98.99],
-        # Copied by the paper from earlier papers (no UM for MC Dropout and DUQ), and its
-        # appendix runs of DAEDL and F-EDL with their authors' code (one run each).
-        "mc_dropout": [99.26, 99.98, 94.00, None, 96.56, None],
-        "duq": [98.65, 99.97, 98.52, None, 97.92, None],
-        "kl_pn": [99.01, 99.92, 92.97, 93.39, 98.44, 98.16],
-        "rkl_pn": [99.21, 99.67, 60.76, 53.76, 78.45, 72.18],
-        "postnet": [99.34, 99.98, 95.75, 94.59, 97.78, 97.24],
-        "daedl": [99.43, 99.99, 98.92, 98.86, 99.40, 99.54],
-        "fedl": [99.48, 99.99, 99.02, 96.71, 99.66, 94.51],
-    },
-    "cifar10": {
-        "columns": ["Acc", "Conf.MP", "SVHN MP", "SVHN UM", "CIFAR-100 MP", "CIFAR-100 UM"],
-        "edl": [83.55, 97.86, 78.87, 79.12, 84.30, 84.18],
-        "iedl": [89.20, 98.72, 83.26, 82.96, 85.35, 84.84],
-        "redl": [90.09, 98.98, 85.00, 85.00, 87.72, 87.73],
-        "red": [89.80, 98.63, 90.10, 89.92, 84.97, 84.62],
-        "gedl": [90.22, 97.15, 89.26, 92.56, 88.27, 85.42],
-        "mc_dropout": [82.84, 97.15, 51.39, None, 45.57, None],
-        "duq": [89.33, 97.89, 80.23, None, 84.75, None],
-        "kl_pn": [27.46, 50.61, 43.96, 43.23, 61.41, 61.53],
-        "rkl_pn": [64.76, 86.11, 53.61, 49.37, 55.42, 54.74],
-        "postnet": [84.85, 97.76, 80.21, 77.71, 81.96, 82.06],
-        "daedl": [90.06, 98.80, 85.28, 85.30, 84.34, 84.50],
-        "fedl": [91.29, 99.10, 88.57, 61.04, 88.18, 68.79],
-        "calibration": {"gedl": {"ECE": 0.0464, "Brier": 0.1525}},
-    },
-}
 
 STUDIES = {
     # Every method of the paper's tables that the toolkit has (configuration.VARIANTS), the
@@ -110,9 +86,6 @@ GEDL_READINGS = {
     "c_tau_1000": {"c_tau": 1000.0},
     "evidence_exp": {"evidence": "exp"},
 }
-
-MAIN_METHODS = ("gedl", "edl", "iedl", "redl", "red", "mc_dropout", "softmax", "duq", "kl_pn",
-                "rkl_pn", "postnet", "daedl", "fedl")
 
 SETTINGS = {
     # 3 epochs on the first 12,000 training images: 5 variants x 5 seeds in well under an hour on
@@ -236,7 +209,7 @@ def paper_table(dataset: str, names: list[str]) -> str:
     ref = PAPER.get(dataset)
     if not ref:
         return ""
-    rows = [n for n in names if n in ref and n not in ("columns", "calibration")]
+    rows = [n for n in names if n in ref and n != "columns"]
     if not rows:
         return ""
     lines = ["| paper | " + " | ".join(ref["columns"]) + " |",
@@ -305,12 +278,26 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--study", default="main", choices=sorted(STUDIES))
     p.add_argument("--setting", default="short", choices=[*SETTINGS, *OLD_SETTING_NAMES])
     p.add_argument("--variants", default="", help="subset of the study's run names, e.g. gedl,edl")
-    p.add_argument("--seeds", default="0,1,2,3,4", help="comma-separated integers")
+    p.add_argument("--seeds", default="0,1,2,3,4",
+                   help="comma-separated integers or ranges: 0,1,2 or 0-4 (both ends included)")
     p.add_argument("--vmap_seeds", action="store_true",
                    help="train each variant's seeds together in one program (config.vmap_seeds; "
                         "pays on an accelerator, slower on a CPU)")
     p.add_argument("--override", action="append", default=[],
                    help="field=value applied to every run (e.g. ood_datasets= on CIFAR here)")
+    p.add_argument("--ood_sets", default="auto",
+                   help="the OOD sets every run evaluates: 'auto' (MNIST: the preset's; CIFAR: "
+                        "the paper's and the derived far-OOD sets, those that load without the "
+                        "network, naming the rest), 'preset', or a comma-separated list")
+    p.add_argument("--results", default="",
+                   help="also publish each finished run and remake this folder's tables from "
+                        "every row it holds (e.g. docs/results/cifar10_paper)")
+    p.add_argument("--publish_predictions", action="store_true",
+                   help="with --results: publish each run's predictions.npz too (per-example "
+                        "outputs, a few MB a run)")
+    p.add_argument("--dry_run", action="store_true",
+                   help="each run a few steps on a few images, every part of the program: to "
+                        "check a command (CI runs it) before a long run")
     p.add_argument("--data_dir", default="")
     p.add_argument("--aggregate_only", action="store_true",
                    help="train nothing: make the table from the finished runs already in --out "
@@ -337,16 +324,57 @@ def _override(c, item: str) -> None:
         raise ValueError(f"--override={item!r}: {e}") from None
 
 
+def parse_seeds(text: str) -> list[int]:
+    """The seeds of `--seeds`: comma-separated integers or inclusive ranges ("0-4", "0,3-5")."""
+    seeds = []
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        first, dash, last = item.partition("-")
+        try:
+            seeds += list(range(int(first), int(last) + 1)) if dash and first else [int(item)]
+        except ValueError:
+            raise ValueError(f"--seeds={text}: {item!r} is not an integer or a range such as "
+                             f"0-4; e.g. --seeds=0,1,2 or --seeds=0-4") from None
+    return seeds
+
+
+# A dry run (`--dry_run`): every part of each run's program on a few images, in a few steps.
+DRY_RUN = {"num_epochs": 1, "train_examples": 64, "val_examples": 16, "eval_examples": 32,
+           "batch_size": 16, "log_every_steps": 1, "eval_batch_size": 32, "plots": False,
+           "allow_chance": True, "checkpoint_interval_seconds": 0.0}
+
+
+def ood_candidates(dataset: str, preset: tuple[str, ...]) -> list[str]:
+    """`--ood_sets=auto`'s sets for a CIFAR dataset: the preset's (the paper's), then the near and
+    far sets the registry declares for it (e.g. MNIST and Fashion-MNIST made 32x32 RGB)."""
+    groups = data.ood_sets_by_group(dataset)
+    return list(dict.fromkeys([*preset, *groups.get("near", ()), *groups.get("far", ())]))
+
+
+def choose_ood_sets(args: argparse.Namespace, c) -> tuple[tuple[str, ...], list[str]]:
+    """(the OOD sets every run evaluates, the candidates left out because they do not load
+    without the network) for `--ood_sets`."""
+    if args.ood_sets not in ("auto", "preset"):
+        return configuration.as_tuple("ood_datasets", args.ood_sets), []
+    preset = tuple(c.ood_datasets)
+    overridden = any(item.partition("=")[0] == "ood_datasets" for item in args.override)
+    if args.ood_sets == "preset" or overridden or not args.dataset.startswith("cifar"):
+        return preset, []
+    candidates = ood_candidates(args.dataset, preset)
+    loadable = data.loadable_offline(candidates, c.data_dir or None, c.cache_dir or None,
+                                     c.data_source)
+    return (tuple(n for n in candidates if loadable[n]),
+            [n for n in candidates if not loadable[n]])
+
+
 def plan(args: argparse.Namespace) -> tuple[list[int], list[tuple[str, object]]]:
     """The seeds and (run name, config) of every run, each config validated: bad input is found
     here, before --out is created or anything trains."""
-    try:
-        seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    except ValueError:
-        raise ValueError(f"--seeds={args.seeds!r} must be comma-separated integers, e.g. "
-                         f"--seeds=0,1,2") from None
+    seeds = parse_seeds(args.seeds)
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"--seeds={args.seeds!r} must list at least one seed, none twice")
+    args.ood_left_out = []
     runs = STUDIES[args.study]()
     if args.variants:
         wanted = [v for v in args.variants.split(",") if v]
@@ -360,13 +388,30 @@ def plan(args: argparse.Namespace) -> tuple[list[int], list[tuple[str, object]]]
         c = configuration.build_config(args.dataset, variant)
         for k, v in {**SETTINGS[args.setting], **fields}.items():
             c[k] = v
+        if args.dry_run:
+            for k, v in DRY_RUN.items():
+                c[k] = v
         for item in args.override:
             _override(c, item)
         if args.data_dir:
             c.data_dir = args.data_dir
+        c.ood_datasets, args.ood_left_out = choose_ood_sets(args, c)
         configuration.validate_config(c)
         configs.append((name, c))
     return seeds, configs
+
+
+def ood_lines(configs, left_out: list[str]) -> list[str]:
+    """What the runs evaluate as OOD, and which of the candidates they leave out and why."""
+    sets = list(configs[0][1].ood_datasets) if configs else []
+    lines = [f"OOD sets: {', '.join(sets) or 'none'}"]
+    if left_out:
+        lines += [f"OOD sets left out, not in the data folder or the cache: "
+                  f"{', '.join(left_out)}",
+                  f"  to add them: python -m gedl_jax.data.fetch "
+                  f"{' '.join(data.source_split(n)[0] for n in left_out)} (needs a network), "
+                  f"or their official files in $GEDL_DATA_DIR"]
+    return lines
 
 
 def main(argv=None) -> int:
@@ -406,6 +451,8 @@ def _main(args: argparse.Namespace, argv) -> int:
 def _study(args: argparse.Namespace, argv, seeds: list[int], configs, out: pathlib.Path) -> int:
     env = environment()
     print(f"# {env}", flush=True)
+    for line in ood_lines(configs, args.ood_left_out):
+        print(line, flush=True)
     # A preemption (SIGTERM) or Ctrl-C checkpoints the run in progress and ends the study, as
     # for `python -m gedl_jax.train`; without this a SIGTERM killed it mid-epoch.
     if not args.aggregate_only:
@@ -479,13 +526,136 @@ def _study(args: argparse.Namespace, argv, seeds: list[int], configs, out: pathl
         plot = sensitivity_plot(grouped, out / "sensitivity.png")
         if plot:
             lines += [f"Plot: `{plot.name}` (mean ± sample std over seeds).", ""]
+    if args.dry_run:
+        lines[0] += " (dry run: a few steps on a few images; the numbers mean nothing)"
     files.write_text(out / "results.md", "\n".join(lines))
     files.write_text(out / "results.tex", latex + "\n")
     files.write_text(out / "results.json", json.dumps(
         {"environment": env, "args": vars(args), "wall_seconds": wall,
          "aggregate": {k: evaluation.aggregate(v) for k, v in grouped.items()}}, indent=2))
     print("\n".join(lines))
+    if args.results:
+        command = "python bin/reproduce.py " + " ".join(argv if argv is not None
+                                                         else sys.argv[1:])
+        # a command that trained the row records itself; one that only aggregates does not
+        # claim the training's machine or time
+        record = {"published_by": command} if args.aggregate_only else {
+            "command": command, "seeds": seeds, "wall_seconds": round(wall, 1),
+            "vmap_seeds": args.vmap_seeds, "device": env["device"], "commit": env["commit"],
+            "dry_run": args.dry_run}
+        published = publish(out, configs, seeds, pathlib.Path(args.results), record,
+                            predictions=args.publish_predictions)
+        print(f"published {published} run(s) into {args.results}; its tables: "
+              f"{pathlib.Path(args.results) / 'results.md'}", flush=True)
     return 0
+
+
+# ----------------------------------------------------------------- a results folder of rows
+
+# A published run's files (`--results`): what its table, its curves and its provenance need.
+PUBLISHED_FILES = ("config.json", "eval_results.json", "eval_table.md", "metrics.jsonl",
+                   "environment.json")
+
+
+def _anonymised(text: str, runs_parent: pathlib.Path, data_dir: str) -> str:
+    """The machine's paths in a published file replaced by RUNS_DIR (the folder holding --out)
+    and DATA_DIR ($GEDL_DATA_DIR), as the committed results name them."""
+    text = text.replace(str(runs_parent), "RUNS_DIR")
+    return text.replace(data_dir, "DATA_DIR") if data_dir else text
+
+
+def publish(out: pathlib.Path, configs, seeds: list[int], results: pathlib.Path,
+            row_record: dict, predictions: bool = False) -> int:
+    """Copy each finished run of `configs` x `seeds` into `results`/runs/<row>_seed<s>/, add
+    `row_record` (the command, and for one that trained: its seeds, machine and wall time) to
+    each row's list in `results`/rows.json, and remake `results`' tables from every row it holds
+    (`write_results_tables`); with `predictions`, each run's predictions.npz too. Returns how
+    many runs were published."""
+    runs_parent = out.resolve().parent
+    data_dir = os.environ.get("GEDL_DATA_DIR", "")
+    files.check_writable(results, "--results")
+    rows_path = results / "rows.json"
+    rows = json.loads(rows_path.read_text()) if rows_path.exists() else {}
+    count = 0
+    for name, _ in configs:
+        for seed in seeds:
+            source = out / "runs" / name / f"seed_{seed}"
+            if not (source / "eval_results.json").exists():
+                continue
+            target = results / "runs" / f"{name}_seed{seed}"
+            target.mkdir(parents=True, exist_ok=True)
+            for file in PUBLISHED_FILES:
+                if (source / file).exists():
+                    files.write_text(target / file, _anonymised(
+                        (source / file).read_text(), runs_parent, data_dir))
+            if predictions and (source / "predictions.npz").exists():
+                files.write_with(target / "predictions.npz", lambda tmp, src=source:
+                                 shutil.copyfile(src / "predictions.npz", tmp))
+            count += 1
+        rows[name] = [*rows.get(name, []), {
+            k: _anonymised(v, runs_parent, data_dir) if isinstance(v, str) else v
+            for k, v in row_record.items()}]
+    files.write_text(rows_path, json.dumps(rows, indent=2, sort_keys=True) + "\n")
+    write_results_tables(results, configs[0][1].dataset if configs else "")
+    return count
+
+
+def published_runs(results: pathlib.Path) -> dict[str, list[dict]]:
+    """{row: its seeds' evaluations} of a results folder, rows in the main study's order (the
+    EDL family first), seeds in order."""
+    found: dict[str, list[tuple[int, dict]]] = {}
+    for path in sorted((results / "runs").glob("*_seed*/eval_results.json")):
+        name, _, seed = path.parent.name.rpartition("_seed")
+        if not seed.isdigit():
+            continue
+        result = json.loads(path.read_text())
+        result["variant"] = name
+        found.setdefault(name, []).append((int(seed), result))
+    order = {name: i for i, name in enumerate(MAIN_METHODS)}
+    return {name: [r for _, r in sorted(runs, key=lambda sr: sr[0])]
+            for name, runs in sorted(found.items(), key=lambda kv: (order.get(kv[0], 99), kv[0]))}
+
+
+def write_results_tables(results: pathlib.Path, dataset: str) -> None:
+    """`results`/results.md (and .json): every row the folder holds beside the paper's rows,
+    the calibration table, and which machine trained each row."""
+    grouped = published_runs(results)
+    if not grouped:
+        return
+    dataset = dataset or next(iter(grouped.values()))[0].get("dataset", "")
+    rows_path = results / "rows.json"
+    rows = json.loads(rows_path.read_text()) if rows_path.exists() else {}
+    machines = []
+    for name, runs in grouped.items():
+        envs = [results / "runs" / f"{name}_seed{r.get('seed', '?')}" / "environment.json"
+                for r in runs]
+        trained = sorted({environment_text(json.loads(e.read_text())) if e.exists()
+                          else "not recorded" for e in envs})
+        trainings = [r for r in rows.get(name, []) if "wall_seconds" in r]
+        wall = "; ".join(f"{r['wall_seconds']:.0f} s (seeds "
+                         f"{','.join(map(str, r['seeds']))}{', vmap' * r['vmap_seeds']})"
+                         for r in trainings) or "–"
+        seeds = ", ".join(str(r.get("seed", "?")) for r in runs)
+        label = f"{name} (dry run)" if any(r.get("dry_run") for r in trainings) else name
+        machines.append(f"| {label} | {seeds} | {wall} | {'; '.join(trained)} |")
+    calibration = against_paper.calibration_table(dataset, grouped)
+    text = [f"# {dataset}: our rows beside the paper's", "",
+            "Written by `bin/reproduce.py --results` from every row of this folder "
+            "(`runs/<row>_seed<s>/`); the same command for another row adds it here. Ours: "
+            "mean ± sample std over seeds, AUPR % with the in-distribution set positive; the "
+            "paper's rows: its means ± its std.", "",
+            "## Main table", "", against_paper.main_table(dataset, grouped), ""]
+    if calibration:
+        text += ["## Calibration (the paper's Table calibration_cifar10)", "",
+                 "ECE: 15 equal-width bins on the max probability; Brier: the multi-class "
+                 "sum of squares.", "", calibration, ""]
+    text += ["## Rows", "",
+             "| row | seeds | wall time of each command that trained it | trained on |",
+             "|---|---|---:|---|", *machines, ""]
+    files.write_text(results / "results.md", "\n".join(text))
+    files.write_text(results / "results.json", json.dumps(
+        {"dataset": dataset, "aggregate": {k: evaluation.aggregate(v)
+                                           for k, v in grouped.items()}}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

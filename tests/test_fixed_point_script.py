@@ -329,3 +329,28 @@ def test_epochs_without_the_kl_are_left_out_and_a_log_without_epochs_is_named(tm
     _write_run(sparse, _gedl_config(eval_every_epochs=2), [1.0])
     assert fixed_point.main([str(sparse)]) == 2
     assert "eval_every_epochs=2" in capsys.readouterr().err
+
+
+def test_the_other_form_of_the_schedule_is_predicted_from_the_logged_strengths(tmp_path,
+                                                                                capsys):
+    """`--predict_form=sum_over_c` on a run of the printed form: the inverse reading's schedule
+    from the strength the log sums to, with the evaluated epoch's optimum."""
+    run = tmp_path / "r"
+    config = _gedl_config()
+    weights = [w for _, w, _ in fixed_point.predicted_schedule(config, 0, 5.0, 30)]
+    _write_run(run, config, weights, accuracies=[0.5 + 0.01 * e for e in range(30)])
+    (run / "eval_results.json").write_text(json.dumps({"id": {"accuracy": 0.8, "ece": 0.3}}))
+    assert fixed_point.main([str(run), "--predict_from=1", "--predict_to=300",
+                             "--predict_form=sum_over_c"]) == 0
+    out = capsys.readouterr().out
+    logged_s1 = fixed_point.optimum(1.0 / weights[0], 10, c_w=0.5).strength
+    assert f"tau_form=sum_over_c (not this run's), predicted from the strength the log sums " \
+           f"to by epoch 1 ({logged_s1:.2f})" in out
+    want = fixed_point.predicted_schedule({**config, "tau_form": "sum_over_c"}, 1, logged_s1,
+                                          300)
+    at_30, at_300 = want[28], want[-1]
+    assert at_30[0] == 30 and f"| 30 | {at_30[1]:.3f} |  | {at_30[2]:.3f} |  |" in out
+    assert at_300[1] < 0.5   # sum / C_tau passes 2 well before epoch 300
+    p30 = fixed_point.optimum(1.0 / at_30[1], 10, c_w=0.5).max_probability
+    assert (f"At epoch 30 (this run's evaluated checkpoint): 1/tau {at_30[1]:.3f}, S* "
+            f"{at_30[2]:.3f}, max probability {p30:.3f}.") in out

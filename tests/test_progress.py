@@ -100,7 +100,8 @@ def test_a_later_call_does_not_restart_the_first_interval(monkeypatch, clock, fe
     assert rate == pytest.approx(1 * 10 / 1.5)   # step 2 from the first call's end (t=5.5)
 
 
-def test_a_first_line_with_only_the_first_call_reports_that_calls_rate(monkeypatch, clock, fetches_wait):
+def test_a_first_line_with_only_the_first_call_reports_that_calls_rate(monkeypatch, clock,
+                                                                       fetches_wait):
     buffer = progress.MetricsBuffer([0], lambda *a: None, on_nonfinite=lambda: None,
                                     where="w", steps_per_epoch=10)
     _warm_up(monkeypatch, clock, 2.0)

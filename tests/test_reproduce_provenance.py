@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 
+
 from training_fixtures import (
     TINY_FIELDS,
     load_script,
@@ -194,3 +195,70 @@ def test_the_runs_of_a_study_train_under_the_determinism_flags(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     results = json.loads((out / "runs" / "softmax" / "seed_0" / "eval_results.json").read_text())
     assert results["numerics"]["deterministic_flags_in_force"] is True
+
+
+# ---------------------------------------------------------------- one row into a results folder
+CIFAR = REPO / "docs" / "results" / "cifar10_paper"
+
+
+def test_seeds_take_ranges_and_bad_seeds_are_one_error(capsys):
+    reproduce = _reproduce()
+    assert reproduce.parse_seeds("0-4") == [0, 1, 2, 3, 4]
+    assert reproduce.parse_seeds("0,3-5, 9") == [0, 3, 4, 5, 9]
+    assert reproduce.main(["--seeds=0-x", "--out=/nonexistent/x"]) == 2
+    assert "'0-x' is not an integer or a range" in capsys.readouterr().err
+
+
+def test_cifar_runs_evaluate_the_ood_sets_the_data_folder_holds_and_name_the_rest(
+        generated_data, capsys):
+    """`--ood_sets=auto` on CIFAR-10: the paper's sets (SVHN, CIFAR-100) and the far-OOD sets
+    derived from MNIST and Fashion-MNIST, of which the generated data folder (the MNIST family
+    only) holds the derived ones; the others are named with the way to get them."""
+    reproduce = _reproduce()
+    args = reproduce._parser().parse_args(["--dataset=cifar10", "--setting=paper",
+                                           "--variants=gedl,edl", "--out=x"])
+    _, configs = reproduce.plan(args)
+    assert [tuple(c.ood_datasets) for _, c in configs] == [("mnist_rgb32",
+                                                            "fashion_mnist_rgb32")] * 2
+    assert args.ood_left_out == ["svhn_cropped", "cifar100"]
+    lines = reproduce.ood_lines(configs, args.ood_left_out)
+    assert lines[0] == "OOD sets: mnist_rgb32, fashion_mnist_rgb32"
+    assert "left out, not in the data folder or the cache: svhn_cropped, cifar100" in lines[1]
+    assert "python -m gedl_jax.data.fetch svhn_cropped cifar100" in lines[2]
+    assert all(len(line) < 200 for line in lines)
+    # an explicit choice wins, and MNIST keeps its preset's sets
+    for extra, want in ((["--ood_sets=preset"], ("svhn_cropped", "cifar100")),
+                        (["--override=ood_datasets=mnist_rgb32"], ("mnist_rgb32",)),
+                        (["--ood_sets=fashion_mnist_rgb32"], ("fashion_mnist_rgb32",))):
+        args = reproduce._parser().parse_args(["--dataset=cifar10", "--variants=gedl",
+                                               "--out=x", *extra])
+        assert tuple(reproduce.plan(args)[1][0][1].ood_datasets) == want
+    args = reproduce._parser().parse_args(["--variants=gedl", "--out=x"])
+    assert tuple(reproduce.plan(args)[1][0][1].ood_datasets) == ("kmnist", "fashion_mnist")
+
+
+@needs_committed_results
+def test_a_row_published_into_a_results_folder_remakes_its_table(tmp_path, capsys):
+    """`--results`: the committed CIFAR-10 runs, published from a study's layout by
+    --aggregate_only, give the committed results.md byte for byte; a second row's command adds
+    its row and its machine, and keeps the first's."""
+    reproduce = _reproduce()
+    out = tmp_path / "study"
+    for row in ("gedl", "edl"):
+        shutil.copytree(CIFAR / "runs" / f"{row}_seed0", out / "runs" / row / "seed_0")
+    results = tmp_path / "results"
+    assert reproduce.main(["--dataset=cifar10", "--setting=paper", "--variants=gedl", "--seeds=0",
+                           "--aggregate_only", f"--out={out}", f"--results={results}"]) == 0
+    text = (results / "results.md").read_text()
+    assert "| gedl (1 seed) | 89.95 |" in text and "| edl (1 seed)" not in text
+    for file in reproduce.PUBLISHED_FILES:   # byte for byte: no machine path of ours in them
+        assert (results / "runs" / "gedl_seed0" / file).read_bytes() == \
+            (CIFAR / "runs" / "gedl_seed0" / file).read_bytes()
+    assert reproduce.main(["--dataset=cifar10", "--setting=paper", "--variants=edl", "--seeds=0",
+                           "--aggregate_only", f"--out={out}", f"--results={results}"]) == 0
+    assert (results / "results.md").read_text() == (CIFAR / "results.md").read_text()
+    rows = json.loads((results / "rows.json").read_text())
+    # the machine's paths as RUNS_DIR (the folder holding --out), as in the published files
+    assert rows["gedl"][0]["published_by"].endswith("--out=RUNS_DIR/study "
+                                                    "--results=RUNS_DIR/results")
+    assert "NVIDIA H200 x1" in text

@@ -20,14 +20,17 @@ results:
 
 **Where each must be found.** Among the committed results of the README's own folder and of every
 other `docs/results/` folder it links to (`Evidence`):
-- the six headline columns of the paper's MNIST table (accuracy, Conf.MP, KMNIST and
-  Fashion-MNIST MP/UM, in %) of every evaluation (`eval_results.json`), every mean and sample
-  standard deviation over seeds (`results.json`), the paper's rows (`bin/reproduce.py`'s
-  `PAPER`), and, for the README's own folder, every epoch's evaluation (`metrics.jsonl`);
+- the headline columns of the paper's tables (accuracy, Conf.MP, the MP/UM AUPR of KMNIST and
+  Fashion-MNIST, of SVHN and CIFAR-100, and of CIFAR-10's far-OOD sets mnist_rgb32 and
+  fashion_mnist_rgb32, in %) of every evaluation (`eval_results.json`), every mean and sample
+  standard deviation over seeds (`results.json`), the paper's rows and printed stds
+  (`gedl_jax.paper`), and, for the README's own folder, every epoch's evaluation
+  (`metrics.jsonl`);
 - gaps: the difference between two of those values of one column (evaluations, means, the
   paper's), between the printed numbers, so that "3.49 below" is checked as 98.20 - 94.71;
-- the evaluations' other results (`RESULT_PATHS`: ECE, NLL, the Dirichlet measures of each set,
-  validation accuracy; a fraction or in %), the training log's KL weight, strengths and loss;
+- the evaluations' other results (`RESULT_PATHS`: ECE and its over/under parts, Brier, NLL,
+  the Dirichlet measures of each set, each OOD score's AUROC, validation accuracy; a fraction or
+  in %), the paper's calibration table, the training log's KL weight, strengths and loss;
 - for the README's own folder, the numbers of the tables programs wrote there (`results.md`,
   `curves.md`, `fixed_point.md`, `evidence_split.md`, `table.md`: every `.md` but the README),
   and for every folder the output of its table scripts (`TABLE_SCRIPTS`).
@@ -74,6 +77,8 @@ import re
 import pytest
 from training_fixtures import load_script, needs_committed_results
 
+from gedl_jax import paper
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = REPO / "docs" / "results"
 pytestmark = needs_committed_results
@@ -114,31 +119,42 @@ NOT_RESULTS: dict[str, dict[str, str]] = {
 # too. A study's scripts live in studies/<folder>/ (`study_script`).
 TABLE_SCRIPTS = {
     "mnist_long": [("against_paper.py", []), ("posthoc_rows.py", [])],
+    "cifar10_paper": [("um_by_set.py", [])],
     "gedl_convergence": [("machines.py", []), ("rank_readings.py", ["all_readings/results.json"])],
 }
 
+# The paper's columns, and on CIFAR-10 the far-OOD sets it did not use (their own columns).
+OOD_COLUMNS = {"KMNIST": "kmnist", "FMNIST": "fashion_mnist", "SVHN": "svhn_cropped",
+               "CIFAR-100": "cifar100", "mnist_rgb32": "mnist_rgb32",
+               "fashion_mnist_rgb32": "fashion_mnist_rgb32"}
 HEADLINE_PATHS = {
     "Acc": ("id", "accuracy"),
     "Conf.MP": ("id", "misclassification", "mp", "aupr"),
-    "KMNIST MP": ("ood", "kmnist", "detection", "mp", "aupr_in"),
-    "KMNIST UM": ("ood", "kmnist", "detection", "um", "aupr_in"),
-    "FMNIST MP": ("ood", "fashion_mnist", "detection", "mp", "aupr_in"),
-    "FMNIST UM": ("ood", "fashion_mnist", "detection", "um", "aupr_in"),
+    **{f"{label} {score.upper()}": ("ood", name, "detection", score, "aupr_in")
+       for label, name in OOD_COLUMNS.items() for score in ("mp", "um")},
 }
 # The same columns in a run's per-epoch evaluation (metrics.jsonl, split "epoch_eval").
-EPOCH_EVAL_KEYS = {"Acc": "accuracy", "Conf.MP": "conf_mp", "KMNIST MP": "kmnist_mp",
-                   "KMNIST UM": "kmnist_um", "FMNIST MP": "fashion_mnist_mp",
-                   "FMNIST UM": "fashion_mnist_um"}
+EPOCH_EVAL_KEYS = {"Acc": "accuracy", "Conf.MP": "conf_mp",
+                   **{f"{label} {score.upper()}": f"{name}_{score}"
+                      for label, name in OOD_COLUMNS.items() for score in ("mp", "um")}}
 # How a sentence names a column right before its number.
 COLUMN_WORDS = {
     "Acc": r"(?:\bAcc|\b[Aa]ccuracy)",
     "Conf.MP": r"Conf\.MP",
     "KMNIST MP": r"KMNIST MP", "KMNIST UM": r"KMNIST UM",
     "FMNIST MP": r"(?:FMNIST|Fashion-MNIST) MP", "FMNIST UM": r"(?:FMNIST|Fashion-MNIST) UM",
+    "SVHN MP": r"SVHN MP", "SVHN UM": r"SVHN UM",
+    "CIFAR-100 MP": r"CIFAR-100 MP", "CIFAR-100 UM": r"CIFAR-100 UM",
+    "mnist_rgb32 MP": r"(?<!fashion_)mnist_rgb32 MP",
+    "mnist_rgb32 UM": r"(?<!fashion_)mnist_rgb32 UM",
+    "fashion_mnist_rgb32 MP": r"fashion_mnist_rgb32 MP",
+    "fashion_mnist_rgb32 UM": r"fashion_mnist_rgb32 UM",
 }
 # The other results of an evaluation that the prose quotes (a value, or a mean and std).
-RESULT_PATHS = (("id", "ece"), ("id", "nll"), ("id", "uncertainty", "*"),
-                ("ood", "*", "uncertainty", "*"), ("validation", "accuracy"))
+RESULT_PATHS = (("id", "ece"), ("id", "ece_overconfidence"), ("id", "ece_underconfidence"),
+                ("id", "brier"), ("id", "nll"), ("id", "uncertainty", "*"),
+                ("ood", "*", "uncertainty", "*"), ("ood", "*", "detection", "*", "auroc"),
+                ("validation", "accuracy"))
 # A run's post-hoc OOD scores (its "posthoc" section): detection and misclassification AUPR.
 POSTHOC_PATHS = (("posthoc", "ood", "*", "detection", "*", "aupr_in"),
                  ("posthoc", "misclassification", "*", "aupr"))
@@ -315,16 +331,28 @@ class Evidence:
                             self.values |= {float(value), 100 * float(value)}
 
     def _add_paper(self) -> None:
-        paper = load_script("bin/reproduce.py", "reproduce_for_prose").PAPER["mnist"]
-        for name, row in paper.items():
-            if name == "columns":
-                continue
-            for column, value in zip(paper["columns"], row):
-                if value is not None:
+        """The paper's rows (`gedl_jax.paper`): its main tables' means under their columns, its
+        printed stds, and its CIFAR-10 calibration table."""
+        for dataset, table in paper.PAPER.items():
+            stds = paper.PAPER_STD.get(dataset, {})
+            for name, row in table.items():
+                if name == "columns":
+                    continue
+                for i, (column, value) in enumerate(zip(table["columns"], row)):
+                    if value is None:
+                        continue
                     self.finals["paper" + method_key(name), column].add(float(value))
                     if name == "gedl":                     # "the paper" of the GEDL tables
                         self.finals["thepaper", column].add(float(value))
-
+                    std = stds.get(name, [None] * len(row))[i]
+                    if std is not None:
+                        self.stds[column].add(float(std))
+        for table, stds in ((paper.CALIBRATION, paper.CALIBRATION_STD),):
+            for dataset, rows in table.items():
+                for name, row in rows.items():
+                    if name != "columns":
+                        self.values |= {float(v) for v in row}
+                        self.values |= {float(v) for v in stds.get(dataset, {}).get(name, [])}
 
 def _get(node, path):
     for key in path:

@@ -40,6 +40,7 @@ from gedl_jax.data.loading import (
     load_corrupted,
     load_ood,
     load_split,
+    loadable_offline,
     read_idx_folder,
 )
 from gedl_jax.data.locations import ENV_DATA_DIR, default_data_dir, resolve_data_dir
@@ -78,6 +79,7 @@ __all__ = [
     "default_ood_sets", "ensure_available", "epoch_permutation", "fetch_datasets", "get_info",
     "load_corrupted",
     "load_npz_ood", "load_npz_train_val_test", "load_ood", "load_split", "load_train_val_test",
+    "loadable_offline",
     "image_folder", "is_own", "load_own", "load_own_ood", "npz", "own", "pad_for_eval",
     "prepare_tfds", "read_npz",
     "read_idx_folder", "registered_files", "resolve_cache_dir",

@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 SOURCES = ("auto", "raw", "tfds")
 PathLike = str | os.PathLike
 __all__ = ["ENV_DATA_DIR", "SOURCES", "ensure_available", "load_corrupted", "load_ood",
-           "load_split", "read_idx_folder", "resolve_data_dir"]
+           "load_split", "loadable_offline", "read_idx_folder", "resolve_data_dir"]
 
 
 def _data_root(data_dir: PathLike | None) -> tuple[Path | None, str]:
@@ -338,6 +338,29 @@ def ensure_available(wanted: list[tuple[str, str]], data_dir: PathLike | None = 
                        mirror=mirror, cache_dir=cache_dir)
     return None
 
+
+
+def loadable_offline(names: list[str], data_dir: PathLike | None = None,
+                     cache_dir: PathLike | None = None, source: str = "auto",
+                     tfds_data_dir: PathLike | None = None) -> dict[str, bool]:
+    """{name: whether its test split loads without the network} for OOD sets named in the
+    registry (a derived set: its source's test split). A name the registry does not know (a
+    folder, `npz:` or `images:` data) is left to its own loader and counted loadable. Reads no
+    file beyond a listing: nothing is fetched, decoded or verified here."""
+    _check_source(source)
+    cache_root = cache_lib.resolve_cache_dir(cache_dir)
+    folder, origin = data_dir_origin(data_dir)
+    _refuse_a_file(folder, origin)
+    root = folder if folder.is_dir() else None
+    out = {}
+    for name in names:
+        if name not in DATASETS and name not in DERIVED_OOD:
+            out[name] = True
+            continue
+        dataset, split = source_split(name, "test")
+        out[name] = _available_offline(get_info(dataset), split, root, cache_root, source,
+                                       tfds_data_dir)
+    return out
 
 def _ensure_tfds(wanted: list[tuple[str, str]], data_dir: PathLike | None,
                  cache_dir: PathLike | None, tfds_data_dir: PathLike | None, mode: str,

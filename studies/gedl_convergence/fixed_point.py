@@ -34,7 +34,10 @@ With `--predict_from=E` it also feeds the optimum's strength back into the sched
 state logged at the end of epoch E, and predicts 1/tau and S* for every later epoch to
 `--predict_to` (200): under the epoch reading (`tau_reading=epoch`) each epoch's tau solves
 tau = max(1, C_tau / (sum of the earlier epochs' S + S*(tau))) (`tau_form=c_over_sum`, the
-default), or max(1, (sum + S*(tau)) / C_tau) (`sum_over_c`).
+default), or max(1, (sum + S*(tau)) / C_tau) (`sum_over_c`). `--predict_form=sum_over_c` (or
+`c_over_sum`) predicts under that form instead of the run's: what the other reading of
+Eq. tau_schedule would do from the same start, the strength accumulated by the end of epoch E
+summed from the log's mean training S (the run's own tau is of the other form).
 
 (RUN_DIR: a training workdir with config.json and metrics.jsonl, e.g.
 `RUNS/runs/gedl/seed_0` of `bin/reproduce.py`.) It needs only the Python standard library.
@@ -330,23 +333,37 @@ def predicted_schedule(config: dict, epoch: int, completed_sum: float,
 
 
 def schedule_report(config: dict, rows: list[EpochRow], start: int,
-                    to_epoch: int) -> list[str]:
+                    to_epoch: int, form: str | None = None,
+                    evaluated: int | None = None) -> list[str]:
     """The predicted schedule from epoch `start` beside the log (every 5th epoch to 40, every
     20th after, the epoch the weight first reaches 1 and the last), with the largest difference
-    from the log over every logged epoch."""
+    from the log over every logged epoch. `form`: predict under that `tau_form` instead of the
+    run's (then from the log's summed mean S, and beside no logged weight: the run had the
+    other form). `evaluated`: the epoch of the run's evaluated checkpoint, shown in the table
+    and, under another form, with the optimum it predicts there."""
     if not any(r.epoch == start for r in rows):
         return [f"(No epoch {start} in the log: no predicted schedule.)", ""]
-    predicted = predicted_schedule(config, start, starting_sum(config, rows, start), to_epoch)
-    logged = {r.epoch: r for r in rows}
+    other = form is not None and form != config.get("tau_form")
+    if other:
+        completed = sum(r.strength for r in rows if r.epoch <= start)
+        config = {**config, "tau_form": form}
+        predicted = predicted_schedule(config, start, completed, to_epoch)
+        logged: dict[int, EpochRow] = {}
+    else:
+        predicted = predicted_schedule(config, start, starting_sum(config, rows, start),
+                                       to_epoch)
+        logged = {r.epoch: r for r in rows}
     first_one = next((t for t, w, _ in predicted if w >= 1.0), None)
     left_one = next((t for t, w, _ in predicted
                      if w < 1.0 and first_one is not None and t > first_one), None)
-    lines = [f"The schedule predicted from epoch {start}'s logged 1/tau alone:", "",
+    lines = [f"The schedule of tau_form={form} (not this run's), predicted from the strength "
+             f"the log sums to by epoch {start} ({completed:.2f}); the logged columns stay empty:"
+             if other else f"The schedule predicted from epoch {start}'s logged 1/tau alone:", "",
              "| epoch | 1/tau predicted | 1/tau logged | S* predicted | S logged |",
              "|---:|---:|---:|---:|---:|"]
     for t, weight, strength in predicted:
         every = 5 if t <= 40 else 20
-        if t % every and t not in (first_one, left_one, to_epoch, start + 1):
+        if t % every and t not in (first_one, left_one, to_epoch, start + 1, evaluated):
             continue
         row = logged.get(t)
         lines.append(f"| {t} | {weight:.3f} | {'' if row is None else f'{row.kl_weight:.3f}'} "
@@ -364,6 +381,12 @@ def schedule_report(config: dict, rows: list[EpochRow], start: int,
     else:
         lines.append(f"The weight is 1 from epoch {first_one} and falls below it again at "
                      f"epoch {left_one}.")
+    at = {t: (w, strength) for t, w, strength in predicted}
+    if other and evaluated in at:
+        weight, strength = at[evaluated]
+        lines.append(f"At epoch {evaluated} (this run's evaluated checkpoint): 1/tau "
+                     f"{weight:.3f}, S* {strength:.3f}, max probability "
+                     f"{optimum_for(config, 1.0 / weight).max_probability:.3f}.")
     lines.append(f"At epoch {to_epoch}: 1/tau {predicted[-1][1]:.3f}, S* "
                  f"{predicted[-1][2]:.3f}, max probability "
                  f"{optimum_for(config, 1.0 / predicted[-1][1]).max_probability:.3f}.")
@@ -414,6 +437,8 @@ def main(argv: list[str] | None = None) -> int:
                              "1/tau on (0: no prediction)")
     parser.add_argument("--predict_to", type=int, default=200,
                         help="the last epoch of the predicted schedule")
+    parser.add_argument("--predict_form", choices=("c_over_sum", "sum_over_c"),
+                        help="predict the schedule under this tau_form instead of the run's")
     args = parser.parse_args(argv)
     runs = []
     for run_dir in args.runs:
@@ -439,7 +464,9 @@ def main(argv: list[str] | None = None) -> int:
         extra = [] if evaluated is None else [evaluated_line(evaluated), ""]
         if args.predict_from:
             try:
-                extra += schedule_report(config, epochs, args.predict_from, args.predict_to)
+                extra += schedule_report(config, epochs, args.predict_from, args.predict_to,
+                                         args.predict_form,
+                                         evaluated.epoch if evaluated else None)
             except ValueError as e:
                 extra += [f"(No predicted schedule: {e}.)", ""]
         lines += report(name, config, epochs, extra)

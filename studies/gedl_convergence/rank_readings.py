@@ -3,7 +3,7 @@
 Reads the 3-seed table that `bin/reproduce.py --study=readings` wrote (its results.json) and
 prints, for each reading, the six headline numbers (mean over seeds, in %), the mean absolute
 difference from the paper's GEDL row over those six numbers, and the largest shortfall (the
-column furthest below the paper). The paper's row is `bin/reproduce.py`'s `PAPER`, so the
+column furthest below the paper). The paper's row is `gedl_jax.paper.PAPER`, so the
 numbers compared are the ones every table prints beside ours.
 
     python studies/gedl_convergence/rank_readings.py OUT/results.json
@@ -17,20 +17,17 @@ this script says which and why, and uses this ranking only to choose between rea
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import pathlib
 import sys
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
+from gedl_jax.paper import PAPER
+
 COLUMNS = ("Acc", "Conf.MP", "KMNIST MP", "KMNIST UM", "FMNIST MP", "FMNIST UM")
 
 
 def paper_row() -> list[float]:
-    spec = importlib.util.spec_from_file_location("reproduce", REPO / "bin" / "reproduce.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return [float(x) for x in module.PAPER["mnist"]["gedl"]]
+    return [float(x) for x in PAPER["mnist"]["gedl"]]
 
 
 def headline(aggregate: dict) -> list[float]:

@@ -3,7 +3,7 @@
 Reads the committed per-seed evaluations (`runs/<row>_seed<s>/eval_results.json` beside this
 script, or the folder given), takes each row's mean over its seeds of the six columns of the
 paper's MNIST table (in %, printed to 2 decimals as in `results.md`), and prints the difference
-from the paper's row (`bin/reproduce.py`'s `PAPER`) for every column both have, and the columns
+from the paper's row (`gedl_jax.paper.PAPER`) for every column both have, and the columns
 where the row is below the paper's. The difference is taken between the printed numbers, so
 that subtracting the two tables' numbers gives it to the digit.
 
@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import argparse
 import collections
-import importlib.util
 import json
 import pathlib
 import statistics
 import sys
+
+from gedl_jax.paper import PAPER
 
 HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -31,10 +32,7 @@ PATHS = (("id", "accuracy"), ("id", "misclassification", "mp", "aupr"),
 
 
 def paper_rows() -> dict[str, list[float | None]]:
-    spec = importlib.util.spec_from_file_location("reproduce", REPO / "bin" / "reproduce.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return {k: v for k, v in module.PAPER["mnist"].items() if k != "columns"}
+    return {k: v for k, v in PAPER["mnist"].items() if k != "columns"}
 
 
 def headline(result: dict) -> list[float | None]:
