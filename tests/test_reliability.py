@@ -651,7 +651,7 @@ def test_fetch_report_and_reproduce_bad_input_is_one_line_and_exit_2(tmp_path, c
         (["--study=nope"], ["invalid choice: 'nope'"]),
         (["--setting=medum"], ["invalid choice: 'medum'"]),
         (["--variants=gedl,foo"], ["['foo'] not in the main study; its runs: ['gedl'"]),
-        (["--seeds=1,x"], ["--seeds='1,x' must be comma-separated integers"]),
+        (["--seeds=1,x"], ["--seeds=1,x: 'x' is not an integer or a range"]),
         (["--seeds=1,1"], ["none twice"]),
         (["--override=batch_sise=3"], ["expected field=value with a config field"]),
         (["--override=learning_rate=abc"], ["could not convert string to float: 'abc'"]),
