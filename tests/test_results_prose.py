@@ -30,7 +30,8 @@ other `docs/results/` folder it links to (`Evidence`):
   paper's), between the printed numbers, so that "3.49 below" is checked as 98.20 - 94.71;
 - the evaluations' other results (`RESULT_PATHS`: ECE and its over/under parts, Brier, NLL,
   the Dirichlet measures of each set, each OOD score's AUROC, validation accuracy; a fraction or
-  in %), the paper's calibration table, the training log's KL weight, strengths and loss;
+  in %), the post-hoc scores' AUPRs (a run's, and their means over seeds), the paper's
+  calibration table, the training log's KL weight, strengths and loss;
 - for the README's own folder, the numbers of the tables programs wrote there (`results.md`,
   `curves.md`, `fixed_point.md`, `evidence_split.md`, `table.md`: every `.md` but the README),
   and for every folder the output of its table scripts (`TABLE_SCRIPTS`).
@@ -319,9 +320,12 @@ class Evidence:
                         self.stds[column].add(100 * node["std"])
                 elif isinstance(node, (int, float)):                       # one run
                     self.finals[name, column].add(100 * node)
-            for path in POSTHOC_PATHS:
-                self.posthoc[name] |= {100 * v for v in _glob(run, path)
-                                       if isinstance(v, (int, float))}
+            for path in POSTHOC_PATHS:   # a run's AUPRs, or their means over seeds
+                scores = {100 * (v["mean"] if isinstance(v, dict) else v)
+                          for v in _glob(run, path)
+                          if isinstance(v, (int, float)) or isinstance(v, dict) and "mean" in v}
+                self.posthoc[name] |= scores
+                self.values |= scores
             for path in RESULT_PATHS:
                 for node in _glob(run, path):
                     values = ([node.get("mean"), node.get("std")] if isinstance(node, dict)
