@@ -1,7 +1,11 @@
 """Every number the results prose prints is in the committed results.
 
-**Which text.** The sections of README.md that state results (`README_RESULTS`) and every
-`docs/results/*/README.md`, less: fenced and indented code and inline code (commands, names),
+**Which text** (`documents`). The sections of README.md that state results (`README_RESULTS`),
+every `docs/results/*/README.md`, the whole of `docs/reproduction.md`, and the NOTES.md of every
+GPU check under `docs/results/gpu/` (a check's folder is the one holding its NOTES.md; the
+README.md beside it is `bin/gpu_report.py`'s output, evidence, not prose), less: fenced and
+indented code (an indented line that starts a block after a blank line; one that follows text
+goes on with it, as a nested list item's next line does) and inline code (commands, names),
 the sections headed as in `NOT_RESULTS_SECTIONS` (commands, provenance, a derivation: no
 measured number), and the blocks a script writes, between `<!-- NAME.py: begin -->` and
 `<!-- NAME.py: end -->`, which `test_generated_blocks_are_their_scripts_output` keeps equal to
@@ -13,27 +17,39 @@ results:
 - integers: they count epochs, seeds, images, steps and runs (and the few rounded integer
   percentages are left to review);
 - numbers with more than one point (versions such as 3.12.3), and digits inside words or hashes;
-- a number followed by a unit of time or size (`min`, `h`, `s`, `ms`, `MB`, `GB`, `GiB`) or by
-  `x` (a speed ratio): wall times and sizes are provenance, not an evaluation;
-- the settings, constants and uncommitted runs listed in `NOT_RESULTS`, per README, each with
+- a number, or a range ("1.5-2 min"), followed by a unit of time or size (`min`, `h`, `s`,
+  `ms`, `MB`, `MiB`, `GB`, `GiB`, spelt out or not) or by `x` (a speed ratio): wall times and
+  sizes are provenance, not an evaluation;
+- the settings, constants and uncommitted runs listed in `NOT_RESULTS`, per document, each with
   why; a listed number that no longer occurs fails `test_every_listed_number_still_occurs`.
 
-**Where each must be found.** Among the committed results of the README's own folder and of every
-other `docs/results/` folder it links to (`Evidence`):
+**Where each must be found.** Among the committed results of the document's own folder (a
+results README's, a GPU check's) and of every other `docs/results/` folder or file it links to
+or names (`linked_sources`: a top folder of `docs/results/`, the GPU check's folder a link
+points into, or a file of `docs/results/` itself such as `torch_reference_quick.md`)
+(`Evidence`):
 - the headline columns of the paper's tables (accuracy, Conf.MP, the MP/UM AUPR of KMNIST and
   Fashion-MNIST, of SVHN and CIFAR-100, and of CIFAR-10's far-OOD sets mnist_rgb32 and
-  fashion_mnist_rgb32, in %) of every evaluation (`eval_results.json`), every mean and sample
-  standard deviation over seeds (`results.json`), the paper's rows and printed stds
-  (`gedl_jax.paper`), and, for the README's own folder, every epoch's evaluation
-  (`metrics.jsonl`);
+  fashion_mnist_rgb32, in %) of every evaluation (`eval_results.json`, a GPU check's
+  `train_eval_results.json`), every mean and sample standard deviation over seeds
+  (`results.json`), the cells under those columns of a program's table of results
+  (`results.md`, `table.md`: a table whose script is gone may be all there is), the paper's
+  rows and printed stds (`gedl_jax.paper`), and, for the README's own folder, every epoch's
+  evaluation (`metrics.jsonl`);
 - gaps: the difference between two of those values of one column (evaluations, means, the
   paper's), between the printed numbers, so that "3.49 below" is checked as 98.20 - 94.71;
 - the evaluations' other results (`RESULT_PATHS`: ECE and its over/under parts, Brier, NLL,
   the Dirichlet measures of each set, each OOD score's AUROC, validation accuracy; a fraction or
-  in %), the paper's calibration table, the training log's KL weight, strengths and loss;
+  in %), the post-hoc scores' AUPRs (a run's, and their means over seeds), the paper's
+  calibration table, the training log's KL weight, strengths and loss;
 - for the README's own folder, the numbers of the tables programs wrote there (`results.md`,
   `curves.md`, `fixed_point.md`, `evidence_split.md`, `table.md`: every `.md` but the README),
-  and for every folder the output of its table scripts (`TABLE_SCRIPTS`).
+  and for every folder the output of its table scripts (`TABLE_SCRIPTS`);
+- of a GPU check's folder, own or linked, every file but its NOTES.md and the earlier checks
+  kept inside it (each evidence only where linked): its JSON (benchmarks, wall times, the
+  environment), its records (`*.jsonl`), its logs and the tables `bin/gpu_report.py` and the
+  benchmarks wrote;
+- of a linked file, its numbers.
 
 A table whose header line is that of a table a program wrote into the folder (e.g. a copy of
 `evidence_split.md`) must hold only rows of that table, verbatim.
@@ -47,7 +63,8 @@ Where the text says which value a number is, the check is narrower:
   "Fashion-MNIST UM (99.79") must be a value, standard deviation or gap of that column (or,
   where its line or the lines beside it speak of an epoch, an epoch's evaluation); a
   number of 50 or more right after a method's or reading's name ("RED's 99.52", "KL-PN (99.60")
-  a value of that method, or of the paper's row for it, in any column; the numbers that follow
+  a value of that method, or of the paper's row for it, in any column, or a number of a row
+  of a committed table that the method names in its first cell; the numbers that follow
   it joined by "/", "," or "and" ("99.60/99.59 and 99.77/99.75") likewise. A number followed by
   "points" is a gap, checked as any number.
 Any other number in a sentence is checked against all of the above. That catches a number no
@@ -60,14 +77,19 @@ A bold number in a results table must be the highest of its column in that table
 
 Planted changes show that each check reports: a table cell, a number in a sentence, another
 row's value in a cell and a moved bold mark in the long table's README
-(`test_a_number_changed_by_hand_is_reported`), a generated block edited by hand, and a changed
-row of a copied program table in the 200-epoch README.
+(`test_a_number_changed_by_hand_is_reported`), a generated block edited by hand, a changed
+row of a copied program table in the 200-epoch README, a number after a column's name and
+one in a plain sentence in docs/reproduction.md (and a copied row there) and in the H100's
+NOTES.md, and the numbers those two quote from a linked file or an earlier check, reported once
+the link is gone (`test_the_reproduction_guide_and_the_gpu_notes_are_checked`).
 """
 
 from __future__ import annotations
 
+import bisect
 import collections
 import contextlib
+import functools
 import io
 import itertools
 import json
@@ -95,7 +117,7 @@ NOT_RESULTS_SECTIONS = (
     "Why, in closed form",   # gedl_convergence: the derivation of the optimum (S* = 2.3636, ...)
 )
 
-# {README, relative to the repository: {number as printed: why it is not checked}}.
+# {document, relative to the repository: {number as printed: why it is not checked}}.
 NOT_RESULTS: dict[str, dict[str, str]] = {
     "docs/results/mnist_long/README.md": {
         "2.364": "the closed form's optimum S* = W* + tau at tau = 1 (a derivation, not a run)",
@@ -107,6 +129,19 @@ NOT_RESULTS: dict[str, dict[str, str]] = {
     "docs/results/cifar10c_regenerated_quick/README.md": {
         n: "the two 40-step training runs' own evaluation, not committed (the README says so)"
         for n in ("10.00", "2.303", "2.304", "11.0", "9.9")},
+    "docs/reproduction.md": {
+        "3.13": "a Python version",
+        "0.5": "settings: GEDL's C_w (the adaptive W's limit) and MC Dropout's rate",
+        "0.3": "a setting: a C_w of the sensitivity grid",
+        "0.7": "a setting: a C_w of the sensitivity grid",
+    },
+    "docs/results/gpu/nvidia_h100_80gb_hbm3/NOTES.md": {
+        "0.1": "a test's tolerance (the share of a leaf's weights allowed past float32 rounding)",
+    },
+    "docs/results/gpu/nvidia_h200/earlier_78c8da6/NOTES.md": {
+        "0.954": "a constant: erf(sqrt(2)), the range of the uniform draw that a truncated "
+                 "normal at 2 standard deviations maps",
+    },
     "docs/results/mnist_paper/README.md": {
         "2.36": "the closed form's S*, written as an expectation before the evaluation",
         "0.481": "the closed form's p* = 0.4808",
@@ -137,9 +172,10 @@ HEADLINE_PATHS = {
 EPOCH_EVAL_KEYS = {"Acc": "accuracy", "Conf.MP": "conf_mp",
                    **{f"{label} {score.upper()}": f"{name}_{score}"
                       for label, name in OOD_COLUMNS.items() for score in ("mp", "um")}}
-# How a sentence names a column right before its number.
+# How a sentence names a column right before its number (a validation or training accuracy is
+# not the test accuracy of the Acc column).
 COLUMN_WORDS = {
-    "Acc": r"(?:\bAcc|\b[Aa]ccuracy)",
+    "Acc": r"(?:\bAcc|(?<!validation )(?<!training )\b[Aa]ccuracy)",
     "Conf.MP": r"Conf\.MP",
     "KMNIST MP": r"KMNIST MP", "KMNIST UM": r"KMNIST UM",
     "FMNIST MP": r"(?:FMNIST|Fashion-MNIST) MP", "FMNIST UM": r"(?:FMNIST|Fashion-MNIST) UM",
@@ -162,10 +198,11 @@ POSTHOC_PATHS = (("posthoc", "ood", "*", "detection", "*", "aupr_in"),
 LOG_KEYS = ("kl_weight", "mean_strength", "mean_prior_strength", "loss")
 
 NUMBER = re.compile(r"(?<![\w.])[+-]?(\d+\.\d+)(?![\w]|\.\d)")
-UNIT_AFTER = re.compile(r"\s?(?:min|h|s|ms|MB|GB|GiB|x)\b")
+UNIT_AFTER = re.compile(r"(?:[-–]\d+(?:\.\d+)?)?\s?"      # a range's end: "1.5-2 min"
+                        r"(?:min|minutes?|h|hours?|s|seconds?|ms|MB|MiB|GB|GiB|x)\b")
 POINTS_AFTER = re.compile(r"\s?points?\b")
 BLOCK = re.compile(r"<!-- ([\w.]+\.py): begin -->\n(.*?)<!-- \1: end -->\n", re.S)
-LINK = re.compile(r"\]\(([^)#\s]+)|(?<![\w/])(docs/results/\w+)")
+LINK = re.compile(r"\]\(([^)#\s]+)|(?<![\w/])(docs/results/[\w./-]*\w)")
 COLUMN_BEFORE = {c: re.compile(w + r"(?:\s+is|\s*=|\s*:|\s*\()?\s*$")
                  for c, w in COLUMN_WORDS.items()}
 # How a sentence names a method or reading right before its number: "RED's 99.52",
@@ -185,9 +222,16 @@ def _printed(value: float, decimals: int) -> str:
     return f"{abs(value):.{decimals}f}"
 
 
+def _prints_as(text: str, pool) -> bool:
+    """Whether a value of the pool prints as `text` (at its decimals)."""
+    decimals = len(text.split(".")[1])
+    near, half = float(text), 0.6 * 10.0 ** -decimals
+    return any(_printed(v, decimals) == text for v in pool if abs(abs(v) - near) <= half)
+
+
 class Evidence:
-    """The numbers a README may print, from the committed results of its folder (`own`) and of
-    the folders it links to (`linked`)."""
+    """The numbers a document may print, from the committed results of its folder (`own`) and
+    of the folders and files it links to (`linked`)."""
 
     def __init__(self, own: list[pathlib.Path], linked: list[pathlib.Path]):
         self.values: set[float] = set()
@@ -199,6 +243,9 @@ class Evidence:
         # method -> its runs' post-hoc scores' AUPRs (`POSTHOC_PATHS`), which a sentence may
         # quote after the method's name like a headline value
         self.posthoc: dict[str, set[float]] = collections.defaultdict(set)
+        # method -> the numbers of its rows in the committed texts' tables (a row's first cell
+        # names it), which a sentence may quote after the method's name
+        self.rows: dict[str, set[float]] = collections.defaultdict(set)
         # header line of a table a program wrote -> its rows (a README may copy rows of it)
         self.tables: dict[str, list[str]] = {}
         # (folder of the runs, method, column, step) -> each seed's value: for the curves' means
@@ -219,7 +266,7 @@ class Evidence:
             printed = sorted({round(v, 2) for v in finals})
             self.gaps[column] = {b - a for a, b in itertools.combinations(printed, 2)}
             self.values |= self.gaps[column]
-        self.printed = {d: {_printed(v, d) for v in self.values} for d in range(1, 5)}
+        self._sorted = sorted({abs(v) for v in self.values})
         self.methods = {method for method, _ in self.finals}
 
     @staticmethod
@@ -228,8 +275,14 @@ class Evidence:
                              if c == column and method in (None, m)])
 
     def has(self, text: str) -> bool:
+        """Whether a value prints as `text` at its decimals (any with more than 4)."""
         decimals = len(text.split(".")[1])
-        return decimals > 4 or text in self.printed[decimals]
+        if decimals > 4:
+            return True
+        near, half = float(text), 0.6 * 10.0 ** -decimals
+        start = bisect.bisect_left(self._sorted, near - half)
+        end = bisect.bisect_right(self._sorted, near + half)
+        return any(_printed(v, decimals) == text for v in self._sorted[start:end])
 
     def in_column(self, text: str, column: str, method: str | None = None,
                   epochs: bool = False, std: bool = False) -> bool:
@@ -240,7 +293,7 @@ class Evidence:
                     else self.of_column(self.finals, column))
             if epochs:
                 pool |= self.of_column(self.epochs, column, method)
-        return text in {_printed(v, len(text.split(".")[1])) for v in pool}
+        return _prints_as(text, pool)
 
     def named(self, text: str, kind: str, key: str, epochs: bool) -> bool:
         """Whether a number a sentence prints after a column's name is a value, std or gap of
@@ -252,36 +305,53 @@ class Evidence:
                 pool |= self.of_column(self.epochs, key)
         else:
             pool = set().union(*[self.in_method(key, c) | self.finals["paper" + key, c]
-                                 for c in HEADLINE_PATHS], self.posthoc[key])
-        return text in {_printed(v, len(text.split(".")[1])) for v in pool}
+                                 for c in HEADLINE_PATHS], self.posthoc[key], self.rows[key])
+        return _prints_as(text, pool)
 
     def in_method(self, method: str, column: str) -> set[float]:
         own = self.of_column(self.own_finals, column, method)
         return own or self.of_column(self.finals, column, method)
 
-    def _add_folder(self, folder: pathlib.Path, own: bool) -> None:
-        for path in sorted(folder.rglob("*")):
+    def _add_folder(self, source: pathlib.Path, own: bool) -> None:
+        """A results folder's files, or one linked results file (a table, a log). A GPU
+        check's folder (`is_check`) is evidence whole: its JSON, its records, its logs and the
+        README that `bin/gpu_report.py` wrote, less its NOTES.md (prose) and the earlier checks
+        kept in it (each its own folder, evidence where a text links to it)."""
+        check = is_check(source)
+        for path in _files_of(source):
             method = method_key(path.parent.name.rsplit("_seed", 1)[0])
             if path.suffix == ".json":
-                self._add_result(json.loads(path.read_text()), method, path.name)
-            elif path.suffix == ".jsonl" and own:
-                for line in path.read_text().splitlines():
-                    if line.strip():
-                        self._add_log_row(json.loads(line), method, path.parent.parent)
-            elif path.suffix == ".md" and (own and path.name != "README.md"
-                                           or path.name in ("results.md", "table.md")):
+                self._add_result(_parsed(path), method, path.name)
+            elif path.suffix == ".jsonl" and (own or check):
+                study = path.parent.parent
+                for row in _parsed(path):
+                    self._add_log_row(row, method, study)
+            elif path.suffix == ".md" and path.name != "NOTES.md" and (
+                    own and path.name != "README.md" or path.name in ("results.md", "table.md")
+                    or check or path == source):
+                self._add_text(path.read_text(), path.name in ("results.md", "table.md"))
+            elif path.suffix in (".log", ".txt") and (check or path == source):
                 self._add_text(path.read_text())
-        for script, arguments in TABLE_SCRIPTS.get(folder.name, []):
-            self._add_text(_output_of(study_script(folder, script),
-                                      [str(folder / a) for a in arguments]))
+        for script, arguments in TABLE_SCRIPTS.get(source.name, []):
+            self._add_text(_output_of(study_script(source, script),
+                                      tuple(str(source / a) for a in arguments)))
 
-    def _add_text(self, text: str) -> None:
-        self.values |= {float(m.group(1)) for m in NUMBER.finditer(text)}
-        lines = [line.strip() for line in text.splitlines()]
-        for i, line in enumerate(lines[:-1]):
-            if line.startswith("|") and lines[i + 1].startswith("|---"):   # a table's header
-                rows = itertools.takewhile(lambda row: row.startswith("|"), lines[i + 2:])
-                self.tables.setdefault(line, []).extend(rows)
+    def _add_text(self, text: str, results_table: bool = False) -> None:
+        """A committed text's numbers; each table row's numbers as values of the method its
+        first cell names; and where the text is a program's table of results (`results_table`:
+        `results.md`, `table.md`), each cell under a headline column as a value of it (a
+        table of means: the number after a `±` as a standard deviation)."""
+        numbers, tables, rows, cells = _text_facts(text)
+        self.values |= numbers
+        for header, table_rows in tables:
+            self.tables.setdefault(header, []).extend(table_rows)
+        for method, values in rows:
+            self.rows[method] |= values
+        if results_table:
+            for column, mean, std in cells:
+                self.finals["a program's table", column].add(mean)
+                if std is not None:
+                    self.stds[column].add(std)
 
     def _add_log_row(self, row: dict, method: str, study: pathlib.Path) -> None:
         if row.get("split") == "epoch_eval":
@@ -296,9 +366,10 @@ class Evidence:
             self.values.add(100 * row["accuracy"])
 
     def _add_result(self, result, method: str, name: str) -> None:
-        """An evaluation (eval_results.json), or a study's table of them (results.json); of any
-        other JSON (the corruption study's, a provenance record) every number."""
-        if name not in ("eval_results.json", "results.json"):
+        """An evaluation (eval_results.json; a GPU check's train_eval_results.json), or a
+        study's table of them (results.json); of any other JSON (the corruption study's, a
+        provenance record, a benchmark) every number."""
+        if not name.endswith("eval_results.json") and name != "results.json":
             for keys, value in _leaves(result):
                 self.values |= {value, 100 * value}
                 if "accuracy" in keys:
@@ -319,9 +390,12 @@ class Evidence:
                         self.stds[column].add(100 * node["std"])
                 elif isinstance(node, (int, float)):                       # one run
                     self.finals[name, column].add(100 * node)
-            for path in POSTHOC_PATHS:
-                self.posthoc[name] |= {100 * v for v in _glob(run, path)
-                                       if isinstance(v, (int, float))}
+            for path in POSTHOC_PATHS:   # a run's AUPRs, or their means over seeds
+                scores = {100 * (v["mean"] if isinstance(v, dict) else v)
+                          for v in _glob(run, path)
+                          if isinstance(v, (int, float)) or isinstance(v, dict) and "mean" in v}
+                self.posthoc[name] |= scores
+                self.values |= scores
             for path in RESULT_PATHS:
                 for node in _glob(run, path):
                     values = ([node.get("mean"), node.get("std")] if isinstance(node, dict)
@@ -353,6 +427,20 @@ class Evidence:
                     if name != "columns":
                         self.values |= {float(v) for v in row}
                         self.values |= {float(v) for v in stds.get(dataset, {}).get(name, [])}
+
+
+def _column_named(head: str) -> str | None:
+    """The headline column a program's table heads a column with ("Acc (mnist)",
+    "mnist→kmnist MP", "fashion_mnist UM"), or None."""
+    head = re.sub(r"\(.*?\)", "", head).strip(" *").split("→")[-1].strip()
+    if head in HEADLINE_PATHS:
+        return head
+    words = head.split()
+    labels = {name: label for label, name in OOD_COLUMNS.items()} | {"fmnist": "FMNIST"}
+    if len(words) == 2 and words[0].lower() in labels and words[1] in ("MP", "UM"):
+        return f"{labels[words[0].lower()]} {words[1]}"
+    return None
+
 
 def _get(node, path):
     for key in path:
@@ -389,11 +477,66 @@ def study_script(folder: pathlib.Path, name: str) -> pathlib.Path:
     return REPO / "studies" / folder.name / name
 
 
-def _output_of(script: pathlib.Path, arguments: list[str]) -> str:
+@functools.cache
+def _text_facts(text: str) -> tuple:
+    """A text's numbers; its tables, as (header line, rows); each table row's numbers, as
+    (method its first cell names, numbers); and each "mean" or "mean ± std" cell under a
+    headline column, as (column, mean, std or None). Parsed once per text."""
+    numbers = frozenset(float(m.group(1)) for m in NUMBER.finditer(text))
+    tables, rows, cells = [], [], []
+    lines = [line.strip() for line in text.splitlines()]
+    for i, line in enumerate(lines[:-1]):
+        if line.startswith("|") and lines[i + 1].startswith("|---"):   # a table's header
+            table_rows = list(itertools.takewhile(lambda row: row.startswith("|"), lines[i + 2:]))
+            tables.append((line, table_rows))
+            columns = [_column_named(c) for c in line.strip("|").split("|")]
+            for row in table_rows:
+                row_cells = [c.strip(" *") for c in row.strip("|").split("|")]
+                rows.append((method_key(row_cells[0]), frozenset(
+                    float(m.group(1)) for c in row_cells[1:] for m in NUMBER.finditer(c))))
+                for column, cell in zip(columns, row_cells):
+                    mean = re.fullmatch(r"(\d+\.\d+)(?:\s*±\s*(\d+\.\d+))?", cell)
+                    if column and mean:
+                        cells.append((column, float(mean[1]),
+                                      float(mean[2]) if mean[2] else None))
+    return numbers, tables, rows, cells
+
+
+@functools.cache
+def _parsed(path: pathlib.Path):
+    """A JSON file's document, or a JSON-lines file's rows (read once: several documents read
+    the same results)."""
+    text = path.read_text()
+    if path.suffix == ".jsonl":
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    return json.loads(text)
+
+
+def is_check(folder: pathlib.Path) -> bool:
+    """Whether the folder is a GPU check's (`bin/gpu_check.sh`): it holds the NOTES.md that
+    reads its files."""
+    return folder.is_dir() and (folder / "NOTES.md").is_file()
+
+
+def _files_of(source: pathlib.Path) -> list[pathlib.Path]:
+    """The file itself, or a folder's files, less those of the checks nested in a check's
+    folder."""
+    if source.is_file():
+        return [source]
+    files = sorted(p for p in source.rglob("*") if p.is_file())
+    if not is_check(source):
+        return files
+    nested = tuple(f"{p.parent}/" for p in files if p.name == "NOTES.md" and p.parent != source)
+    return [p for p in files if not str(p).startswith(nested)]
+
+
+@functools.cache
+def _output_of(script: pathlib.Path, arguments: tuple[str, ...]) -> str:
+    """The script's output (run once per arguments)."""
     module = load_script(str(script.relative_to(REPO)), script.stem)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert module.main(arguments) == 0, f"{script} {arguments} failed"
+        assert module.main(list(arguments)) == 0, f"{script} {arguments} failed"
     return out.getvalue()
 
 
@@ -403,13 +546,18 @@ def results_text(readme: pathlib.Path, text: str) -> list[tuple[int, str, str]]:
     """[(line number, line, the heading it is under)] of the checked text: the results
     sections, less code, unchecked sections, and generated blocks."""
     text = BLOCK.sub(lambda m: "\n" * m.group(0).count("\n"), text)
-    is_top = readme.parent == REPO
+    is_top = readme == REPO / "README.md"
     checked, heading, chapter, in_code, in_section = [], "", "", False, not is_top
+    previous, indented = "", False
     for number, line in enumerate(text.splitlines(), 1):
-        if line.startswith("```"):
+        # An indented line is code where it starts a block (after a blank line) or goes on
+        # with one; after text it goes on with that text (a nested list item's next line).
+        indented = line.startswith("    ") and (indented or not previous.strip())
+        previous = line
+        if line.lstrip().startswith("```"):
             in_code = not in_code
             continue
-        if in_code or line.startswith("    "):
+        if in_code or indented:
             continue
         if line.startswith("#"):
             heading = line.lstrip("#").strip()
@@ -429,19 +577,27 @@ def _blank_code(match: re.Match) -> str:
     return code if re.fullmatch(r"`[a-z_][a-z_0-9]*`", code) else " " * len(code)
 
 
-def linked_folders(readme: pathlib.Path, text: str) -> list[pathlib.Path]:
-    """Every docs/results folder other than its own that the README links to or names."""
-    folders = []
+def linked_sources(document: pathlib.Path, text: str) -> list[pathlib.Path]:
+    """Every docs/results folder or file, other than its own folder, that the document links
+    to or names: a results folder (the top one under docs/results, or the GPU check's folder
+    the link is in), or a file directly in docs/results (a table or log of its own)."""
+    sources = []
     for match in LINK.finditer(text):
-        target = (readme.parent / match.group(1) if match.group(1) else REPO / match.group(2))
+        target = (document.parent / match.group(1) if match.group(1)
+                  else REPO / match.group(2)).resolve()
         try:
-            relative = target.resolve().relative_to(RESULTS.resolve())
+            relative = target.relative_to(RESULTS.resolve())
         except ValueError:
             continue
-        folder = RESULTS / relative.parts[0] if relative.parts else None
-        if folder and folder.is_dir() and folder != readme.parent and folder not in folders:
-            folders.append(folder)
-    return folders
+        if not relative.parts or not target.exists():
+            continue
+        checks = [f for f in [target, *target.parents] if is_check(f)
+                  and RESULTS.resolve() in f.parents]
+        source = (RESULTS / checks[0].relative_to(RESULTS.resolve()) if checks
+                  else RESULTS / relative.parts[0])
+        if source != document.parent and source not in sources:
+            sources.append(source)
+    return sources
 
 
 def unsupported(name: str, text: str, evidence: Evidence, allowed: dict[str, str],
@@ -524,16 +680,22 @@ def _named_before(before: str, evidence: Evidence) -> tuple[str | None, str | No
     return None, None
 
 
-def readmes() -> list[pathlib.Path]:
-    return [REPO / "README.md"] + sorted(RESULTS.glob("*/README.md"))
+def documents() -> list[pathlib.Path]:
+    """The checked texts: README.md (its results sections), every results folder's README, the
+    reproduction guide, and the NOTES.md of every GPU check."""
+    return ([REPO / "README.md"] + sorted(RESULTS.glob("*/README.md"))
+            + [REPO / "docs" / "reproduction.md"] + sorted((RESULTS / "gpu").rglob("NOTES.md")))
 
 
 _EVIDENCE: dict[tuple, Evidence] = {}
 
 
-def evidence_for(readme: pathlib.Path, text: str) -> Evidence:
-    own = [readme.parent] if readme.parent.parent == RESULTS else []
-    linked = linked_folders(readme, text)
+def evidence_for(document: pathlib.Path, text: str) -> Evidence:
+    """A results folder's README, and a GPU check's NOTES.md, read their own folder's files;
+    any document, the results it links to (`linked_sources`)."""
+    own = ([document.parent] if document.parent.parent == RESULTS or is_check(document.parent)
+           else [])
+    linked = linked_sources(document, text)
     key = (tuple(own), tuple(linked))
     if key not in _EVIDENCE:
         _EVIDENCE[key] = Evidence(own, linked)
@@ -550,7 +712,7 @@ def check(readme: pathlib.Path, text: str | None = None) -> list[str]:
 
 # ----------------------------------------------------------------------------- the tests
 
-@pytest.mark.parametrize("readme", readmes(), ids=lambda p: str(p.relative_to(REPO)))
+@pytest.mark.parametrize("readme", documents(), ids=lambda p: str(p.relative_to(REPO)))
 def test_every_number_in_the_results_prose_is_in_the_committed_results(readme):
     problems = check(readme)
     assert not problems, "\n".join(problems)
@@ -562,7 +724,7 @@ def block_problems(readme: pathlib.Path, text: str) -> list[str]:
     problems = []
     for match in BLOCK.finditer(text):
         script = study_script(readme.parent, match.group(1))
-        if match.group(2) != _output_of(script, []):
+        if match.group(2) != _output_of(script, ()):
             line = text[:match.start()].count("\n") + 1
             problems.append(f"{readme.relative_to(REPO)}:{line}: the block of {script.name} is "
                             f"not its output; paste the output of "
@@ -570,7 +732,7 @@ def block_problems(readme: pathlib.Path, text: str) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("readme", [p for p in readmes() if BLOCK.search(p.read_text())],
+@pytest.mark.parametrize("readme", [p for p in documents() if BLOCK.search(p.read_text())],
                          ids=lambda p: str(p.relative_to(REPO)))
 def test_generated_blocks_are_their_scripts_output(readme):
     problems = block_problems(readme, readme.read_text())
@@ -610,7 +772,7 @@ def bold_problems(name: str, text: str) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("readme", readmes(), ids=lambda p: str(p.relative_to(REPO)))
+@pytest.mark.parametrize("readme", documents(), ids=lambda p: str(p.relative_to(REPO)))
 def test_a_bold_number_is_the_highest_of_its_column(readme):
     problems = bold_problems(str(readme.relative_to(REPO)), readme.read_text())
     assert not problems, "\n".join(problems)
@@ -670,3 +832,53 @@ def test_a_changed_row_of_a_copied_program_table_is_reported():
     problems = check(readme, text.replace(row, row.replace("0.474", "0.471")))
     assert len(problems) == 1 and problems[0].startswith(
         f"docs/results/mnist_paper/README.md:{line}: this row is not in the committed table")
+
+
+def test_the_reproduction_guide_and_the_gpu_notes_are_checked():
+    """docs/reproduction.md and a GPU check's NOTES.md are checked like a results README: a
+    number changed by hand in a sentence, in a copied program table and after a column's name
+    is reported, with its line; and a number they quote from a linked results file
+    (torch_reference_quick.md) or an earlier check's folder counts only while they link to
+    it."""
+    guide = REPO / "docs" / "reproduction.md"
+    text = guide.read_text()
+    assert check(guide, text) == []
+    planted = {"KMNIST UM 34.11": "KMNIST UM 34.19",        # after a column's name
+               "loss 0.2132 in float64": "loss 0.2138 in float64",   # a plain sentence
+               "| gedl | torch | 1 | 98.12 |": "| gedl | torch | 1 | 98.13 |"}   # a copied row
+    changed = text
+    for old, new in planted.items():
+        assert text.count(old) == 1
+        changed = changed.replace(old, new)
+    lines = {new: changed[:changed.index(new)].count("\n") + 1 for new in planted.values()}
+    problems = check(guide, changed)
+    assert len(problems) == 3, problems
+    assert problems[0].startswith(f"docs/reproduction.md:{lines['KMNIST UM 34.19']}: 34.19 is "
+                                  "no value of column KMNIST UM")
+    assert problems[1].startswith(f"docs/reproduction.md:{lines['loss 0.2138 in float64']}: "
+                                  "0.2138 is in no committed result")
+    assert problems[2].startswith(f"docs/reproduction.md:{lines['| gedl | torch | 1 | 98.13 |']}"
+                                  ": this row is not in the committed table")
+    # The stationary point's loss is in the linked file alone: unlinked, it is reported.
+    unlinked = text.replace("torch_reference_quick.md", "torch_reference_elsewhere.md")
+    assert RESULTS / "torch_reference_quick.md" in linked_sources(guide, text)
+    assert any(p.split(": ")[1] == "0.2132 is in no committed result"
+               for p in check(guide, unlinked))
+
+    notes = RESULTS / "gpu" / "nvidia_h100_80gb_hbm3" / "NOTES.md"
+    text = notes.read_text()
+    assert check(notes, text) == []
+    cell, sentence = "KMNIST MP 82.03 /", "loss 1.754 there"
+    assert text.count(cell) == 1 and text.count(sentence) == 1
+    changed = text.replace(cell, "KMNIST MP 82.08 /").replace(sentence, "loss 1.751 there")
+    lines = [changed[:changed.index(new)].count("\n") + 1 for new in ("82.08", "1.751")]
+    name = "docs/results/gpu/nvidia_h100_80gb_hbm3/NOTES.md"
+    problems = check(notes, changed)
+    assert len(problems) == 2, problems
+    assert problems[0].startswith(f"{name}:{lines[0]}: 82.08 is no value of column KMNIST MP")
+    assert problems[1].startswith(f"{name}:{lines[1]}: 1.751 is in no committed result")
+    # The H200's run at 4359033 is the linked earlier check's: unlinked, its numbers are
+    # reported (the loss of its first record, its KMNIST MP).
+    unlinked = text.replace("earlier_4359033/", "earlier_0000000/")
+    reported = {p.split(": ")[1].split()[0] for p in check(notes, unlinked)}
+    assert {"1.754", "82.03", "30.98"} <= reported, reported
