@@ -89,7 +89,7 @@ def test_confidence_scores_are_oriented_and_match_references():
     assert all(v.dtype == np.float64 and v.shape == (100,) for v in got.values())
     sub = scores.confidence_scores(alpha, w, names=("um",))
     assert list(sub) == ["um"]
-    with pytest.raises(ValueError, match="Unknown scores"):
+    with pytest.raises(ValueError, match="unknown scores"):
         scores.confidence_scores(alpha, w, names=("entropy",))
 
 
@@ -539,8 +539,10 @@ def test_predictions_validate_their_inputs():
         evaluation.Predictions(p, {"confidence": mp})
     with pytest.raises(ValueError, match="shape"):
         evaluation.Predictions(p, {"mp": mp[:2]})
-    with pytest.raises(ValueError, match="summing to 1"):
+    with pytest.raises(ValueError, match=r"probs must hold probabilities in \[0, 1\]"):
         evaluation.Predictions(p * 3, {"mp": mp})
+    with pytest.raises(ValueError, match="probs rows must sum to 1 .*not logits or alpha"):
+        evaluation.Predictions(p * 0.5, {"mp": mp})
     with pytest.raises(ValueError, match=r"labels must lie in \[0, 2\)"):
         evaluation.Predictions(p, {"mp": mp}, labels=np.array([0, 1, 2]))
 

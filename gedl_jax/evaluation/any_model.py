@@ -14,7 +14,7 @@ import jax
 import numpy as np
 
 from gedl_jax.data import registry
-from gedl_jax.evaluation import core, posthoc, report, scores
+from gedl_jax.evaluation import checks, core, posthoc, report, scores
 
 KINDS: tuple[str, ...] = ("logits", "probs", "dirichlet", "samples", "features_and_logits")
 
@@ -154,8 +154,7 @@ def evaluate_model(predict_fn: Callable, id_data, ood_data: dict[str, Any] | Non
     Returns:
       ModelEvaluation(results, table, predictions).
     """
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}.")
+    checks.one_of(kind, KINDS, "kind")
     ood_data = dict(ood_data or {})
     if options is None:
         groups = {n: registry.ood_group(dataset, n) for n in ood_data} if dataset else {}
