@@ -7,6 +7,7 @@ step over a sharded split) is `gedl_jax.run.inference.predict_split`."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -89,8 +90,7 @@ def _with_posthoc_scores(options: posthoc.PosthocOptions, kind: str, raw: dict[s
     for name, p in preds.items():
         features, logits = unpack(raw[name])
         new = posthoc.posthoc_scores(options, fits, logits, features)
-        out[name] = core.Predictions(p.probs, {**p.scores, **new}, p.labels, p.alpha,
-                                     p.prior_strength)
+        out[name] = dataclasses.replace(p, scores={**p.scores, **new})
     return out
 
 

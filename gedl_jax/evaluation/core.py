@@ -212,6 +212,10 @@ class Predictions:
       alpha, prior_strength: the Dirichlet (N, K) and its prior strength W (N,) where the method
         predicts one (the EDL family, Prior Networks, PostNet, ...), else None; they add the
         Dirichlet uncertainty measures (u, mutual information, ...) to the results.
+      mp_is_max_probability: whether "mp" is max_k p_k of `probs`, as the method declares
+        (`Method.mp_is_max_probability`): then a calibration that changes p recomputes it;
+        False for DUQ, whose "mp" is its kernel certainty max_c K_c, which no calibration of p
+        changes.
     """
 
     probs: np.ndarray
@@ -219,6 +223,7 @@ class Predictions:
     labels: np.ndarray | None = None
     alpha: np.ndarray | None = None
     prior_strength: np.ndarray | None = None
+    mp_is_max_probability: bool = True
 
     def __post_init__(self):
         probs = checks.distributions(self.probs, "probs")
@@ -243,6 +248,7 @@ class Predictions:
         object.__setattr__(self, "labels", labels)
         object.__setattr__(self, "alpha", alpha)
         object.__setattr__(self, "prior_strength", w)
+        object.__setattr__(self, "mp_is_max_probability", bool(self.mp_is_max_probability))
 
     @property
     def num_classes(self) -> int:
@@ -532,9 +538,9 @@ def calibrated_predictions(validation: Predictions, predictions: Mapping[str, Pr
 
     Returns (the fit as a dict, {"validation": ..., **{name: ...}} calibrated predictions).
     "temperature": p -> softmax(log p / T) (``calibration.fit_temperature`` on
-    ``probs_as_logits``); the scores that are functions of p ("mp" where it is max_k p_k,
-    "neg_entropy") are recomputed, the others (a Dirichlet's "um", an ensemble's "neg_mi",
-    DUQ's kernel scores) kept. "evidence_scale"
+    ``probs_as_logits``); the scores that are functions of p ("mp" where the predictions'
+    ``mp_is_max_probability``, "neg_entropy") are recomputed, the others (a Dirichlet's "um",
+    an ensemble's "neg_mi", DUQ's kernel scores) kept. "evidence_scale"
     (Dirichlet predictions of the EDL family only): e = alpha - W a, alpha -> s e + W a
     (``calibration.fit_evidence_scale``); every Dirichlet score is recomputed from the new alpha.
     """
@@ -542,16 +548,12 @@ def calibrated_predictions(validation: Predictions, predictions: Mapping[str, Pr
         logits = calibration_lib.probs_as_logits(validation.probs)
         fit = calibration_lib.fit_temperature(logits, validation.labels)
 
-        # "mp" is max_k p_k for most methods, but DUQ's is its kernel certainty: recompute it
-        # only where it is the max probability
-        mp_is_max_p = "mp" in validation.scores and np.allclose(
-            validation.scores["mp"], validation.probs.max(axis=1), rtol=0.0, atol=1e-9)
-        recomputed = {"neg_entropy"} | ({"mp"} if mp_is_max_p else set())
-
         def apply(p: Predictions) -> Predictions:
             probs = calibration_lib.apply_temperature(
                 calibration_lib.probs_as_logits(p.probs), fit)
             new = scores_lib.categorical_scores(probs)
+            # "mp" is max_k p_k where the method says so (not DUQ's kernel certainty)
+            recomputed = {"neg_entropy"} | ({"mp"} if p.mp_is_max_probability else set())
             return dataclasses.replace(p, probs=probs, scores={
                 s: new[s] if s in recomputed else v for s, v in p.scores.items()})
     elif calibrator == "evidence_scale":
