@@ -163,7 +163,7 @@ def test_conformal_metrics_and_seeding():
     assert c1.threshold != c2.threshold                         # the seed drives u
     with pytest.raises(ValueError, match="needs u_N"):
         conformal.nonconformity_scores(p, "raps")
-    with pytest.raises(ValueError, match="unknown method"):
+    with pytest.raises(ValueError, match="method must be one of"):
         conformal.calibrate(p, y, "thr")
     with pytest.raises(ValueError, match="alpha"):
         conformal.calibrate(p, y, "lac", alpha=1.0)

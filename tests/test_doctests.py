@@ -29,9 +29,10 @@ def test_docstring_examples_run(module_name):
 
 
 # Modules beyond the evidential math whose docstrings show examples too (no namespace given).
-OTHER_MODULES = ["gedl_jax.data.registry", "gedl_jax.evaluation.report", "gedl_jax.paper",
+OTHER_MODULES = ["gedl_jax.data.registry", "gedl_jax.evaluation.tables.context", "gedl_jax.paper",
                  "gedl_jax.evaluation.against_paper",
-                 "gedl_jax.evaluation.metrics", "gedl_jax.evaluation.calibration"]
+                 "gedl_jax.evaluation.metrics", "gedl_jax.evaluation.calibration",
+                 "gedl_jax.evaluation.checks"]
 
 
 @pytest.mark.parametrize("module_name", OTHER_MODULES)

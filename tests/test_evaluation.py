@@ -89,7 +89,7 @@ def test_confidence_scores_are_oriented_and_match_references():
     assert all(v.dtype == np.float64 and v.shape == (100,) for v in got.values())
     sub = scores.confidence_scores(alpha, w, names=("um",))
     assert list(sub) == ["um"]
-    with pytest.raises(ValueError, match="Unknown scores"):
+    with pytest.raises(ValueError, match="unknown scores"):
         scores.confidence_scores(alpha, w, names=("entropy",))
 
 
@@ -539,8 +539,10 @@ def test_predictions_validate_their_inputs():
         evaluation.Predictions(p, {"confidence": mp})
     with pytest.raises(ValueError, match="shape"):
         evaluation.Predictions(p, {"mp": mp[:2]})
-    with pytest.raises(ValueError, match="summing to 1"):
+    with pytest.raises(ValueError, match=r"probs must hold probabilities in \[0, 1\]"):
         evaluation.Predictions(p * 3, {"mp": mp})
+    with pytest.raises(ValueError, match="probs rows must sum to 1 .*not logits or alpha"):
+        evaluation.Predictions(p * 0.5, {"mp": mp})
     with pytest.raises(ValueError, match=r"labels must lie in \[0, 2\)"):
         evaluation.Predictions(p, {"mp": mp}, labels=np.array([0, 1, 2]))
 
@@ -632,3 +634,34 @@ def test_results_table_names_what_each_row_ran():
     latex = report.results_table({"kl_pn": pn}, fmt="latex", extra=False)
     assert r"% kl\_pn: KL-PN (forward KL), OOD training data noise\_uniform" in latex
     assert "Rows:" not in report.results_table({"edl": old}, extra=False)
+
+
+def test_temperature_scaling_recomputes_mp_as_the_predictions_declare_it(tmp_path):
+    """Whether "mp" is max_k p_k is what the method declares (`Predictions.mp_is_max_probability`,
+    from `Method.mp_is_max_probability`), not a guess from the numbers: a score declared to be
+    something else (DUQ's kernel certainty) is kept even where it happens to equal max_k p_k, a
+    declared max probability is recomputed; predictions.npz keeps the declaration, and a file
+    written before it did is read as its numbers show."""
+    from gedl_jax.evaluation import saved
+
+    rng = np.random.default_rng(3)
+    labels = rng.integers(0, 3, 300)
+    logits = 2 * np.eye(3)[labels] + rng.normal(0, 1.5, (300, 3))
+    probs = special.softmax(3 * logits, axis=1)          # overconfident: T > 1 changes p
+    for declared in (True, False):
+        val, test = (core.Predictions(p, {"mp": p.max(1)}, y, mp_is_max_probability=declared)
+                     for p, y in ((probs[:150], labels[:150]), (probs[150:], labels[150:])))
+        _, cal = core.calibrated_predictions(val, {"test": test}, "temperature")
+        assert cal["test"].mp_is_max_probability is declared
+        assert not np.allclose(cal["test"].probs, test.probs)
+        np.testing.assert_array_equal(cal["test"].scores["mp"], cal["test"].probs.max(1)
+                                      if declared else test.scores["mp"])
+        saved.save_predictions(tmp_path / f"{declared}.npz", test, {}, val)
+        loaded = saved.load_predictions(tmp_path / f"{declared}.npz")
+        assert [p.mp_is_max_probability for p in loaded.values()] == [declared] * 2
+    # a file from before the declaration: the numbers say it (mp = max_k p_k here)
+    with np.load(tmp_path / "False.npz") as z:
+        older = {k: z[k] for k in z.files if not k.endswith("/mp_is_max_probability")}
+    np.savez(tmp_path / "older.npz", **older)
+    assert all(p.mp_is_max_probability for p in saved.load_predictions(
+        tmp_path / "older.npz").values())

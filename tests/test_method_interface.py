@@ -144,6 +144,10 @@ def test_every_preset_builds_a_method_whose_loss_and_predictions_fit_the_interfa
         method.score_names)
     # "um" where there is a precision: a Dirichlet's, or F-EDL's Flexible Dirichlet's.
     assert ("um" in predictions.scores) == (predictions.is_dirichlet or method.name == "fedl")
+    # what its "mp" is, as the method declares it, carried in its predictions and true
+    assert predictions.mp_is_max_probability is method.mp_is_max_probability
+    assert np.allclose(predictions.scores["mp"], predictions.probs.max(1), rtol=0.0,
+                       atol=1e-9) is method.mp_is_max_probability
     np.testing.assert_array_equal(method.predicted_class({k: np.asarray(v) for k, v in
                                                           raw.items()}),
                                   np.argmax(predictions.probs, -1))

@@ -406,7 +406,7 @@ def test_invalid_ranking_inputs_raise():
         metrics.auroc(np.array([1, 0]), np.array([0.1, 0.2]), mask_N=np.array([1, 1]))
     with pytest.raises(ValueError, match="shape"):
         metrics.auroc(np.array([1, 0]), np.array([0.1, 0.2]), mask_N=np.array([True]))
-    with pytest.raises(ValueError, match="No examples"):
+    with pytest.raises(ValueError, match="has no examples"):
         metrics.auroc(np.array([1, 0]), np.array([0.1, 0.2]), mask_N=np.array([False, False]))
     with pytest.raises(ValueError, match="tpr"):
         metrics.fpr_at_tpr(np.array([1, 0]), np.array([0.1, 0.2]), tpr=0.0)

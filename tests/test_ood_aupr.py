@@ -75,7 +75,7 @@ def test_header_and_inputs():
         ood_aupr.aupr_trapezoidal([1.0], [0.0], positive="ood")
     with pytest.raises(ValueError, match="NaN"):
         ood_aupr.aupr_trapezoidal([np.nan], [0.0])
-    with pytest.raises(ValueError, match="non-empty"):
+    with pytest.raises(ValueError, match="id_scores_N has no examples"):
         ood_aupr.aupr_trapezoidal([], [0.0])
     with pytest.warns(RuntimeWarning, match="undefined"):
         assert np.isnan(ood_aupr.trapezoidal_pr_area(np.array([False, False]), [1.0, 0.0]))

@@ -152,6 +152,7 @@ def test_evaluate_refuses_a_group_for_a_set_it_does_not_evaluate_before_any_work
 def test_tables_show_a_path_named_set_by_its_last_part_and_name_it_in_full_once(
         run_with_groups):
     from gedl_jax.evaluation import report
+    from gedl_jax.evaluation.tables import context
 
     _, (a, b, c), results = run_with_groups
     text = report.results_table([results])
@@ -161,7 +162,7 @@ def test_tables_show_a_path_named_set_by_its_last_part_and_name_it_in_full_once(
     assert "unweighted mean over the sets of each group (far: npz:a.npz)" in text
     latex = report.results_table([results], fmt="latex")
     tabulars = latex.split(r"\begin{tabular}")[1:]
-    assert tabulars and all(report._latex_escape(a) not in t.split(r"\end{tabular}")[0]
+    assert tabulars and all(context.latex_escape(a) not in t.split(r"\end{tabular}")[0]
                             for t in tabulars)
     assert r"mnist$\rightarrow$npz:a.npz" in latex
     # two sets whose paths end alike keep their full names: a label names one set

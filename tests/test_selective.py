@@ -210,7 +210,7 @@ def test_all_correct_all_wrong_and_inputs():
         selective.aurc([2], [0.0])
     with pytest.raises(ValueError, match="equal shape"):
         selective.aurc([True, False], [0.0])
-    with pytest.raises(ValueError, match="No examples"):
+    with pytest.raises(ValueError, match="has no examples"):
         selective.aurc([], [])
     with pytest.raises(ValueError, match="coverage"):
         selective.risk_at_coverage([True], [1.0], 0.0)

@@ -125,7 +125,7 @@ def test_bad_inputs_raise():
         se.smooth_ece(np.array([0.5, 0.5]), np.array([2, 0]))
     with pytest.raises(ValueError, match="equal shape"):
         se.smooth_ece(np.array([0.5, 0.5]), np.array([1]))
-    with pytest.raises(ValueError, match="No examples"):
+    with pytest.raises(ValueError, match="has no examples"):
         se.smooth_ece(np.array([]), np.array([]))
     with pytest.raises(ValueError, match="sigma"):
         se.smooth_ece_at(np.array([0.5]), np.array([1]), 0.0)

@@ -8,9 +8,10 @@ Usable on plain arrays, without model code::
     print(results_table([res_seed0, res_seed1, ...]))
 
 Modules: ``scores`` (confidence scores, higher = more confident; UM = -W/S), ``core``
-(``ModelOutputs``, ``evaluate_outputs``, the stated ``CONVENTIONS``), ``report`` (multi-seed
-aggregation, markdown / LaTeX tables, backs bin/report.py), ``plots`` (PNG figures; imported on
-demand: ``from gedl_jax.evaluation import plots``). The metrics themselves are in
+(``ModelOutputs``, ``evaluate_outputs``, the stated ``CONVENTIONS``), ``report`` (markdown /
+LaTeX tables of seeds' results, backs bin/report.py; ``aggregation`` the mean ± std, ``tables``
+one module per table section), ``checks`` (every input check, once), ``plots`` (PNG figures;
+imported on demand: ``from gedl_jax.evaluation import plots``). The metrics themselves are in
 ``gedl_jax.evaluation.metrics``. Beyond the paper: ``selective`` (AURC, risk-coverage),
 ``conformal`` (LAC / APS / RAPS sets), ``calibration`` (temperature / evidence scale, fitted on
 validation data), ``ood_aupr`` (OpenOOD's trapezoidal AUPR), ``bootstrap`` (intervals of a

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gedl_jax.evaluation.report import aggregate
+from gedl_jax.evaluation.aggregation import aggregate
 from gedl_jax.paper import CALIBRATION, CALIBRATION_STD, PAPER, PAPER_STD
 
 # The OOD set behind each of the paper's OOD column prefixes ("SVHN MP" -> svhn_cropped).

@@ -7,6 +7,7 @@ step over a sharded split) is `gedl_jax.run.inference.predict_split`."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -14,7 +15,7 @@ import jax
 import numpy as np
 
 from gedl_jax.data import registry
-from gedl_jax.evaluation import core, posthoc, report, scores
+from gedl_jax.evaluation import checks, core, posthoc, report, scores
 
 KINDS: tuple[str, ...] = ("logits", "probs", "dirichlet", "samples", "features_and_logits")
 
@@ -89,8 +90,7 @@ def _with_posthoc_scores(options: posthoc.PosthocOptions, kind: str, raw: dict[s
     for name, p in preds.items():
         features, logits = unpack(raw[name])
         new = posthoc.posthoc_scores(options, fits, logits, features)
-        out[name] = core.Predictions(p.probs, {**p.scores, **new}, p.labels, p.alpha,
-                                     p.prior_strength)
+        out[name] = dataclasses.replace(p, scores={**p.scores, **new})
     return out
 
 
@@ -154,8 +154,7 @@ def evaluate_model(predict_fn: Callable, id_data, ood_data: dict[str, Any] | Non
     Returns:
       ModelEvaluation(results, table, predictions).
     """
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}.")
+    checks.one_of(kind, KINDS, "kind")
     ood_data = dict(ood_data or {})
     if options is None:
         groups = {n: registry.ood_group(dataset, n) for n in ood_data} if dataset else {}

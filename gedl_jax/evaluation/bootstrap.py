@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from gedl_jax.evaluation import metrics
+from gedl_jax.evaluation import checks, metrics
 
 __all__ = ["INTERVAL_METHODS", "bootstrap_section", "detection_replicates", "id_replicates",
            "interval", "paired_section", "replicates", "resample_indices", "score_section"]
@@ -246,13 +246,10 @@ def _intervals(values: Mapping[str, Any], points: Mapping[str, Any] | None, conf
 
 
 def _check(samples: int, confidence: float, method: str = "percentile") -> None:
-    if int(samples) < 2:
-        raise ValueError(f"bootstrap needs at least 2 samples, got {samples}.")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"bootstrap confidence must lie in (0, 1), got {confidence}.")
-    if method not in INTERVAL_METHODS:
-        raise ValueError(f"bootstrap interval method must be one of {INTERVAL_METHODS}, got "
-                         f"{method!r}.")
+    """The replicates' settings, by the evaluation's shared checks."""
+    checks.count(samples, "bootstrap samples", 2)
+    checks.open_unit(confidence, "bootstrap confidence")
+    checks.one_of(method, INTERVAL_METHODS, "bootstrap interval method")
 
 
 def _streams(n: int, samples: int, seed: int):

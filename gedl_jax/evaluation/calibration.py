@@ -104,7 +104,7 @@ from typing import Any
 import numpy as np
 from scipy import optimize, special
 
-from gedl_jax.evaluation import metrics
+from gedl_jax.evaluation import checks, metrics
 
 __all__ = ["AffineCalibrationFit", "EvidenceScaleFit", "IsotonicFit", "TemperatureFit",
            "apply_affine", "apply_dirichlet_calibration", "apply_evidence_scale",
@@ -144,37 +144,17 @@ class EvidenceScaleFit:
 
 
 # ------------------------------------------------------------------------------------- inputs
-def _matrix(x: Any, name: str) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float64)
-    if x.ndim != 2 or x.shape[1] < 2:
-        raise ValueError(f"{name} must have shape (N, K) with K >= 2, got {x.shape}.")
-    if x.shape[0] == 0:
-        raise ValueError(f"{name} has no examples.")
-    return x
-
-
-def _labels(labels_N: Any, n: int, k: int) -> np.ndarray:
-    labels_N = np.asarray(labels_N)
-    if labels_N.shape != (n,) or not np.issubdtype(labels_N.dtype, np.integer):
-        raise ValueError(f"labels_N must be integer class indices of shape ({n},), got dtype "
-                         f"{labels_N.dtype} and shape {labels_N.shape}.")
-    if labels_N.min() < 0 or labels_N.max() >= k:
-        raise ValueError(f"labels_N must lie in [0, {k}).")
-    return labels_N.astype(np.int64)
-
-
 def _finite_logits(logits_NxK: Any) -> np.ndarray:
-    logits = _matrix(logits_NxK, "logits_NxK")
+    logits = checks.matrix(logits_NxK, "logits_NxK", need_examples=True)
     if not np.all(np.isfinite(logits)):
         raise ValueError("logits_NxK must be finite (for probabilities use probs_as_logits).")
     return logits
 
 
-def _check_temperature(t: float, name: str = "temperature") -> float:
-    t = float(t)
-    if not (math.isfinite(t) and t > 0):
-        raise ValueError(f"{name} must be finite and > 0, got {t}.")
-    return t
+def _unit_probabilities(x: Any, name: str) -> np.ndarray:
+    """(N, K) probabilities in [0, 1], N >= 1, rows not necessarily normalised (one-vs-rest)."""
+    return checks.probabilities(checks.matrix(x, name, need_examples=True), name,
+                                rows_sum_to_one=False)
 
 
 def _minimise_log_scalar(objective: Callable[[float], float], lo: float, hi: float,
@@ -212,9 +192,7 @@ def probs_as_logits(probs_NxK: Any) -> np.ndarray:
     >>> np.round(probs_as_logits(np.array([[0.5, 0.5]])), 4).tolist()
     [[-0.6931, -0.6931]]
     """
-    probs = _matrix(probs_NxK, "probs_NxK")
-    if not np.all(np.isfinite(probs)) or probs.min() < 0:
-        raise ValueError("probs_NxK must be finite and >= 0.")
+    probs = _unit_probabilities(probs_NxK, "probs_NxK")
     return np.log(np.maximum(probs, _TINY))
 
 
@@ -243,8 +221,8 @@ def fit_temperature(logits_NxK: Any, labels_N: Any, *,
     3.641
     """
     logits = _finite_logits(logits_NxK)
-    labels = _labels(labels_N, *logits.shape)
-    lo, hi = (_check_temperature(b, "bounds") for b in bounds)
+    labels = checks.class_labels(labels_N, *logits.shape)
+    lo, hi = (checks.positive(b, "bounds") for b in bounds)
     t, at_bound = _minimise_log_scalar(lambda x: _temperature_nll(logits, labels, x), lo, hi,
                                        grid=33)
     if at_bound:
@@ -261,7 +239,7 @@ def apply_temperature(logits_NxK: Any, temperature: float | TemperatureFit) -> n
     [[0.75, 0.25]]
     """
     t = temperature.temperature if isinstance(temperature, TemperatureFit) else temperature
-    t = _check_temperature(t)
+    t = checks.positive(t, "temperature")
     return np.exp(_log_softmax(_finite_logits(logits_NxK) / t))
 
 
@@ -277,15 +255,11 @@ def _base_rate(base_rate_K: Any, k: int) -> np.ndarray:
 
 def _evidence_inputs(evidence_NxK: Any, prior_strength_N: Any, base_rate_K: Any
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    e = _matrix(evidence_NxK, "evidence_NxK")
-    if not np.all(np.isfinite(e)) or e.min() < 0:
-        raise ValueError("evidence_NxK must be finite and >= 0.")
-    w = np.asarray(prior_strength_N, dtype=np.float64)
-    if w.ndim == 0:
-        w = np.full(e.shape[0], float(w))
-    if w.shape != (e.shape[0],) or not np.all(np.isfinite(w)) or w.min() <= 0:
-        raise ValueError(f"prior_strength_N must be finite, > 0, of shape ({e.shape[0]},) or a "
-                         f"scalar, got shape {w.shape}.")
+    e = checks.positive_entries(
+        checks.matrix(evidence_NxK, "evidence_NxK", need_examples=True), "evidence_NxK",
+        allow_zero=True)
+    w = checks.positive_entries(checks.prior_strength(prior_strength_N, e.shape[0]),
+                                "prior_strength_N")
     return e, w, _base_rate(base_rate_K, e.shape[1])
 
 
@@ -297,11 +271,8 @@ def evidence_from_alpha(alpha_NxK: Any, prior_strength_N: Any, base_rate_K: Any 
     >>> evidence_from_alpha(np.array([[5.0, 1.0]]), 2.0).tolist()
     [[4.0, 0.0]]
     """
-    alpha = _matrix(alpha_NxK, "alpha_NxK")
-    w = np.asarray(prior_strength_N, dtype=np.float64)
-    w = np.full(alpha.shape[0], float(w)) if w.ndim == 0 else w
-    if w.shape != (alpha.shape[0],):
-        raise ValueError(f"prior_strength_N must be a scalar or of shape ({alpha.shape[0]},).")
+    alpha = checks.matrix(alpha_NxK, "alpha_NxK", need_examples=True)
+    w = checks.prior_strength(prior_strength_N, alpha.shape[0])
     return np.maximum(alpha - w[:, None] * _base_rate(base_rate_K, alpha.shape[1])[None, :], 0.0)
 
 
@@ -313,7 +284,7 @@ def apply_evidence_scale(evidence_NxK: Any, prior_strength_N: Any,
     [[3.0, 1.0]]
     """
     s = scale.scale if isinstance(scale, EvidenceScaleFit) else scale
-    s = _check_temperature(s, "scale")
+    s = checks.positive(s, "scale")
     e, w, a = _evidence_inputs(evidence_NxK, prior_strength_N, base_rate_K)
     return s * e + w[:, None] * a[None, :]
 
@@ -349,10 +320,10 @@ def fit_evidence_scale(evidence_NxK: Any, prior_strength_N: Any, labels_N: Any,
     (0.2222, True)
     """
     e, w, a = _evidence_inputs(evidence_NxK, prior_strength_N, base_rate_K)
-    labels = _labels(labels_N, *e.shape)
+    labels = checks.class_labels(labels_N, *e.shape)
     rows = np.arange(labels.size)
     e_y, e_sum, prior_y = e[rows, labels], e.sum(axis=1), w * a[labels]
-    lo, hi = (_check_temperature(b, "bounds") for b in bounds)
+    lo, hi = (checks.positive(b, "bounds") for b in bounds)
     grid = max(2, round(10 * math.log10(hi / lo)) + 1)
     s, at_bound = _minimise_log_scalar(lambda x: _evidence_nll(e_y, e_sum, prior_y, w, x), lo,
                                        hi, grid=grid)
@@ -375,10 +346,9 @@ def calibration_summary(probs_NxK: Any, labels_N: Any, num_bins: int = 15) -> di
     >>> calibration_summary(np.array([[0.75, 0.25], [0.75, 0.25]]), np.array([0, 1]))["ece"]
     0.25
     """
-    p = _matrix(probs_NxK, "probs_NxK")
-    if not np.all(np.isfinite(p)) or p.min() < 0 or np.abs(p.sum(1) - 1).max() > 1e-4:
-        raise ValueError("probs_NxK rows must be finite probabilities summing to 1.")
-    labels = _labels(labels_N, *p.shape)
+    p = checks.probabilities(checks.matrix(probs_NxK, "probs_NxK", need_examples=True),
+                             "probs_NxK")
+    labels = checks.class_labels(labels_N, *p.shape)
     n = labels.size
     rows = np.arange(n)
     conf = np.clip(p.max(axis=1), 0.0, 1.0)
@@ -455,7 +425,7 @@ def _affine_objective(x: np.ndarray, labels: np.ndarray, diagonal: bool, l2_off:
 
 def _fit_affine(x: np.ndarray, labels_N: Any, kind: str, l2_off: float, l2_bias: float,
                 max_iterations: int) -> AffineCalibrationFit:
-    labels = _labels(labels_N, *x.shape)
+    labels = checks.class_labels(labels_N, *x.shape)
     for name, value in (("l2_off_diagonal", l2_off), ("l2_bias", l2_bias)):
         if not (math.isfinite(value) and value >= 0):
             raise ValueError(f"{name} must be finite and >= 0, got {value}.")
@@ -505,9 +475,7 @@ def fit_matrix_scaling(logits_NxK: Any, labels_N: Any, *, l2_off_diagonal: float
 
 
 def _dirichlet_log_probs(probs_NxK: Any) -> np.ndarray:
-    probs = _matrix(probs_NxK, "probs_NxK")
-    if not np.all(np.isfinite(probs)) or probs.min() < 0:
-        raise ValueError("probs_NxK must be finite and >= 0.")
+    probs = _unit_probabilities(probs_NxK, "probs_NxK")
     return np.log(np.maximum(probs, _DIRICHLET_CLIP))
 
 
@@ -599,13 +567,6 @@ def _apply_isotonic(probs: np.ndarray, fit: IsotonicFit) -> np.ndarray:
         return np.where(total > 0, mapped / total, uniform)
 
 
-def _probs(probs_NxK: Any) -> np.ndarray:
-    p = _matrix(probs_NxK, "probs_NxK")
-    if not np.all(np.isfinite(p)) or p.min() < 0 or p.max() > 1:
-        raise ValueError("probs_NxK must hold finite probabilities in [0, 1].")
-    return p
-
-
 def _probs_nll(probs: np.ndarray, labels: np.ndarray) -> float:
     return float(-np.mean(np.log(np.clip(probs[np.arange(labels.size), labels], _EPS, 1.0))))
 
@@ -618,8 +579,8 @@ def fit_isotonic(probs_NxK: Any, labels_N: Any) -> IsotonicFit:
     >>> apply_isotonic(q, fit_isotonic(q, np.array([0, 0, 1, 0]))).round(3).tolist()
     [[1.0, 0.0], [1.0, 0.0], [0.5, 0.5], [0.5, 0.5]]
     """
-    p = _probs(probs_NxK)
-    labels = _labels(labels_N, *p.shape)
+    p = _unit_probabilities(probs_NxK, "probs_NxK")
+    labels = checks.class_labels(labels_N, *p.shape)
     xs, ys = zip(*(_pool_adjacent_violators(p[:, k], (labels == k).astype(np.float64))
                    for k in range(p.shape[1])))
     fit = IsotonicFit(thresholds_x=tuple(xs), thresholds_y=tuple(ys), nll_before=0.0,
@@ -630,7 +591,7 @@ def fit_isotonic(probs_NxK: Any, labels_N: Any) -> IsotonicFit:
 
 def apply_isotonic(probs_NxK: Any, fit: IsotonicFit) -> np.ndarray:
     """g_k(p_k) / sum_j g_j(p_j) per row, (N, K) float64 (uniform where every g_j(p_j) = 0)."""
-    p = _probs(probs_NxK)
+    p = _unit_probabilities(probs_NxK, "probs_NxK")
     if p.shape[1] != len(fit.thresholds_x):
         raise ValueError(f"probs_NxK has {p.shape[1]} classes, the fit "
                          f"{len(fit.thresholds_x)}.")
@@ -684,12 +645,11 @@ def compare_calibrators(val_probs_NxK: Any, val_labels_N: Any, test_probs_MxK: A
     "keeps_mp_ranking": bool}}}. Temperature scaling always keeps the predicted class; with more
     than two classes it can reorder examples by max probability, and the others can change both.
     """
-    val_probs, test_probs = _probs(val_probs_NxK), _probs(test_probs_MxK)
-    val_labels = _labels(val_labels_N, *val_probs.shape)
-    test_labels = _labels(test_labels_M, *test_probs.shape)
-    unknown = [n for n in names if n not in CALIBRATORS]
-    if unknown:
-        raise ValueError(f"unknown calibrator(s) {unknown}; known: {list(CALIBRATORS)}")
+    val_probs = _unit_probabilities(val_probs_NxK, "val_probs_NxK")
+    test_probs = _unit_probabilities(test_probs_MxK, "test_probs_MxK")
+    val_labels = checks.class_labels(val_labels_N, *val_probs.shape, "val_labels_N")
+    test_labels = checks.class_labels(test_labels_M, *test_probs.shape, "test_labels_M")
+    checks.known(names, CALIBRATORS, "calibrators")
     before_mp = test_probs.max(axis=1)
     out: dict[str, Any] = {"before": _with_smooth_ece(test_probs, test_labels, num_bins),
                            "after": {}}

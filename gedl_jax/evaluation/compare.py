@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gedl_jax import files
-from gedl_jax.evaluation import bootstrap, core, saved
+from gedl_jax.evaluation import bootstrap, checks, core, saved
 
 __all__ = ["compare_runs", "main", "paired_table", "run_paths"]
 
@@ -142,9 +142,8 @@ def compare_runs(a, b, samples: int = 2000, confidence: float = 0.95, seed: int 
     them. With `calibrated`, of each run's calibrated predictions (module docstring), by
     `calibrator` ("temperature" or "evidence_scale"; None: each run's evaluation's);
     `interval`: the bootstrap interval's method (`bootstrap.INTERVAL_METHODS`)."""
-    if calibrator is not None and calibrator not in core.CALIBRATORS:
-        raise ValueError(f"calibrator must be one of {list(core.CALIBRATORS)}, got "
-                         f"{calibrator!r}")
+    if calibrator is not None:
+        checks.one_of(calibrator, core.CALIBRATORS, "calibrator")
     (about_a, runs_a), (about_b, runs_b) = (_side(a, calibrated, calibrator),
                                             _side(b, calibrated, calibrator))
     everyone = runs_a + runs_b

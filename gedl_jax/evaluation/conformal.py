@@ -49,6 +49,8 @@ from typing import Any
 
 import numpy as np
 
+from gedl_jax.evaluation import checks
+
 __all__ = ["METHODS", "ConformalCalibration", "calibrate", "conformal_metrics",
            "conformal_quantile", "nonconformity_scores", "prediction_sets", "set_metrics"]
 
@@ -73,38 +75,6 @@ class ConformalCalibration:
     seed: int = 0
 
 
-def _probs(probs_NxK: Any) -> np.ndarray:
-    p = np.asarray(probs_NxK, dtype=np.float64)
-    if p.ndim != 2 or p.shape[1] < 2:
-        raise ValueError(f"probs_NxK must have shape (N, K) with K >= 2, got {p.shape}.")
-    if not np.all(np.isfinite(p)) or (p.size and (p.min() < 0
-                                                   or np.abs(p.sum(1) - 1).max() > 1e-4)):
-        raise ValueError("probs_NxK rows must be finite probabilities summing to 1.")
-    return p
-
-
-def _labels(labels_N: Any, n: int, k: int) -> np.ndarray:
-    labels_N = np.asarray(labels_N)
-    if labels_N.shape != (n,) or not np.issubdtype(labels_N.dtype, np.integer):
-        raise ValueError(f"labels_N must be integer class indices of shape ({n},), got dtype "
-                         f"{labels_N.dtype} and shape {labels_N.shape}.")
-    if n and (labels_N.min() < 0 or labels_N.max() >= k):
-        raise ValueError(f"labels_N must lie in [0, {k}).")
-    return labels_N.astype(np.int64)
-
-
-def _check_method(method: str) -> None:
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; known: {METHODS}.")
-
-
-def _check_alpha(alpha: float) -> float:
-    alpha = float(alpha)
-    if not 0.0 < alpha < 1.0:
-        raise ValueError(f"alpha must lie in (0, 1), got {alpha}.")
-    return alpha
-
-
 def nonconformity_scores(probs_NxK: Any, method: str = "lac", *, u_N: Any = None,
                          randomized: bool = True, lam: float = 0.01, k_reg: int = 1
                          ) -> np.ndarray:
@@ -121,8 +91,8 @@ def nonconformity_scores(probs_NxK: Any, method: str = "lac", *, u_N: Any = None
     >>> nonconformity_scores(np.array([[0.2, 0.5, 0.3]]), "aps", randomized=False).tolist()
     [[1.0, 0.5, 0.8]]
     """
-    _check_method(method)
-    p = _probs(probs_NxK)
+    checks.one_of(method, METHODS, "method")
+    p = checks.distributions(probs_NxK, "probs_NxK")
     if method == "lac":
         return 1.0 - p
     n, k = p.shape
@@ -164,7 +134,7 @@ def conformal_quantile(calibration_scores_n: Any, alpha: float) -> tuple[float, 
     s = np.asarray(calibration_scores_n, dtype=np.float64)
     if s.ndim != 1 or s.size == 0 or np.isnan(s).any():
         raise ValueError("calibration scores must be a non-empty NaN-free 1-D array.")
-    alpha = _check_alpha(alpha)
+    alpha = checks.open_unit(alpha, "alpha")
     n = s.size
     k = int(math.ceil((n + 1) * (1.0 - alpha) - 1e-9))
     if k > n:
@@ -188,12 +158,11 @@ def calibrate(probs_NxK: Any, labels_N: Any, method: str = "lac", alpha: float =
     Returns:
       ``ConformalCalibration``.
     """
-    _check_method(method)
-    alpha = _check_alpha(alpha)
-    p = _probs(probs_NxK)
-    labels = _labels(labels_N, *p.shape)
-    if p.shape[0] == 0:
-        raise ValueError("the calibration split is empty.")
+    checks.one_of(method, METHODS, "method")
+    alpha = checks.open_unit(alpha, "alpha")
+    p = checks.distributions(probs_NxK, "probs_NxK")
+    labels = checks.class_labels(labels_N, *p.shape)
+    checks.nonempty(p, "the calibration split's probs_NxK")
     uses_u = method != "lac" and randomized
     if uses_u and u_N is None:
         u_N = np.random.default_rng([seed, 0]).random(p.shape[0])
@@ -214,7 +183,7 @@ def prediction_sets(calibration: ConformalCalibration, probs_NxK: Any, *,
     given.
     """
     c = calibration
-    p = _probs(probs_NxK)
+    p = checks.distributions(probs_NxK, "probs_NxK")
     uses_u = c.method != "lac" and c.randomized
     if uses_u and u_N is None:
         u_N = np.random.default_rng([c.seed, 1]).random(p.shape[0])
@@ -234,7 +203,7 @@ def set_metrics(sets_NxK: Any, labels_N: Any) -> dict[str, float]:
     if sets.dtype != np.bool_ or sets.ndim != 2 or sets.shape[0] == 0:
         raise ValueError(f"sets_NxK must be a non-empty (N, K) bool array, got {sets.dtype} "
                          f"{sets.shape}.")
-    labels = _labels(labels_N, *sets.shape)
+    labels = checks.class_labels(labels_N, *sets.shape)
     size = sets.sum(axis=1)
     return {"coverage": float(np.mean(sets[np.arange(labels.size), labels])),
             "mean_set_size": float(size.mean()),

@@ -17,7 +17,7 @@ from scipy import stats
 
 from gedl_jax.evaluation import bootstrap as bootstrap_lib
 from gedl_jax.evaluation import calibration as calibration_lib
-from gedl_jax.evaluation import metrics, sections
+from gedl_jax.evaluation import checks, metrics, sections
 from gedl_jax.evaluation import scores as scores_lib
 
 __all__ = ["CALIBRATORS", "CONVENTIONS", "EvaluationOptions", "ModelOutputs", "Predictions",
@@ -117,19 +117,6 @@ CONVENTIONS: dict[str, str] = {
 }
 
 
-def _checked_labels(labels, n: int, num_classes: int, real=slice(None)) -> np.ndarray | None:
-    """Integer class indices of shape (n,) in [0, K) (checked on the `real` rows), as int64."""
-    if labels is None:
-        return None
-    labels = np.asarray(labels)
-    if labels.shape != (n,) or not np.issubdtype(labels.dtype, np.integer):
-        raise ValueError(f"labels must be integer class indices of shape ({n},), got "
-                         f"dtype {labels.dtype} and shape {labels.shape}.")
-    if labels[real].size and (labels[real].min() < 0 or labels[real].max() >= num_classes):
-        raise ValueError(f"labels must lie in [0, {num_classes}).")
-    return labels.astype(np.int64)
-
-
 @dataclasses.dataclass(frozen=True, eq=False)
 class ModelOutputs:
     """Dirichlet outputs of a model on one evaluation set.
@@ -149,24 +136,14 @@ class ModelOutputs:
     mask: np.ndarray | None = None
 
     def __post_init__(self):
-        alpha = np.asarray(self.alpha)
-        if alpha.ndim != 2:
-            raise ValueError(f"alpha must have shape (N, K), got {alpha.shape}.")
+        alpha = checks.matrix(self.alpha, "alpha")
         n = alpha.shape[0]
-        w = np.asarray(self.prior_strength, dtype=np.float64)
-        if w.ndim == 0:
-            w = np.full(n, float(w))
-        if w.shape != (n,):
-            raise ValueError(f"prior_strength must have shape ({n},) or be a scalar, "
-                             f"got {w.shape}.")
-        mask = None if self.mask is None else np.asarray(self.mask)
-        if mask is not None and (mask.dtype != np.bool_ or mask.shape != (n,)):
-            raise ValueError(f"mask must be a bool array of shape ({n},), got dtype "
-                             f"{mask.dtype} and shape {mask.shape}.")
-        real = slice(None) if mask is None else mask
-        labels = _checked_labels(self.labels, n, alpha.shape[1], real)
-        scores_lib.check_dirichlet(alpha[real], w[real])
-        object.__setattr__(self, "alpha", alpha.astype(np.float64))
+        w = checks.prior_strength(self.prior_strength, n, "prior_strength")
+        mask = checks.mask(self.mask, n, "mask")
+        labels = None if self.labels is None else checks.class_labels(
+            self.labels, n, alpha.shape[1], "labels", rows=mask)
+        checks.dirichlet(alpha if mask is None else alpha[mask], w if mask is None else w[mask])
+        object.__setattr__(self, "alpha", alpha.copy())   # the caller's array stays theirs
         object.__setattr__(self, "prior_strength", w)
         object.__setattr__(self, "labels", labels)
         object.__setattr__(self, "mask", mask)
@@ -235,6 +212,10 @@ class Predictions:
       alpha, prior_strength: the Dirichlet (N, K) and its prior strength W (N,) where the method
         predicts one (the EDL family, Prior Networks, PostNet, ...), else None; they add the
         Dirichlet uncertainty measures (u, mutual information, ...) to the results.
+      mp_is_max_probability: whether "mp" is max_k p_k of `probs`, as the method declares
+        (`Method.mp_is_max_probability`): then a calibration that changes p recomputes it;
+        False for DUQ, whose "mp" is its kernel certainty max_c K_c, which no calibration of p
+        changes.
     """
 
     probs: np.ndarray
@@ -242,28 +223,24 @@ class Predictions:
     labels: np.ndarray | None = None
     alpha: np.ndarray | None = None
     prior_strength: np.ndarray | None = None
+    mp_is_max_probability: bool = True
 
     def __post_init__(self):
-        probs = np.asarray(self.probs, dtype=np.float64)
-        if probs.ndim != 2 or probs.shape[1] < 2:
-            raise ValueError(f"probs must have shape (N, K) with K >= 2, got {probs.shape}.")
-        if not np.all(np.isfinite(probs)) or (probs.size and (
-                probs.min() < 0 or np.abs(probs.sum(1) - 1).max() > 1e-4)):
-            raise ValueError("probs rows must be finite probabilities summing to 1.")
+        probs = checks.distributions(self.probs, "probs")
         n = probs.shape[0]
+        checks.known(self.scores, scores_lib.SCORE_NAMES, "scores")
         scores = {}
         for name, value in self.scores.items():
-            if name not in scores_lib.SCORE_NAMES:
-                raise ValueError(f"unknown score {name!r}; known: {scores_lib.SCORE_NAMES}.")
             value = np.asarray(value, dtype=np.float64)
             if value.shape != (n,) or np.isnan(value).any():
                 raise ValueError(f"score {name!r} must be a NaN-free array of shape ({n},), "
                                  f"got shape {value.shape}.")
             scores[name] = value
-        labels = _checked_labels(self.labels, n, probs.shape[1])
+        labels = None if self.labels is None else checks.class_labels(
+            self.labels, n, probs.shape[1], "labels")
         alpha = w = None
         if self.alpha is not None:
-            alpha, w = scores_lib.check_dirichlet(self.alpha, self.prior_strength)
+            alpha, w = checks.dirichlet(self.alpha, self.prior_strength)
             if alpha.shape != probs.shape:
                 raise ValueError(f"alpha has shape {alpha.shape}, probs {probs.shape}.")
         object.__setattr__(self, "probs", probs)
@@ -271,6 +248,7 @@ class Predictions:
         object.__setattr__(self, "labels", labels)
         object.__setattr__(self, "alpha", alpha)
         object.__setattr__(self, "prior_strength", w)
+        object.__setattr__(self, "mp_is_max_probability", bool(self.mp_is_max_probability))
 
     @property
     def num_classes(self) -> int:
@@ -336,24 +314,17 @@ class EvaluationOptions:
     bootstrap_interval: str = "percentile"
 
     def __post_init__(self):
-        if not 0.0 < float(self.conformal_alpha) < 1.0:
-            raise ValueError(f"conformal_alpha must lie in (0, 1), got {self.conformal_alpha}.")
-        if self.calibrator not in CALIBRATORS:
-            raise ValueError(f"calibrator must be one of {CALIBRATORS}, got "
-                             f"{self.calibrator!r}.")
+        checks.open_unit(self.conformal_alpha, "conformal_alpha")
+        checks.one_of(self.calibrator, CALIBRATORS, "calibrator")
         if int(self.bootstrap_samples) != self.bootstrap_samples or \
                 self.bootstrap_samples < 0 or self.bootstrap_samples == 1:
             raise ValueError(f"bootstrap_samples must be 0 (none) or an integer >= 2, got "
                              f"{self.bootstrap_samples}.")
-        if not 0.0 < float(self.bootstrap_confidence) < 1.0:
-            raise ValueError(f"bootstrap_confidence must lie in (0, 1), got "
-                             f"{self.bootstrap_confidence}.")
-        if self.bootstrap_interval not in bootstrap_lib.INTERVAL_METHODS:
-            raise ValueError(f"bootstrap_interval must be one of "
-                             f"{bootstrap_lib.INTERVAL_METHODS}, got {self.bootstrap_interval!r}.")
-        bad = {g for g in (self.ood_groups or {}).values()} - set(sections.GROUPS)
-        if bad:
-            raise ValueError(f"ood_groups values must be in {sections.GROUPS}, got {sorted(bad)}.")
+        checks.open_unit(self.bootstrap_confidence, "bootstrap_confidence")
+        checks.one_of(self.bootstrap_interval, bootstrap_lib.INTERVAL_METHODS,
+                      "bootstrap_interval")
+        for group in (self.ood_groups or {}).values():
+            checks.one_of(group, sections.GROUPS, "an ood_groups value")
         if self.base_rate is not None:
             object.__setattr__(self, "base_rate", tuple(float(a) for a in self.base_rate))
         # {} and None mean the same (no groups); one spelling keeps as_dict() comparable
@@ -377,10 +348,7 @@ def evaluate_outputs(id_outputs: ModelOutputs,
     ModelOutputs are EDL-family outputs (alpha = e + W a), so post-hoc calibration defaults to
     the evidence scale here: ``options=EvaluationOptions(calibrate=True,
     calibrator="evidence_scale")``."""
-    unknown = set(scores) - set(scores_lib.DIRICHLET_SCORE_NAMES)
-    if unknown:
-        raise ValueError(f"Unknown scores {sorted(unknown)}; known: "
-                         f"{scores_lib.DIRICHLET_SCORE_NAMES}.")
+    checks.known(scores, scores_lib.DIRICHLET_SCORE_NAMES, "scores")
     idd = id_outputs.unpadded()
     if idd.labels is None:
         raise ValueError("id_outputs needs labels.")
@@ -570,9 +538,9 @@ def calibrated_predictions(validation: Predictions, predictions: Mapping[str, Pr
 
     Returns (the fit as a dict, {"validation": ..., **{name: ...}} calibrated predictions).
     "temperature": p -> softmax(log p / T) (``calibration.fit_temperature`` on
-    ``probs_as_logits``); the scores that are functions of p ("mp" where it is max_k p_k,
-    "neg_entropy") are recomputed, the others (a Dirichlet's "um", an ensemble's "neg_mi",
-    DUQ's kernel scores) kept. "evidence_scale"
+    ``probs_as_logits``); the scores that are functions of p ("mp" where the predictions'
+    ``mp_is_max_probability``, "neg_entropy") are recomputed, the others (a Dirichlet's "um",
+    an ensemble's "neg_mi", DUQ's kernel scores) kept. "evidence_scale"
     (Dirichlet predictions of the EDL family only): e = alpha - W a, alpha -> s e + W a
     (``calibration.fit_evidence_scale``); every Dirichlet score is recomputed from the new alpha.
     """
@@ -580,16 +548,12 @@ def calibrated_predictions(validation: Predictions, predictions: Mapping[str, Pr
         logits = calibration_lib.probs_as_logits(validation.probs)
         fit = calibration_lib.fit_temperature(logits, validation.labels)
 
-        # "mp" is max_k p_k for most methods, but DUQ's is its kernel certainty: recompute it
-        # only where it is the max probability
-        mp_is_max_p = "mp" in validation.scores and np.allclose(
-            validation.scores["mp"], validation.probs.max(axis=1), rtol=0.0, atol=1e-9)
-        recomputed = {"neg_entropy"} | ({"mp"} if mp_is_max_p else set())
-
         def apply(p: Predictions) -> Predictions:
             probs = calibration_lib.apply_temperature(
                 calibration_lib.probs_as_logits(p.probs), fit)
             new = scores_lib.categorical_scores(probs)
+            # "mp" is max_k p_k where the method says so (not DUQ's kernel certainty)
+            recomputed = {"neg_entropy"} | ({"mp"} if p.mp_is_max_probability else set())
             return dataclasses.replace(p, probs=probs, scores={
                 s: new[s] if s in recomputed else v for s, v in p.scores.items()})
     elif calibrator == "evidence_scale":
@@ -609,7 +573,7 @@ def calibrated_predictions(validation: Predictions, predictions: Mapping[str, Pr
             return dataclasses.replace(p, probs=alpha / alpha.sum(axis=1, keepdims=True),
                                        scores={**p.scores, **new}, alpha=alpha)
     else:
-        raise ValueError(f"calibrator must be one of {CALIBRATORS}, got {calibrator!r}.")
+        checks.one_of(calibrator, CALIBRATORS, "calibrator")
     out = {"validation": apply(validation)}
     out.update({name: apply(p) for name, p in predictions.items()})
     return {"calibrator": calibrator, **dataclasses.asdict(fit)}, out
@@ -672,11 +636,7 @@ def ensemble_epistemic_uncertainty(probs_MxNxK: Any) -> np.ndarray:
     Returns:
       (N,) float64, >= 0 (clipped at 0 against rounding).
     """
-    p = np.asarray(probs_MxNxK, dtype=np.float64)
-    if p.ndim != 3 or p.shape[2] < 2:
-        raise ValueError(f"probs_MxNxK must have shape (M, N, K) with K >= 2, got {p.shape}.")
-    if not np.all(np.isfinite(p)) or p.min() < 0 or np.abs(p.sum(-1) - 1).max() > 1e-4:
-        raise ValueError("probs_MxNxK rows must be finite probabilities summing to 1.")
+    p = checks.stacked_probabilities(probs_MxNxK)
 
     def entropy(q):
         return -np.sum(np.where(q > 0, q * np.log(np.where(q > 0, q, 1.0)), 0.0), axis=-1)

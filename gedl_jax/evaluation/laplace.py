@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 from scipy import linalg, special
 
+from gedl_jax.evaluation import checks
+
 PREDICTIVES = ("probit", "mc")
 PRIOR_PRECISION_GRID = tuple(float(x) for x in np.logspace(-4, 4, 17))
 
@@ -92,8 +94,7 @@ def last_layer_ggn(features_NxF: Any, weight_FxK: Any, bias_K: Any,
 def fit_last_layer_laplace(train_features_NxF: Any, weight_FxK: Any, bias_K: Any,
                            prior_precision: float) -> LastLayerLaplace:
     """The posterior covariance (GGN + prior_precision I)^-1 around the trained layer."""
-    if not (math.isfinite(prior_precision) and prior_precision > 0):
-        raise ValueError(f"prior_precision must be finite and > 0, got {prior_precision}.")
+    checks.positive(prior_precision, "prior_precision")
     theta = _theta(weight_FxK, bias_K)
     precision = last_layer_ggn(train_features_NxF, weight_FxK, bias_K)
     precision[np.diag_indices_from(precision)] += prior_precision
@@ -124,14 +125,12 @@ def predictive(fit: LastLayerLaplace, features_NxF: Any, kind: str = "probit",
                num_samples: int = 1000, seed: int = 0) -> np.ndarray:
     """Predictive class probabilities (N, K): "probit" (softmax(mu / sqrt(1 + pi/8 diag
     Sigma))) or "mc" (the mean softmax over `num_samples` draws of the logits, seeded)."""
-    if kind not in PREDICTIVES:
-        raise ValueError(f"kind={kind!r}; allowed: {list(PREDICTIVES)}")
+    checks.one_of(kind, PREDICTIVES, "kind")
     mean, cov = logit_distribution(fit, features_NxF)
     if kind == "probit":
         scale = np.sqrt(1.0 + math.pi / 8.0 * np.einsum("nkk->nk", cov))
         return special.softmax(mean / scale, axis=1)
-    if num_samples < 1:
-        raise ValueError(f"num_samples must be >= 1, got {num_samples}.")
+    checks.count(num_samples, "num_samples", 1)
     rng = np.random.default_rng(seed)
     # Sigma = L L^T per example (a tiny jitter where the posterior is flat in some direction)
     jitter = 1e-12 * np.eye(fit.num_classes)

@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from gedl_jax.evaluation import checks
+
 __all__ = [
     "CalibrationResult",
     "accuracy",
@@ -48,24 +50,9 @@ __all__ = [
     "per_example_terms",
 ]
 
-# Rows of probs_NxK must sum to 1 within this tolerance (float32 softmax / alpha/S sums are ~1e-6).
-_SIMPLEX_ATOL = 1e-4
-
-
 # ------------------------------------------------------------------------------------------------
 # Input handling
 # ------------------------------------------------------------------------------------------------
-def _check_mask(mask_N: Any, n: int, name: str = "mask_N") -> np.ndarray | None:
-    if mask_N is None:
-        return None
-    mask_N = np.asarray(mask_N)
-    if mask_N.dtype != np.bool_:
-        raise ValueError(f"{name} must be a boolean array, got dtype {mask_N.dtype}.")
-    if mask_N.shape != (n,):
-        raise ValueError(f"{name} must have shape ({n},), got {mask_N.shape}.")
-    return mask_N
-
-
 def _select(mask_N: Any, *arrays: np.ndarray, mask_name: str = "mask_N") -> tuple[np.ndarray, ...]:
     """Returns the rows of every array where mask_N is True (all rows when mask_N is None)."""
     n = arrays[0].shape[0]
@@ -73,75 +60,32 @@ def _select(mask_N: Any, *arrays: np.ndarray, mask_name: str = "mask_N") -> tupl
         if a.shape[0] != n:
             raise ValueError(
                 f"Inputs disagree on the number of examples: {[x.shape for x in arrays]}.")
-    mask_N = _check_mask(mask_N, n, mask_name)
+    mask_N = checks.mask(mask_N, n, mask_name)
     if mask_N is None:
         return arrays
     return tuple(a[mask_N] for a in arrays)
 
 
-def _as_1d(x: Any, name: str) -> np.ndarray:
-    x = np.asarray(x)
-    if x.ndim != 1:
-        raise ValueError(f"{name} must be 1-D of shape (N,), got shape {x.shape}.")
-    return x
-
-
 def _probs_labels(probs_NxK: Any, labels_N: Any, mask_N: Any) -> tuple[np.ndarray, np.ndarray]:
     """Validates (probs, labels), applies the mask; returns float64 probs and int64 labels."""
-    probs_NxK = np.asarray(probs_NxK)
-    if probs_NxK.ndim != 2 or probs_NxK.shape[1] < 2:
-        raise ValueError(f"probs_NxK must have shape (N, K) with K >= 2, got {probs_NxK.shape}.")
-    labels_N = _as_1d(labels_N, "labels_N")
+    probs_NxK = checks.matrix(probs_NxK, "probs_NxK")
+    labels_N = checks.vector(labels_N, "labels_N")
     if labels_N.shape[0] != probs_NxK.shape[0]:
         raise ValueError(
             f"probs_NxK has {probs_NxK.shape[0]} rows but labels_N has {labels_N.shape[0]}.")
     probs_NxK, labels_N = _select(mask_N, probs_NxK, labels_N)
-    if labels_N.shape[0] == 0:
-        raise ValueError("No examples (after masking).")
-    if not np.issubdtype(labels_N.dtype, np.integer):
-        raise ValueError(
-            f"labels_N must hold integer class indices (not one-hot), got dtype {labels_N.dtype}.")
-    num_classes = probs_NxK.shape[1]
-    if labels_N.min() < 0 or labels_N.max() >= num_classes:
-        raise ValueError(
-            f"labels_N must lie in [0, {num_classes}), got range "
-            f"[{labels_N.min()}, {labels_N.max()}].")
-    probs_NxK = probs_NxK.astype(np.float64)
-    if not np.all(np.isfinite(probs_NxK)):
-        raise ValueError("probs_NxK contains NaN or infinite values.")
-    if probs_NxK.min() < -_SIMPLEX_ATOL or probs_NxK.max() > 1 + _SIMPLEX_ATOL:
-        raise ValueError(
-            f"probs_NxK must lie in [0, 1], got range [{probs_NxK.min()}, {probs_NxK.max()}].")
-    row_err = np.abs(probs_NxK.sum(axis=1) - 1.0).max()
-    if row_err > _SIMPLEX_ATOL:
-        raise ValueError(
-            f"Rows of probs_NxK must sum to 1 (max deviation {row_err:.3g} > {_SIMPLEX_ATOL}); "
-            "pass probabilities (e.g. alpha / S), not logits or alpha.")
-    return probs_NxK, labels_N.astype(np.int64)
+    checks.nonempty(labels_N, "labels_N (after masking)")
+    labels_N = checks.class_labels(labels_N, labels_N.shape[0], probs_NxK.shape[1])
+    return checks.probabilities(probs_NxK, "probs_NxK"), labels_N
 
 
 def _binary_inputs(is_positive_N: Any, scores_N: Any, mask_N: Any) -> tuple[np.ndarray, np.ndarray]:
     """Validates (is_positive, scores), applies the mask; returns bool labels, float64 scores."""
-    is_positive_N = _as_1d(is_positive_N, "is_positive_N")
-    scores_N = _as_1d(scores_N, "scores_N")
-    if is_positive_N.shape != scores_N.shape:
-        raise ValueError(
-            f"is_positive_N {is_positive_N.shape} and scores_N {scores_N.shape} differ in shape.")
+    is_positive_N, scores_N = checks.pair(is_positive_N, scores_N, "is_positive_N", "scores_N")
     is_positive_N, scores_N = _select(mask_N, is_positive_N, scores_N)
-    if scores_N.shape[0] == 0:
-        raise ValueError("No examples (after masking).")
-    if is_positive_N.dtype != np.bool_:
-        if not (np.issubdtype(is_positive_N.dtype, np.integer)
-                and np.all((is_positive_N == 0) | (is_positive_N == 1))):
-            raise ValueError("is_positive_N must be boolean or hold only 0 and 1.")
-        is_positive_N = is_positive_N.astype(np.bool_)
-    if not np.issubdtype(scores_N.dtype, np.number) or np.issubdtype(scores_N.dtype,
-                                                                     np.complexfloating):
-        raise ValueError(f"scores_N must be real numbers, got dtype {scores_N.dtype}.")
-    scores_N = scores_N.astype(np.float64)
-    if np.any(np.isnan(scores_N)):
-        raise ValueError("scores_N contains NaN.")
-    return is_positive_N, scores_N
+    checks.nonempty(scores_N, "scores_N (after masking)")
+    return (checks.binary(is_positive_N, "is_positive_N"),
+            checks.real_numbers(scores_N, "scores_N"))
 
 
 def _binary_curve(is_positive_N: np.ndarray, scores_N: np.ndarray
@@ -298,11 +242,8 @@ def expected_calibration_error(probs_NxK: Any, labels_N: Any, num_bins: int = 15
         into ``num_bins`` consecutive groups whose sizes differ by at most one (np.array_split);
         tied confidences may straddle two bins. Bin edges are the groups' min and max confidence.
     """
-    if binning not in ("equal_width", "adaptive"):
-        raise ValueError(f"binning must be 'equal_width' or 'adaptive', got {binning!r}.")
-    if int(num_bins) != num_bins or num_bins < 1:
-        raise ValueError(f"num_bins must be a positive integer, got {num_bins}.")
-    num_bins = int(num_bins)
+    checks.one_of(binning, ("equal_width", "adaptive"), "binning")
+    num_bins = checks.count(num_bins, "num_bins", 1)
     terms = per_example_terms(probs_NxK, labels_N, mask_N=mask_N)
     conf_N, correct_N = terms["confidence"], terms["correct"]
     n = conf_N.size
@@ -351,11 +292,9 @@ def classwise_calibration_error(probs_NxK: Any, labels_N: Any, num_bins: int = 1
     >>> classwise_calibration_error(np.array([[0.75, 0.25], [0.75, 0.25]]), np.array([0, 1]))
     0.25
     """
-    if int(num_bins) != num_bins or num_bins < 1:
-        raise ValueError(f"num_bins must be a positive integer, got {num_bins}.")
+    num_bins = checks.count(num_bins, "num_bins", 1)
     probs_NxK, labels_N = _probs_labels(probs_NxK, labels_N, mask_N)
     n, k = probs_NxK.shape
-    num_bins = int(num_bins)
     onehot_NxK = np.eye(k, dtype=np.float64)[labels_N]
     # one bincount over (class, bin) pairs: index k * num_bins + b
     cell_NxK = (np.arange(k) * num_bins
@@ -454,8 +393,7 @@ def misclassification_detection(correct_N: Any, confidence_N: Any, *, mask_N: An
     (e.g. max projected probability, or -u). Returns ``{"aupr": average precision,
     "auroc": AUROC}``, both fractions. NaN (with a warning) when all or no predictions are correct.
     """
-    correct_N = _as_1d(correct_N, "correct_N")
-    confidence_N = _as_1d(confidence_N, "confidence_N")
+    correct_N, confidence_N = checks.pair(correct_N, confidence_N, "correct_N", "confidence_N")
     correct_N, confidence_N = _binary_inputs(correct_N, confidence_N, mask_N)
     return {"aupr": average_precision(correct_N, confidence_N),
             "auroc": auroc(correct_N, confidence_N)}
@@ -475,8 +413,8 @@ def ood_detection(id_scores_N: Any, ood_scores_M: Any, *, id_mask_N: Any = None,
                 in-distribution examples (``fpr_at_tpr`` with ID positive, tpr=0.95).
     ``id_mask_N`` and ``ood_mask_M`` remove padding rows of each set.
     """
-    id_scores_N = _as_1d(id_scores_N, "id_scores_N")
-    ood_scores_M = _as_1d(ood_scores_M, "ood_scores_M")
+    id_scores_N = checks.vector(id_scores_N, "id_scores_N")
+    ood_scores_M = checks.vector(ood_scores_M, "ood_scores_M")
     (id_scores_N,) = _select(id_mask_N, id_scores_N, mask_name="id_mask_N")
     (ood_scores_M,) = _select(ood_mask_M, ood_scores_M, mask_name="ood_mask_M")
     if id_scores_N.size == 0 or ood_scores_M.size == 0:

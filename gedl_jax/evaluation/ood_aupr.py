@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from gedl_jax.evaluation import checks
+
 __all__ = ["AUPR_TRAPEZOIDAL_HEADER", "aupr_trapezoidal", "ood_aupr_trapezoidal",
            "trapezoidal_pr_area"]
 
@@ -38,15 +40,7 @@ AUPR_TRAPEZOIDAL_HEADER = "AUPR (trapezoidal, OpenOOD)"
 
 
 def _scores(x: Any, name: str) -> np.ndarray:
-    x = np.asarray(x)
-    if x.ndim != 1 or x.size == 0:
-        raise ValueError(f"{name} must be a non-empty 1-D array, got shape {x.shape}.")
-    if not np.issubdtype(x.dtype, np.number) or np.issubdtype(x.dtype, np.complexfloating):
-        raise ValueError(f"{name} must be real numbers, got dtype {x.dtype}.")
-    x = x.astype(np.float64)
-    if np.isnan(x).any():
-        raise ValueError(f"{name} contains NaN.")
-    return x
+    return checks.real_numbers(checks.nonempty(checks.vector(x, name), name), name)
 
 
 def trapezoidal_pr_area(is_positive_N: Any, scores_N: Any) -> float:
@@ -57,16 +51,9 @@ def trapezoidal_pr_area(is_positive_N: Any, scores_N: Any) -> float:
     >>> trapezoidal_pr_area(np.array([True, False]), np.array([1.0, 0.0]))
     1.0
     """
-    is_positive_N = np.asarray(is_positive_N)
-    if is_positive_N.dtype != np.bool_:
-        if not (np.issubdtype(is_positive_N.dtype, np.integer)
-                and np.all((is_positive_N == 0) | (is_positive_N == 1))):
-            raise ValueError("is_positive_N must be boolean or hold only 0 and 1.")
-        is_positive_N = is_positive_N.astype(np.bool_)
+    is_positive_N, scores_N = checks.pair(is_positive_N, scores_N, "is_positive_N", "scores_N")
+    is_positive_N = checks.binary(is_positive_N, "is_positive_N")
     scores_N = _scores(scores_N, "scores_N")
-    if is_positive_N.shape != scores_N.shape:
-        raise ValueError(f"is_positive_N {is_positive_N.shape} and scores_N {scores_N.shape} "
-                         "differ in shape.")
     if not is_positive_N.any():
         warnings.warn("the PR area is undefined without positive examples; returning NaN.",
                       RuntimeWarning, stacklevel=2)
@@ -91,8 +78,7 @@ def aupr_trapezoidal(id_scores_N: Any, ood_scores_M: Any, positive: str = "in") 
     Returns:
       The trapezoidal PR area (``trapezoidal_pr_area``), a fraction in [0, 1].
     """
-    if positive not in ("in", "out"):
-        raise ValueError(f"positive must be 'in' or 'out', got {positive!r}.")
+    checks.one_of(positive, ("in", "out"), "positive")
     id_scores_N = _scores(id_scores_N, "id_scores_N")
     ood_scores_M = _scores(ood_scores_M, "ood_scores_M")
     scores = np.r_[id_scores_N, ood_scores_M]

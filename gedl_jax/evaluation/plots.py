@@ -19,6 +19,7 @@ from matplotlib.figure import Figure
 from scipy import stats
 
 from gedl_jax import files
+from gedl_jax.evaluation import checks
 from gedl_jax.evaluation import report as report_lib
 from gedl_jax.evaluation import scores as scores_lib
 from gedl_jax.evaluation.core import ensemble_epistemic_uncertainty
@@ -194,7 +195,7 @@ def uncertainty_against_strength(alpha_NxK: Any, prior_strength_N: Any, path: st
     """
     from gedl_jax import evidential
 
-    alpha_NxK, prior_strength_N = scores_lib.check_dirichlet(alpha_NxK, prior_strength_N)
+    alpha_NxK, prior_strength_N = checks.dirichlet(alpha_NxK, prior_strength_N)
     names = ("u", "mutual_information", "variance_sum")
     m = scores_lib.uncertainty_measures(alpha_NxK, prior_strength_N,
                                         names=names + ("strength",))

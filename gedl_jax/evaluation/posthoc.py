@@ -45,6 +45,8 @@ from typing import Any
 import numpy as np
 from scipy import special
 
+from gedl_jax.evaluation import checks
+
 __all__ = ["FEATURE_SCORE_NAMES", "KNN_DEFAULT_K", "LOGIT_SCORE_NAMES", "POSTHOC_SCORE_NAMES",
            "KnnFit", "MahalanobisFit", "PosthocOptions", "VimFit", "energy_score", "fit_knn",
            "fit_mahalanobis", "fit_posthoc", "fit_vim", "knn_score", "logit_scores",
@@ -72,20 +74,12 @@ _KNN_MIN_SAMPLE = 1024
 
 
 # ------------------------------------------------------------------------------------- inputs
-def _finite_matrix(x: Any, name: str, min_cols: int = 1) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float64)
-    if x.ndim != 2 or x.shape[1] < min_cols:
-        raise ValueError(f"{name} must be a 2-D array with at least {min_cols} column(s), got "
-                         f"shape {x.shape}.")
-    if x.shape[0] == 0:
-        raise ValueError(f"{name} has no examples.")
-    if not np.all(np.isfinite(x)):
-        raise ValueError(f"{name} contains NaN or infinite values.")
-    return x
+def _finite_matrix(x: Any, name: str, min_columns: int = 1) -> np.ndarray:
+    return checks.finite(checks.matrix(x, name, min_columns, need_examples=True), name)
 
 
 def _logits(logits_NxK: Any) -> np.ndarray:
-    return _finite_matrix(logits_NxK, "logits_NxK", min_cols=2)
+    return _finite_matrix(logits_NxK, "logits_NxK", min_columns=2)
 
 
 def _features(features_NxF: Any, num_features: int | None = None,
@@ -94,16 +88,6 @@ def _features(features_NxF: Any, num_features: int | None = None,
     if num_features is not None and x.shape[1] != num_features:
         raise ValueError(f"{name} has {x.shape[1]} features, the fit has {num_features}.")
     return x
-
-
-def _train_labels(labels_N: Any, n: int) -> np.ndarray:
-    labels_N = np.asarray(labels_N)
-    if labels_N.shape != (n,) or not np.issubdtype(labels_N.dtype, np.integer):
-        raise ValueError(f"labels_N must be integer class indices of shape ({n},), got dtype "
-                         f"{labels_N.dtype} and shape {labels_N.shape}.")
-    if labels_N.min() < 0:
-        raise ValueError("labels_N must be >= 0.")
-    return labels_N.astype(np.int64)
 
 
 # ----------------------------------------------------------------------- scores of the logits
@@ -128,9 +112,7 @@ def energy_score(logits_NxK: Any, temperature: float = 1.0) -> np.ndarray:
     >>> energy_score(np.array([[0.0, 0.0]])).round(4).tolist()
     [0.6931]
     """
-    t = float(temperature)
-    if not (np.isfinite(t) and t > 0):
-        raise ValueError(f"temperature must be finite and > 0, got {temperature}.")
+    t = checks.positive(temperature, "temperature")
     return t * special.logsumexp(_logits(logits_NxK) / t, axis=1)
 
 
@@ -174,10 +156,9 @@ def fit_mahalanobis(train_features_NxF: Any, train_labels_N: Any,
       num_classes: K (default: max label + 1).
     """
     x = _features(train_features_NxF, name="train_features_NxF")
-    y = _train_labels(train_labels_N, x.shape[0])
-    k = int(y.max()) + 1 if num_classes is None else int(num_classes)
-    if y.max() >= k:
-        raise ValueError(f"train_labels_N must lie in [0, {k}).")
+    k = None if num_classes is None else int(num_classes)
+    y = checks.class_labels(train_labels_N, x.shape[0], k, "train_labels_N")
+    k = int(y.max()) + 1 if k is None else k
     counts = np.bincount(y, minlength=k)
     sums = np.zeros((k, x.shape[1]))
     np.add.at(sums, y, x)
@@ -316,7 +297,7 @@ def fit_vim(train_features_NxF: Any, train_logits_NxK: Any, weight_FxK: Any, bia
     if z.shape[0] != x.shape[0]:
         raise ValueError(f"train_features_NxF has {x.shape[0]} rows, train_logits_NxK "
                          f"{z.shape[0]}.")
-    w = _finite_matrix(weight_FxK, "weight_FxK", min_cols=2)
+    w = _finite_matrix(weight_FxK, "weight_FxK", min_columns=2)
     b = np.asarray(bias_K, dtype=np.float64)
     f, k = x.shape[1], z.shape[1]
     if w.shape != (f, k) or b.shape != (k,) or not np.all(np.isfinite(b)):
@@ -364,10 +345,7 @@ class PosthocOptions:
 
     def __post_init__(self):
         object.__setattr__(self, "scores", tuple(self.scores))
-        unknown = [s for s in self.scores if s not in POSTHOC_SCORE_NAMES]
-        if unknown:
-            raise ValueError(f"unknown post-hoc scores {unknown}; known: "
-                             f"{', '.join(POSTHOC_SCORE_NAMES)}.")
+        checks.known(self.scores, POSTHOC_SCORE_NAMES, "post-hoc scores")
 
     @property
     def needs_features(self) -> bool:

@@ -13,6 +13,10 @@ them. Keys are ``<split>/<field>`` with split "test", "validation" (where evalua
   strength         (N,) float64 S = sum_k alpha_k (idem)
   posthoc/<name>   (N,) float64 each post-hoc OOD score of the network's logits and features
                    (``evaluation.posthoc``: "energy", "neg_mahalanobis", ...; where computed)
+  mp_is_max_probability
+                   () bool: whether score/mp is max_k probs (``Predictions``; False for DUQ's
+                   kernel certainty). A file written before it was recorded is read as the
+                   scores show it: mp equal to max_k probs (within 1e-9) where it is.
 
 plus ``meta/splits``, the split names in order. The post-hoc scores are kept apart from the
 method's own ``score/<name>``: ``load_predictions`` leaves them out, so recomputing the results
@@ -53,6 +57,7 @@ def predictions_arrays(predictions: Mapping[str, Predictions]) -> dict[str, np.n
             arrays[f"{split}/labels"] = p.labels
         for name, score in p.scores.items():
             arrays[f"{split}/score/{name}"] = score
+        arrays[f"{split}/mp_is_max_probability"] = np.array(p.mp_is_max_probability)
         if p.is_dirichlet:
             arrays[f"{split}/alpha"] = p.alpha
             arrays[f"{split}/prior_strength"] = p.prior_strength
@@ -109,9 +114,19 @@ def load_predictions(path) -> dict[str, Predictions]:
     out = {}
     for split in arrays["meta/splits"].tolist():
         prefix = f"{split}/score/"
+        scores = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+        recorded = arrays.get(f"{split}/mp_is_max_probability")
         out[split] = Predictions(
-            probs=arrays[f"{split}/probs"],
-            scores={k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)},
+            probs=arrays[f"{split}/probs"], scores=scores,
             labels=arrays.get(f"{split}/labels"), alpha=arrays.get(f"{split}/alpha"),
-            prior_strength=arrays.get(f"{split}/prior_strength"))
+            prior_strength=arrays.get(f"{split}/prior_strength"),
+            mp_is_max_probability=(bool(recorded) if recorded is not None else
+                                   _mp_is_max_probability(arrays[f"{split}/probs"], scores)))
     return out
+
+
+def _mp_is_max_probability(probs: np.ndarray, scores: Mapping[str, np.ndarray]) -> bool:
+    """What a file written before predictions recorded their MP's meaning says of it: "mp"
+    is max_k probs where it equals it (every method's but DUQ's kernel certainty)."""
+    return "mp" in scores and bool(np.allclose(scores["mp"], np.max(probs, axis=1), rtol=0.0,
+                                               atol=1e-9))

@@ -55,7 +55,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from gedl_jax import evidential as ev
-from gedl_jax.evaluation import posthoc
+from gedl_jax.evaluation import checks, posthoc
 
 __all__ = ["SCORE_NAMES", "DIRICHLET_SCORE_NAMES", "MEASURE_NAMES", "categorical_scores",
            "check_dirichlet", "confidence_scores", "entropy", "sampled_scores",
@@ -75,29 +75,8 @@ MEASURE_NAMES: tuple[str, ...] = ("u", "mutual_information", "variance_sum", "ex
                                   "log_strength")
 
 
-def check_dirichlet(alpha_NxK: Any, prior_strength_N: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Validates Dirichlet parameters and prior strengths; returns float64 NumPy copies.
-
-    alpha_NxK must be finite and > 0 with K >= 2. prior_strength_N (W per example) must be finite
-    and > 0, of shape (N,) or a scalar (a fixed W, broadcast to (N,)).
-    """
-    alpha_NxK = np.asarray(alpha_NxK, dtype=np.float64)
-    if alpha_NxK.ndim != 2 or alpha_NxK.shape[1] < 2:
-        raise ValueError(f"alpha_NxK must have shape (N, K) with K >= 2, got {alpha_NxK.shape}.")
-    if not np.all(np.isfinite(alpha_NxK)):
-        raise ValueError("alpha_NxK contains NaN or infinite values.")
-    if alpha_NxK.size and alpha_NxK.min() <= 0:
-        raise ValueError(f"alpha_NxK must be > 0, got min {alpha_NxK.min()}.")
-    prior_strength_N = np.asarray(prior_strength_N, dtype=np.float64)
-    if prior_strength_N.ndim == 0:
-        prior_strength_N = np.full(alpha_NxK.shape[0], float(prior_strength_N))
-    if prior_strength_N.shape != (alpha_NxK.shape[0],):
-        raise ValueError(f"prior_strength_N must have shape ({alpha_NxK.shape[0]},) or be a "
-                         f"scalar, got {prior_strength_N.shape}.")
-    if not np.all(np.isfinite(prior_strength_N)) or (prior_strength_N.size
-                                                     and prior_strength_N.min() <= 0):
-        raise ValueError("prior_strength_N must be finite and > 0.")
-    return alpha_NxK, prior_strength_N
+# The Dirichlet's input check, under the name this module has always exported (`checks.dirichlet`).
+check_dirichlet = checks.dirichlet
 
 
 # Measures are computed in fixed-size chunks so that one compilation per K serves every set size.
@@ -127,10 +106,8 @@ def uncertainty_measures(alpha_NxK: Any, prior_strength_N: Any,
     "differential_entropy", "max_probability" = max_k alpha_k / S, "strength" = S,
     "log_strength" = log S. Returns float64 arrays of shape (N,).
     """
-    unknown = set(names) - set(MEASURE_NAMES)
-    if unknown:
-        raise ValueError(f"Unknown measures {sorted(unknown)}; known: {MEASURE_NAMES}.")
-    alpha_NxK, prior_strength_N = check_dirichlet(alpha_NxK, prior_strength_N)
+    checks.known(names, MEASURE_NAMES, "measures")
+    alpha_NxK, prior_strength_N = checks.dirichlet(alpha_NxK, prior_strength_N)
     n = alpha_NxK.shape[0]
     out = {name: np.empty(n, dtype=np.float64) for name in names}
     with jax.enable_x64(True):
@@ -161,13 +138,11 @@ def confidence_scores(alpha_NxK: Any, prior_strength_N: Any,
     Returns:
       {name: float64 array of shape (N,)}. "um" is -W/S (= -u), never S.
     """
-    unknown = set(names) - set(DIRICHLET_SCORE_NAMES)
-    if unknown:
-        raise ValueError(f"Unknown scores {sorted(unknown)}; known: {DIRICHLET_SCORE_NAMES}.")
+    checks.known(names, DIRICHLET_SCORE_NAMES, "scores")
     needed = {"mp": "max_probability", "um": "u", "strength": "strength",
               "neg_mi": "mutual_information", "neg_differential_entropy": "differential_entropy",
               "neg_expected_entropy": "expected_entropy"}
-    alpha_NxK, prior_strength_N = check_dirichlet(alpha_NxK, prior_strength_N)
+    alpha_NxK, prior_strength_N = checks.dirichlet(alpha_NxK, prior_strength_N)
     measures = uncertainty_measures(alpha_NxK, prior_strength_N,
                                     names=sorted({needed[n] for n in names if n in needed}))
     scores = {}
@@ -189,19 +164,9 @@ def entropy(probs_NxK: Any) -> np.ndarray:
     return -np.sum(np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0), axis=-1)
 
 
-def _check_probs(probs: np.ndarray, name: str) -> None:
-    if probs.shape[-1] < 2 or not np.all(np.isfinite(probs)) or (probs.size and (
-            probs.min() < 0 or np.abs(probs.sum(-1) - 1).max() > 1e-4)):
-        raise ValueError(f"{name} must hold finite probabilities over K >= 2 classes summing "
-                         f"to 1 along the last axis.")
-
-
 def categorical_scores(probs_NxK: Any) -> dict[str, np.ndarray]:
     """Scores of a plain predictive distribution: "mp" = max_k p_k, "neg_entropy" = -H(p)."""
-    p = np.asarray(probs_NxK, dtype=np.float64)
-    if p.ndim != 2:
-        raise ValueError(f"probs_NxK must have shape (N, K), got {p.shape}.")
-    _check_probs(p, "probs_NxK")
+    p = checks.distributions(probs_NxK, "probs_NxK")
     return {"mp": p.max(axis=1), "neg_entropy": -entropy(p)}
 
 
@@ -210,10 +175,7 @@ def sampled_scores(probs_MxNxK: Any) -> tuple[np.ndarray, dict[str, np.ndarray]]
     scores: "mp" and "neg_entropy" of the mean, and "neg_mi" = -(H(mean_m p_m) - mean_m H(p_m)),
     the negative mutual information between prediction and pass (epistemic; >= 0 before the
     sign, clipped at 0 against rounding). Returns (mean probs (N, K), scores)."""
-    p = np.asarray(probs_MxNxK, dtype=np.float64)
-    if p.ndim != 3:
-        raise ValueError(f"probs_MxNxK must have shape (M, N, K), got {p.shape}.")
-    _check_probs(p, "probs_MxNxK")
+    p = checks.stacked_probabilities(probs_MxNxK)
     mean_NxK = p.mean(axis=0)
     scores = categorical_scores(mean_NxK)
     scores["neg_mi"] = -np.maximum(entropy(mean_NxK) - entropy(p).mean(axis=0), 0.0)

@@ -68,6 +68,8 @@ from typing import Any
 
 import numpy as np
 
+from gedl_jax.evaluation import checks
+
 __all__ = ["COVERAGE_LEVELS", "RISK_LEVELS", "RiskCoverageCurve", "augrc", "aurc",
            "coverage_at_risk", "e_aurc", "oracle_aurc", "oracle_aurc_closed_form",
            "risk_at_coverage", "risk_coverage_curve", "scod_aurc", "scod_metrics", "scod_pool",
@@ -117,24 +119,10 @@ class RiskCoverageCurve:
 
 def _inputs(correct_N: Any, scores_N: Any) -> tuple[np.ndarray, np.ndarray]:
     """Validated (bool correct, float64 scores) of equal shape (N,), N >= 1, scores NaN-free."""
-    correct_N = np.asarray(correct_N)
-    scores_N = np.asarray(scores_N)
-    if correct_N.ndim != 1 or scores_N.shape != correct_N.shape:
-        raise ValueError(f"correct_N and scores_N must be 1-D of equal shape (N,), got "
-                         f"{correct_N.shape} and {scores_N.shape}.")
-    if correct_N.size == 0:
-        raise ValueError("No examples.")
-    if correct_N.dtype != np.bool_:
-        if not (np.issubdtype(correct_N.dtype, np.integer)
-                and np.all((correct_N == 0) | (correct_N == 1))):
-            raise ValueError("correct_N must be boolean or hold only 0 and 1.")
-        correct_N = correct_N.astype(np.bool_)
-    if not np.issubdtype(scores_N.dtype, np.number) or np.issubdtype(scores_N.dtype,
-                                                                     np.complexfloating):
-        raise ValueError(f"scores_N must be real numbers, got dtype {scores_N.dtype}.")
-    scores_N = scores_N.astype(np.float64)
-    if np.isnan(scores_N).any():
-        raise ValueError("scores_N contains NaN.")
+    correct_N, scores_N = checks.pair(correct_N, scores_N, "correct_N", "scores_N")
+    checks.nonempty(correct_N, "correct_N")
+    correct_N = checks.binary(correct_N, "correct_N")
+    scores_N = checks.real_numbers(scores_N, "scores_N")
     return correct_N, scores_N
 
 
@@ -319,13 +307,10 @@ def scod_pool(correct_N: Any, id_scores_N: Any, ood_scores_M: Any
     (array([ True, False, False]), array([0.9, 0.2, 0.5]))
     """
     correct_N, id_scores_N = _inputs(correct_N, id_scores_N)
-    ood_scores_M = np.asarray(ood_scores_M)
-    if ood_scores_M.ndim != 1:
-        raise ValueError(f"ood_scores_M must be 1-D of shape (M,), got {ood_scores_M.shape}.")
-    if ood_scores_M.size:
-        _, ood_scores_M = _inputs(np.zeros(ood_scores_M.size, bool), ood_scores_M)
+    ood_scores_M = checks.real_numbers(checks.vector(ood_scores_M, "ood_scores_M"),
+                                       "ood_scores_M")
     return (np.concatenate([correct_N, np.zeros(ood_scores_M.size, bool)]),
-            np.concatenate([id_scores_N, ood_scores_M.astype(np.float64)]))
+            np.concatenate([id_scores_N, ood_scores_M]))
 
 
 def scod_aurc(correct_N: Any, id_scores_N: Any, ood_scores_M: Any) -> float:

@@ -43,6 +43,8 @@ from typing import Any
 
 import numpy as np
 
+from gedl_jax.evaluation import checks
+
 __all__ = ["SIGMA_MIN", "SmoothEceResult", "smooth_ece", "smooth_ece_at", "top_label_confidences"]
 
 SIGMA_MIN = 1e-3
@@ -79,13 +81,9 @@ class SmoothEceResult:
 
 
 def _inputs(confidence_N: Any, outcome_N: Any) -> tuple[np.ndarray, np.ndarray]:
-    f = np.asarray(confidence_N, dtype=np.float64)
-    y = np.asarray(outcome_N)
-    if f.ndim != 1 or y.shape != f.shape:
-        raise ValueError(f"confidence_N and outcome_N must be 1-D of equal shape (N,), got "
-                         f"{f.shape} and {y.shape}.")
-    if f.size == 0:
-        raise ValueError("No examples.")
+    f, y = checks.pair(confidence_N, outcome_N, "confidence_N", "outcome_N")
+    checks.nonempty(f, "confidence_N")
+    f = f.astype(np.float64)
     if not np.all(np.isfinite(f)) or f.min() < 0 or f.max() > 1:
         raise ValueError("confidence_N must lie in [0, 1].")
     y = y.astype(np.float64)
@@ -101,13 +99,8 @@ def top_label_confidences(probs_NxK: Any, labels_N: Any) -> tuple[np.ndarray, np
     >>> top_label_confidences(np.array([[0.7, 0.3], [0.4, 0.6]]), np.array([0, 0]))
     (array([0.7, 0.6]), array([1., 0.]))
     """
-    p = np.asarray(probs_NxK, dtype=np.float64)
-    labels_N = np.asarray(labels_N)
-    if p.ndim != 2 or p.shape[1] < 2 or labels_N.shape != (p.shape[0],):
-        raise ValueError(f"probs_NxK must be (N, K) with K >= 2 and labels_N (N,), got "
-                         f"{p.shape} and {labels_N.shape}.")
-    if not np.issubdtype(labels_N.dtype, np.integer):
-        raise ValueError(f"labels_N must hold integer class indices, got {labels_N.dtype}.")
+    p = checks.matrix(probs_NxK, "probs_NxK")
+    labels_N = checks.class_labels(labels_N, p.shape[0], p.shape[1])
     return np.clip(p.max(axis=1), 0.0, 1.0), (p.argmax(axis=1) == labels_N).astype(np.float64)
 
 
@@ -154,9 +147,7 @@ def smooth_ece_at(confidence_N: Any, outcome_N: Any, sigma: float) -> float:
     0.5
     """
     f, y = _inputs(confidence_N, outcome_N)
-    if not (math.isfinite(sigma) and sigma > 0):
-        raise ValueError(f"sigma must be finite and > 0, got {sigma}.")
-    return _smece_at(f, y, float(sigma))[0]
+    return _smece_at(f, y, checks.positive(sigma, "sigma"))[0]
 
 
 def smooth_ece(confidence_N: Any, outcome_N: Any, sigma: float | None = None
@@ -186,8 +177,8 @@ def smooth_ece(confidence_N: Any, outcome_N: Any, sigma: float | None = None
                 mid = 0.5 * (lo + hi)
                 lo, hi = (mid, hi) if gap(mid) > 0 else (lo, mid)
             sigma = 0.5 * (lo + hi)
-    elif not (math.isfinite(sigma) and sigma > 0):
-        raise ValueError(f"sigma must be finite and > 0, got {sigma}.")
+    else:
+        sigma = checks.positive(sigma, "sigma")
     value, t, density, outcome = _smece_at(f, y, float(sigma))
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_outcome = np.where(density > 0, outcome / density, np.nan)

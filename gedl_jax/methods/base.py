@@ -117,6 +117,10 @@ class Method:
     # What a score means for this method where tables need saying it (recorded in the results
     # as "score_captions"; the table caption reads them): {"um": "-u = -W/S"}.
     score_captions: ClassVar[Mapping[str, str]] = {}
+    # Whether its "mp" score is max_k p_k of its predictive probabilities (carried in its
+    # `Predictions`, so a post-hoc calibration of p recomputes it); DUQ's is its kernel
+    # certainty max_c K_c instead.
+    mp_is_max_probability: ClassVar[bool] = True
     # Whether `fit` must run after training before the method can predict.
     needs_fit: ClassVar[bool] = False
     # The method whose training this one is (its checkpoints are this method's, before `fit`):

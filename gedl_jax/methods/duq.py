@@ -203,6 +203,7 @@ class DUQ(Method):
 
     name: ClassVar[str] = "duq"
     score_names: ClassVar[tuple[str, ...]] = ("mp", "neg_kernel_distance")
+    mp_is_max_probability: ClassVar[bool] = False   # "mp" is the kernel certainty max_c K_c
     progress_logs: ClassVar[tuple[tuple[str, str, str], ...]] = (("penalty", "gp", ".4f"),)
     run_fields: ClassVar[tuple[str, ...]] = ("recipe",)
     reads_features: ClassVar[bool] = True
@@ -277,7 +278,7 @@ class DUQ(Method):
         probs = probs / probs.sum(axis=-1, keepdims=True)
         max_log_k = log_k.max(axis=-1)
         return Predictions(probs, {"mp": np.exp(max_log_k), "neg_kernel_distance": max_log_k},
-                           labels_N)
+                           labels_N, mp_is_max_probability=self.mp_is_max_probability)
 
     def predicted_class(self, raw: Mapping[str, np.ndarray]) -> np.ndarray:
         return np.argmax(raw["log_kernel_BxK"], axis=-1)
