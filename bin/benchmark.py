@@ -10,6 +10,11 @@ hardware and versions named.
     python bin/benchmark.py                                  # default grid, this machine
     python bin/benchmark.py --models=vgg16 --batches=128,512 --dtypes=bfloat16 --out=bench.json
     python bin/benchmark.py --models=convnet --loop_epochs=3  # + the real training loop
+    python bin/benchmark.py --models=vgg16 --devices=1 --seeds=1,5  # 5 seeds against one
+
+With `--seeds=1,5` each setting's 5-seed row (the vmapped step of `config.vmap_seeds`) is set
+beside its one-seed row: "5 seeds: X ms/step = Y x one seed's step", below the table and as
+`step_over_one_seed` in the JSON.
 
 The data is synthetic uint8 resident on device, so this measures the model step (input cost is
 measured separately by bin/input_throughput.py). By default the step is timed as the training
@@ -121,6 +126,30 @@ def bench_one(model_name: str, batch: int, dtype: str, num_devices: int, steps: 
         "peak_memory_bytes": peak_memory_bytes(), "train_flops_per_image": flops_per_image,
         "achieved_flops": achieved, "fraction_of_peak": (achieved / peak) if peak else None,
     }
+
+
+def _same_setting(row: dict) -> tuple:
+    """What a row measured besides its seed count."""
+    return tuple(row.get(k) for k in ("model", "batch", "dtype", "devices", "precision",
+                                      "device_loop"))
+
+
+def with_seed_ratios(rows: list[dict]) -> list[dict]:
+    """The rows; each of S > 1 seeds whose setting was also benchmarked with one seed
+    (`--seeds=1,5`) with `step_over_one_seed`: the time of one step of all S seeds (each its
+    own batch) over one seed's step. What `config.vmap_seeds` is for: on an accelerator that a
+    small model leaves idle, S seeds in little more than one seed's time."""
+    single = {_same_setting(r): r["step_ms"] for r in rows if r.get("seeds", 1) == 1}
+    return [dict(r, step_over_one_seed=r["step_ms"] / single[_same_setting(r)])
+            if r.get("seeds", 1) > 1 and _same_setting(r) in single else r for r in rows]
+
+
+def seed_ratio_lines(rows: list[dict]) -> list[str]:
+    """"<model> b<batch> <dtype> <arithmetic> x<devices>: 5 seeds: X ms/step = Y x one seed's
+    step" for each row with a `step_over_one_seed` (`with_seed_ratios`)."""
+    return [f"{r['model']} b{r['batch']} {r['dtype']} {r['arithmetic']} x{r['devices']}: "
+            f"{r['seeds']} seeds: {r['step_ms']:.2f} ms/step = {r['step_over_one_seed']:.2f} x "
+            f"one seed's step" for r in rows if "step_over_one_seed" in r]
 
 
 def environment() -> dict:
@@ -271,7 +300,10 @@ def main(argv=None) -> int:
                           f"x{count} seeds {seeds}: {row['images_per_s']:10,.0f} img/s  "
                           f"{row['step_ms']:8.2f} ms/step  compile {row['compile_s']:.1f} s",
                           flush=True)
+    rows = with_seed_ratios(rows)
     table = markdown(env, rows)
+    if seed_ratio_lines(rows):
+        table += "\n\n" + "\n".join(f"- {line}" for line in seed_ratio_lines(rows))
     print(table)
     loop = None
     if args.loop_epochs:

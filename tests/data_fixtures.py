@@ -261,3 +261,13 @@ def write_generated_data(root: Path, seed: int = 0) -> GeneratedData:
         {name: [dataclasses.asdict(s) for s in by_file.values()] for name, by_file in
          specs.items()}))
     return GeneratedData(root, specs)
+
+
+def write_generated_cifar10(root: Path, per_batch: int = 4, n_test: int = 4,
+                            seed: int = 0) -> GeneratedData:
+    """A data folder holding a generated CIFAR-10 in its official binary tarball
+    (`write_cifar10_tar`: 5 x `per_batch` training images, random pixels and labels) and the
+    FileSpec that registers it, for training the cifar10 preset's VGG16 on it."""
+    write_cifar10_tar(root / "cifar10" / "cifar-10-binary.tar.gz", per_batch, n_test, seed)
+    return GeneratedData(root, {"cifar10": specs_for(root / "cifar10",
+                                                      ["cifar-10-binary.tar.gz"])})

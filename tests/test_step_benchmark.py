@@ -1,12 +1,17 @@
 """gedl_jax/run/step_benchmark.py: what bin/benchmark.py times is the trainer's own program
 (`run/programs.py`), and the ahead-of-time compiled step (`SeedProgram.compile`) computes what
-the trainer's `program.steps` computes, bit for bit."""
+the trainer's `program.steps` computes, bit for bit. bin/benchmark.py sets each seed count's
+step beside one seed's."""
 
 from __future__ import annotations
+
+import json
 
 import jax
 import numpy as np
 import pytest
+
+from training_fixtures import load_script
 
 from gedl_jax.run import step_benchmark
 
@@ -68,3 +73,39 @@ def test_loop_rate_times_whole_epochs_from_the_first_epoch_end():
     one = step_benchmark.loop_rate(records[:3], batch_size=4)
     assert one == {"loop_images_per_s": 5 * 4 / 0.5, "loop_window": "train records at steps 5-10",
                    "loop_window_steps": 5}
+
+
+def test_benchmark_sets_several_seeds_step_beside_one_seeds(tmp_path, monkeypatch, capsys):
+    """`--seeds=1,5`: a line and a JSON field per setting measured with both, the 5-seed step's
+    time over the one-seed step's (timings faked: the wiring, not a measurement)."""
+    bench = load_script("bin/benchmark.py", "benchmark_script")
+    times = {("float32", 1): 10.0, ("float32", 5): 18.0, ("bfloat16", 1): 4.0,
+             ("bfloat16", 5): 9.0}
+
+    def fake_bench_one(model, batch, dtype, devices, steps, repeats, seeds, device_loop,
+                       precision):
+        step_ms = times[dtype, seeds]
+        return {"model": model, "batch": batch, "dtype": dtype, "devices": devices,
+                "seeds": seeds, "precision": precision, "arithmetic": dtype,
+                "device_loop": device_loop, "images_per_s": 1e3 * batch * seeds / step_ms,
+                "step_ms": step_ms, "step_ms_spread": [step_ms, step_ms], "compile_s": 1.0,
+                "peak_memory_bytes": None, "train_flops_per_image": 1e9,
+                "achieved_flops": 1e12, "fraction_of_peak": None}
+
+    monkeypatch.setattr(bench, "bench_one", fake_bench_one)
+    out = tmp_path / "bench.json"
+    assert bench.main(["--models=vgg16", "--batches=8", "--dtypes=float32,bfloat16",
+                       "--devices=1", "--seeds=1,5", "--deterministic=false",
+                       f"--out={out}"]) == 0
+    printed = capsys.readouterr().out
+    for line in ("vgg16 b8 float32 float32 x1: 5 seeds: 18.00 ms/step = 1.80 x one seed's step",
+                 "vgg16 b8 bfloat16 bfloat16 x1: 5 seeds: 9.00 ms/step = 2.25 x one seed's "
+                 "step"):
+        assert line in printed
+        assert line in out.with_suffix(".md").read_text()
+    rows = json.loads(out.read_text())["results"]
+    assert [r.get("step_over_one_seed") for r in rows] == [None, 1.8, None, 2.25]
+    # a setting without its one-seed row gets none
+    alone = bench.with_seed_ratios([fake_bench_one("vgg16", 8, "float32", 1, 1, 1, 5, False,
+                                                   "default")])
+    assert "step_over_one_seed" not in alone[0] and bench.seed_ratio_lines(alone) == []

@@ -11,6 +11,7 @@ checks an accuracy on the real MNIST files and needs the data folder ($GEDL_DATA
 import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -21,7 +22,7 @@ import time
 import jax
 import numpy as np
 import pytest
-from data_fixtures import SPECS_FILE
+from data_fixtures import SPECS_FILE, write_generated_cifar10
 from training_fixtures import checkpoint_steps, saved_state, subprocess_env
 
 from gedl_jax import configuration, methods, train
@@ -475,6 +476,91 @@ def test_seeds_sequential_and_vmapped_agree_and_vmapped_resumes_exactly(data_dir
     with pytest.raises(train.ConfigMismatchError, match="vmap_seeds"):
         train.run(tiny_config(data_dir, seeds="3,4", num_epochs=1, evaluate_at_end=True,
                               vmap_seeds=False, matmul_precision="highest"), tmp_path / "vmap")
+
+
+@pytest.fixture(scope="module")
+def cifar10_dir(tmp_path_factory):
+    """A generated CIFAR-10 in its official tarball (20 training images, random pixels and
+    labels), registered for this module's tests."""
+    with write_generated_cifar10(tmp_path_factory.mktemp("cifar10")).registered() as root:
+        yield root
+
+
+def _train_records(workdir: pathlib.Path) -> list[dict]:
+    return [r for r in map(json.loads, (workdir / "metrics.jsonl").read_text().splitlines())
+            if r["split"] == "train"]
+
+
+CONV_BIAS = re.compile(r"\['params'\]\['conv\d+'\]\['bias'\]")
+
+
+def test_vgg16_seeds_vmapped_follow_their_sequential_runs(cifar10_dir, tmp_path):
+    """The cifar10 preset with vmap_seeds: VGG16 with batch norm and classifier dropout, on
+    augmented images (the im2col convolutions of its last block on a CPU). Each seed trains
+    as its sequential run, with its own batch statistics, augmentation and dropout draws. Two
+    epochs of one step, batch 4. (tests/multidevice/multi_seed_step.py compares the step alone,
+    in float64 on 4 devices, with --run-extended.)
+
+    After the first step the whole state (parameters, batch-norm running statistics, Adam's
+    moments, GEDL's tau sums) is the sequential run's to float32 rounding, held as the
+    ConvNet's above, except the convolutions' biases: batch norm subtracts each channel's mean
+    right after its convolution, so their gradient is zero and its float32 value rounding
+    noise, which Adam's first step turns into a step of about the learning rate either way;
+    they are held to what Adam can move a weight at all.
+    From the second step on the gradients part where a ReLU's input lies within rounding of
+    zero: batch norm's backward spreads that unit's change over its channel, and Adam moves
+    many weights up to a step apart (measured at the second step: 16-51 % of a convolution
+    kernel's entries, 20-67 % of a batch norm's biases; the sequential program's own
+    second-step gradients of those layers change by as much as their size when its
+    convolutions' biases move by 1e-7, which batch norm cancels).
+    So the second step is compared through its records (the loss and its terms, the accuracy,
+    to 1e-4: measured within 1e-5, while a seed given another step's augmentation or dropout
+    draws moves them by 3-4 %), and the final parameters to Adam's reach."""
+    def config(vmap: bool):
+        c = configuration.build_config("cifar10", "gedl")
+        configuration.set_fields(
+            c, data_dir=str(cifar10_dir), seeds="3,4", vmap_seeds=vmap, train_examples=4,
+            batch_size=4, num_epochs=2, log_every_steps=1, eval_batch_size=4,
+            evaluate_at_end=False, plots=False, ood_datasets=(), checkpoint_interval_seconds=0,
+            allow_chance=True, matmul_precision="highest")
+        return c
+
+    c = config(False)
+    assert c.model == "vgg16" and c.augment   # and VGG16's classifier dropout (0.5)
+    sequential = train.run(c, tmp_path / "seq")
+    together = train.run(config(True), tmp_path / "vmap")
+    def reach(steps: int) -> float:
+        return 2 * c.learning_rate * sum(_adam_update_bound(t) for t in range(1, steps + 1))
+
+    first = {}
+    for s, seq, vmr in zip((3, 4), sequential, together, strict=True):
+        assert seq["seed"] == vmr["seed"] == s and seq["steps"] == vmr["steps"] == 2
+        a, b = (saved_state(tmp_path / run / f"seed_{s}", step=1)[0] for run in ("seq", "vmap"))
+        first[s] = a
+        for (path, x), y in zip(jax.tree.leaves_with_path(a), jax.tree.leaves(b), strict=True):
+            name = jax.tree_util.keystr(path)
+            if name.startswith("['params']"):
+                np.testing.assert_array_less(np.abs(x - y), reach(1), err_msg=name)
+            if not CONV_BIAS.fullmatch(name):
+                rounded_apart = ~np.isclose(x, y, rtol=1e-4, atol=1e-5)
+                assert rounded_apart.mean() <= 1e-3, (name, rounded_apart.sum())
+        ra, rb = _train_records(tmp_path / "seq" / f"seed_{s}"), \
+            _train_records(tmp_path / "vmap" / f"seed_{s}")
+        assert [r["step"] for r in ra] == [r["step"] for r in rb] == [1, 2]
+        for x, y in zip(ra, rb):
+            assert x.keys() == y.keys() >= {"loss", "grad_norm", "accuracy"}
+            # the second step's gradient norm is that of the parted gradients (docstring)
+            parted = {"grad_norm"} if x["step"] > 1 else set()
+            for key in x.keys() - {"step", "split", "time"} - parted:
+                np.testing.assert_allclose(x[key], y[key], rtol=1e-4, atol=1e-5,
+                                           err_msg=f"step {x['step']}: {key}")
+        for x, y in zip(leaves(seq["state"].params), leaves(vmr["state"].params), strict=True):
+            np.testing.assert_array_less(np.abs(x - y), reach(2))
+    # The seeds differ (else "each seed follows its own run" is vacuous), in their batch
+    # statistics too.
+    for part in ("params", "model_state"):
+        assert not np.allclose(jax.tree.leaves(first[3][part])[0],
+                               jax.tree.leaves(first[4][part])[0])
 
 
 def test_workdir_refuses_a_different_config(data_dir, tmp_path, reference):
