@@ -174,3 +174,100 @@ def test_conformal_metrics_and_seeding():
 def test_doctests():
     result = doctest.testmod(conformal, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0
+
+
+# ------------------------------------------------------------------ MAPIE as an oracle
+class _GivenProbabilities:
+    """A fitted scikit-learn classifier whose predict_proba returns the given probabilities
+    of the examples whose indices X holds: how MAPIE is handed a model's outputs."""
+
+    _estimator_type = "classifier"
+
+    def __init__(self, probs_NxK):
+        self.probs_NxK = np.asarray(probs_NxK, np.float64)
+        self.classes_ = np.arange(self.probs_NxK.shape[1])
+
+    def fit(self, X, y):   # MAPIE's prefit mode never calls it
+        return self
+
+    def predict_proba(self, X):
+        return self.probs_NxK[np.asarray(X, int).ravel()]
+
+    def predict(self, X):
+        return self.predict_proba(X).argmax(axis=1)
+
+    def get_params(self, deep=True):
+        return {"probs_NxK": self.probs_NxK}
+
+    def __sklearn_tags__(self):
+        from sklearn.utils import ClassifierTags, Tags, TargetTags
+        return Tags(estimator_type="classifier", target_tags=TargetTags(required=True),
+                    classifier_tags=ClassifierTags())
+
+
+def _mapie_sets(probs_NxK, labels, n_cal, alpha, score, seed=None, **params):
+    """MAPIE 1.6's split-conformal sets of the examples after the first n_cal, calibrated on
+    the first n_cal."""
+    from mapie.classification import SplitConformalClassifier
+    index = np.arange(len(probs_NxK)).reshape(-1, 1)
+    mapie = SplitConformalClassifier(_GivenProbabilities(probs_NxK), confidence_level=1 - alpha,
+                                     conformity_score=score, prefit=True, random_state=seed)
+    mapie.conformalize(index[:n_cal], labels[:n_cal])
+    _, sets = mapie.predict_set(index[n_cal:], conformity_score_params=params)
+    return sets[:, :, 0]
+
+
+def _random_split(seed, n=2000, k=10):
+    rng = np.random.default_rng(seed)
+    probs = rng.dirichlet(np.full(k, 0.3), n)
+    labels = np.array([rng.choice(k, p=p) for p in probs])   # a calibrated model
+    return probs, labels, n // 2
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_lac_sets_are_mapies(seed):
+    """LAC: E = 1 - p_y, q_hat the ceil((n + 1)(1 - alpha))-th smallest calibration score
+    (MAPIE 1.6's "lower" quantile at that level): the same sets on random splits."""
+    probs, labels, n_cal = _random_split(seed)
+    for alpha in (0.05, 0.1, 0.2):
+        ours = conformal.prediction_sets(
+            conformal.calibrate(probs[:n_cal], labels[:n_cal], "lac", alpha), probs[n_cal:])
+        np.testing.assert_array_equal(ours, _mapie_sets(probs, labels, n_cal, alpha, "lac"))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_randomized_aps_is_mapies_randomized_sets_with_u_as_one_minus_its_draws(seed):
+    """The randomized APS score rho(y) + u p_y (Romano et al. 2020) is MAPIE's
+    `include_last_label="randomized"` with u = 1 - U: MAPIE scores calibration examples as
+    cumsum(y) - U p_y and keeps a set's last label when its V = (cumsum - q_hat) / p_last is at
+    most U. Fed MAPIE's own draws (a fresh RandomState(seed) for the calibration scores and
+    again for the test sets), the sets are the same."""
+    probs, labels, n_cal = _random_split(seed)
+    n_test = len(probs) - n_cal
+    u_cal = 1 - np.random.RandomState(seed).uniform(size=n_cal)
+    u_test = 1 - np.random.RandomState(seed).uniform(size=n_test)
+    for alpha in (0.05, 0.1, 0.2):
+        calibration = conformal.calibrate(probs[:n_cal], labels[:n_cal], "aps", alpha,
+                                          u_N=u_cal)
+        ours = conformal.prediction_sets(calibration, probs[n_cal:], u_N=u_test)
+        theirs = _mapie_sets(probs, labels, n_cal, alpha, "aps", seed=seed,
+                             include_last_label="randomized")
+        np.testing.assert_array_equal(ours, theirs)
+
+
+def test_aps_includes_the_crossing_label_only_at_random():
+    """The convention, pinned: with u = 0 every label up to and including the first whose
+    cumulative mass reaches q_hat is in the set (MAPIE's `include_last_label=True` sets for that
+    threshold); with u = 1 (`randomized=False`) that crossing label is left out (its
+    `include_last_label=False`) unless its cumulative mass is q_hat exactly."""
+    probs = np.array([[0.5, 0.3, 0.2]])
+    calibration = conformal.ConformalCalibration(method="aps", alpha=0.1, threshold=0.6,
+                                                 num_calibration=9, rank=9)
+    # sorted masses 0.5, 0.3, 0.2; cumulative 0.5, 0.8, 1.0: label 1 crosses 0.6
+    assert conformal.prediction_sets(calibration, probs, u_N=np.zeros(1)).tolist() == \
+        [[True, True, False]]
+    assert conformal.prediction_sets(calibration, probs, u_N=np.ones(1)).tolist() == \
+        [[True, False, False]]
+    fixed = conformal.ConformalCalibration(method="aps", alpha=0.1, threshold=0.6,
+                                           num_calibration=9, rank=9, randomized=False)
+    assert conformal.prediction_sets(fixed, probs).tolist() == [[True, False, False]]

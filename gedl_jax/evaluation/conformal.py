@@ -31,6 +31,23 @@ Randomization is seeded: calibration draws u from ``np.random.default_rng([seed,
 prediction from ``np.random.default_rng([seed, 1])`` unless a ``u_N`` is given. Sets may be
 empty (the exact split-conformal sets; the RAPS paper's code adds the top label by default).
 
+Conventions, in the terms of other libraries (tests/test_conformal.py checks them against
+MAPIE 1.6):
+- LAC is MAPIE's ``conformity_score="lac"``: the same q_hat (its "lower" quantile at level
+  ceil((n + 1)(1 - alpha)) / n) and the same sets.
+- APS (and RAPS) is *randomized* by default, Romano et al.'s randomized sets: the labels in
+  rank order up to the first whose cumulative mass reaches q_hat, that crossing label kept
+  only when rho(y) + u p_y <= q_hat, and calibration scored the same way. That is MAPIE's
+  ``include_last_label="randomized"`` with u = 1 - U for its uniforms U (it scores
+  calibration examples as cumsum - U p_y and drops the last label when U < V = (cumsum -
+  q_hat) / p_last); fed the same draws, the sets are equal. It is not MAPIE's default
+  ``include_last_label=True``, which always keeps the crossing label (our sets with u = 0)
+  and so covers more than 1 - alpha.
+- ``randomized=False`` (u = 1; ``aps_nonrandomized`` in a run's results): calibration and
+  prediction both use the cumulative mass up to and including y, so the crossing label is
+  left out unless its cumulative mass is exactly q_hat (MAPIE's ``include_last_label=False``
+  sets, though MAPIE calibrates that option on randomized scores).
+
 >>> import numpy as np
 >>> cal_probs = np.array([[0.875, 0.125], [0.625, 0.375], [0.25, 0.75], [0.75, 0.25]])
 >>> c = calibrate(cal_probs, np.array([0, 1, 1, 0]), "lac", alpha=0.4)  # k = ceil(5 * 0.6) = 3
