@@ -340,6 +340,10 @@ def test_bin_export_pretrained_evaluates_exports_and_registers_a_studys_runs(
         str(exported.root / "fixture_file_specs.json"), "gedl_jax.evaluate"))
     monkeypatch.setenv("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")   # as the run was compiled
     package_before = registry.PACKAGE_REGISTRY.read_bytes()
+    sentinel = tmp_path / "sentinel"   # a link planted at the kept evaluation's name
+    sentinel.write_bytes(b"the user's own file\n")
+    (tmp_path / "kept" / "gedl_seed0").mkdir(parents=True)
+    (tmp_path / "kept" / "gedl_seed0" / "eval_results.json").symlink_to(sentinel)
 
     assert script.main([f"--study={tmp_path / 'study'}", "--variants=edl,gedl",
                         "--setting=paper", "--suffix=_lab", f"--results_dir={tmp_path / 'kept'}",
@@ -363,6 +367,7 @@ def test_bin_export_pretrained_evaluates_exports_and_registers_a_studys_runs(
     assert _comparable(kept) == _comparable(own)
     assert entry["headline"] == export.headline(export.portable_results(own))
     assert not any(k in kept for k in export.PATH_RESULT_KEYS)
+    assert sentinel.read_bytes() == b"the user's own file\n"
 
     # A registered download URL survives exporting the same file again, not a changed file.
     hosted = {**entry, "url": "https://example.org/models/mnist_gedl_lab.msgpack"}

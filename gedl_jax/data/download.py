@@ -33,6 +33,7 @@ import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
+from gedl_jax import files
 from gedl_jax.data import cache as cache_lib
 from gedl_jax.data.errors import ChecksumError, DataError, MissingDataError
 from gedl_jax.data.locations import data_dir_origin, resolve_data_dir
@@ -118,7 +119,7 @@ def _file_lock(final: Path, cache_root: Path) -> Iterator[None]:
     digest = hashlib.sha256(str(final.resolve()).encode()).hexdigest()[:24]
     lock = cache_root / "locks" / f"{digest}.lock"
     lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "a") as f:
+    with files.open_append(lock, "download lock") as f:   # never through a planted link
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
@@ -137,9 +138,9 @@ def _progress(spec: FileSpec, label: str, enabled: bool):
 def _write_verified(chunks: Iterable[bytes], final: Path, spec: FileSpec, source: str,
                     label: str, progress: bool) -> None:
     """Stream `chunks` to a temporary file beside `final`, hashing as it goes; rename it over
-    `final` only if size and sha256 match `spec` (cache.atomic_path removes it otherwise)."""
+    `final` only if size and sha256 match `spec` (cache.atomic_file removes it otherwise)."""
     sha, size = hashlib.sha256(), 0
-    with cache_lib.atomic_path(final) as tmp, open(tmp, "wb") as out, \
+    with cache_lib.atomic_file(final) as out, \
             _progress(spec, label, progress) as bar:
         for chunk in chunks:
             size += len(chunk)

@@ -16,9 +16,7 @@ import dataclasses
 import datetime
 import json
 import logging
-import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -26,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from gedl_jax import files
 from gedl_jax.data.errors import DataError
 from gedl_jax.data.regenerated import (  # noqa: F401  (facts about the regenerated set, re-exported)
     NOT_REGENERABLE,
@@ -51,17 +50,8 @@ log = logging.getLogger(__name__)
 
 
 def _atomic_write(path: Path, write: Callable[[Any], None], mode: str = "wb") -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide the data from other users
-    try:
-        with os.fdopen(fd, mode) as f:
-            write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with files.atomic_file(path, mode) as f:   # readable by others, as a file open() makes
+        write(f)
 
 
 def library_versions() -> dict[str, str]:

@@ -47,6 +47,7 @@ class RunCheckpoints:
         few tens of ms each, then its asynchronous write), so the training loop goes on
         dispatching steps meanwhile; the saves keep their order. None: saved by the caller."""
         root = pathlib.Path(workdir).absolute() / "checkpoints"
+        refuse_planted_links(root)
         self.last = ocp.CheckpointManager(root / "last", options=_options(root / "last", 2))
         self.best = ocp.CheckpointManager(root / "best", options=_options(root / "best", 1))
         self.saver = saver
@@ -146,6 +147,21 @@ class RunCheckpoints:
         self.wait()
         self.last.close()
         self.best.close()
+
+
+def refuse_planted_links(root: pathlib.Path) -> None:
+    """`files.PlantedLinkError` when `root` (a run's checkpoints/), its `last` or `best`
+    folder, or a checkpoint in them is a link: Orbax would save into the folder it names and
+    delete the old checkpoints there, or take it for a checkpoint."""
+    what = "checkpoints"
+    files.refuse_link(root, what, "folder")
+    for kind in ("last", "best"):
+        folder = root / kind
+        files.refuse_link(folder, what, "folder")
+        if folder.is_dir():
+            for entry in folder.iterdir():
+                if entry.is_symlink():
+                    files.refuse_link(entry, what, "folder")
 
 
 def _save_now(manager, step, state, meta) -> None:
