@@ -166,6 +166,7 @@ def guarded(body: Callable[[], int], debug: bool,
     """`body()`, with its exceptions turned into one line and an exit status (see `run`)."""
     try:
         with contextlib.nullcontext() if debug else quiet_write_failures(), \
+                contextlib.nullcontext() if debug else quiet_callback_errors(), \
                 warnings_as_lines():
             return body()
     except BaseException as e:  # noqa: BLE001 (each class below has its exit status)
@@ -174,6 +175,11 @@ def guarded(body: Callable[[], int], debug: bool,
         for classes, code in codes:
             if isinstance(e, classes):
                 return _report(e, code, debug)
+        checked = callback_error(e)
+        if checked is not None:   # the check's own error, as an eager call raises it
+            if debug:
+                traceback.print_exception(e)
+            return _report(checked, EXIT_BAD_INPUT, False)
         if is_write_failure(e):
             return _report(e, EXIT_WRITE_FAILED, debug, prefix=_write_prefix(e))
         memory = out_of_memory(e)
@@ -366,6 +372,49 @@ def quiet_write_failures():
             threading.excepthook, sys.unraisablehook = previous_hook, previous_unraisable_hook
             for logger in loggers:
                 logger.removeFilter(record_filter)
+
+
+# The last "ValueError: ..." line of a traceback that jax put into the text of its error.
+_CALLBACK_VALUE_ERROR = re.compile(r"^ValueError: (.+)$", re.MULTILINE)
+
+
+def callback_error(error: BaseException) -> ValueError | None:
+    """The ValueError a check of gedl-jax raised inside a compiled program (a
+    `jax.debug.callback`: a label outside the classes under `jax.jit`, say), which jax reports
+    as "INTERNAL: CpuCallback error calling callback: <traceback>" with the check's message on
+    its last line: that ValueError again, so a command prints it as the eager call does (one
+    line, exit 2); None for any other error."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        text = str(error)
+        if "Callback error" in text and "gedl_jax" in text:
+            found = _CALLBACK_VALUE_ERROR.findall(text)
+            if found:
+                return ValueError(found[-1].strip())
+        error = error.__cause__ or error.__context__
+    return None
+
+
+class _CallbackErrorFilter(logging.Filter):
+    """Drops jax's "jax.debug.callback failed" record (and its traceback) of a check of
+    gedl-jax that raised ValueError: the command reports it itself, in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not (isinstance(error, ValueError) and _raised_in(error, "gedl_jax"))
+
+
+@contextlib.contextmanager
+def quiet_callback_errors():
+    """While a command runs: jax's log record of a check that failed inside a compiled
+    program is not printed (`callback_error` reports it when the program's error arrives)."""
+    logger, record_filter = logging.getLogger("jax._src.debugging"), _CallbackErrorFilter()
+    logger.addFilter(record_filter)
+    try:
+        yield
+    finally:
+        logger.removeFilter(record_filter)
 
 
 def out_of_memory(error: BaseException) -> str | None:

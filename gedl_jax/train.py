@@ -179,9 +179,10 @@ def results_line(workdir, results: list[dict]) -> str:
 def _exit_status(config, results) -> int:
     """0, or 3 when a run ended at chance accuracy (and config.allow_chance is off)."""
     at_chance = [m for m in _chance_messages(results) if m]
-    for message in at_chance:
-        print(f"{'warning' if config.allow_chance else 'error'}: {message}", file=sys.stderr,
-              flush=True)
+    for message in at_chance:   # the option that lets such a run end well, where it is not set
+        print(f"warning: {message}" if config.allow_chance else
+              f"error: {message}, or --config.allow_chance=True if this is intended",
+              file=sys.stderr, flush=True)
     return cli.EXIT_DIVERGED if at_chance and not config.allow_chance else cli.EXIT_OK
 
 

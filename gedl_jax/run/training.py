@@ -462,9 +462,8 @@ def chance_message(run_: SeedRun) -> str | None:
     if run_.best_accuracy > limit or limit >= 1:   # >= 1: too few to tell (one image, say)
         return None
     return (f"{run_.workdir} ended at chance level: best validation accuracy "
-            f"{run_.best_accuracy:.4f} (always predicting the most frequent class scores "
-            f"{majority:.4f}); the run did not learn. Try a lower config.learning_rate, or "
-            f"--config.allow_chance=True if this is intended")
+            f"{run_.best_accuracy:.4f} (the most frequent class alone scores {majority:.4f}); "
+            f"try a lower config.learning_rate")
 
 
 def _next_event(loop: _Loop, step: int, stop_after_steps: int | None) -> int:
