@@ -51,6 +51,12 @@ def debug_requested(argv: Sequence[str]) -> bool:
     return "--debug" in argv or os.environ.get("GEDL_DEBUG", "") not in ("", "0")
 
 
+# The longest line an error prints: a message longer than that leads with a first line (the
+# cause and the way out) and gives the rest as detail lines (`error_text`).
+MAX_LINE = 200
+DETAIL_INDENT = "  "
+
+
 def one_line(error: BaseException | str) -> str:
     """An exception's message on one line, from the innermost cause that says something (the
     wrappers of absl / ml_collections add "Error whilst parsing config file" and a traceback
@@ -68,6 +74,21 @@ def one_line(error: BaseException | str) -> str:
             continue
         return _readable(e, text)
     return type(chain[0]).__name__
+
+
+def error_text(error: BaseException | str) -> str:
+    """What a command prints after `error: `: `one_line(error)`, except for a message of
+    gedl-jax with details, whose lines after the first all begin with `DETAIL_INDENT` (the
+    files a run is missing, the sets it knows): its first line (the cause and the way out),
+    then the detail lines as written, each on a line of its own."""
+    text = error if isinstance(error, str) else str(error)
+    head, *rest = text.rstrip().split("\n")
+    details = [line.rstrip() for line in rest if line.strip()]
+    single = one_line(error)
+    if not details or not all(line.startswith(DETAIL_INDENT) for line in details) or \
+            single != " ".join(text.split()):   # a wrapper's message, or one made readable
+        return single
+    return "\n".join([" ".join(head.split()), *details])
 
 
 def _readable(error: BaseException, text: str) -> str:
@@ -428,13 +449,16 @@ def out_of_memory(error: BaseException) -> str | None:
         return None
     device = not isinstance(found, MemoryError)
     text = str(found).strip()
-    first = " ".join(text.splitlines()[0].split())[:240] if text else "MemoryError"
-    return (f"out of {'device' if device else 'host'} memory ({first}): what the run holds "
-            f"did not fit (the training and validation images, kept on the device; the model "
-            f"and its optimizer state; one batch's activations). Lower --config.batch_size (a "
-            f"new run) or --config.eval_batch_size (any time), train on fewer examples "
-            f"(--config.train_examples), or free the device (another process may hold its "
-            f"memory: nvidia-smi). Checkpoints already saved are intact.")
+    first = " ".join(text.splitlines()[0].split()) if text else "MemoryError"
+    short = first if len(first) <= 60 else first[:57] + "..."
+    return (f"out of {'device' if device else 'host'} memory ({short}): lower "
+            f"--config.batch_size or --config.eval_batch_size, or --config.train_examples\n"
+            f"  {first[:MAX_LINE - 2]}\n"
+            f"  what the run holds did not fit: the training and validation images (kept on the "
+            f"device), the model and its optimizer state, one batch's activations\n"
+            f"  --config.eval_batch_size may change any time; the other two make a new run. Or "
+            f"free the device (another process may hold its memory: nvidia-smi)\n"
+            f"  Checkpoints already saved are intact.")
 
 
 def is_write_failure(error: BaseException) -> bool:
@@ -450,7 +474,7 @@ def _write_prefix(error: BaseException) -> str:
 def _report(error: BaseException | str, code: int, debug: bool, prefix: str = "") -> int:
     if debug and isinstance(error, BaseException):
         traceback.print_exception(error)
-    message = one_line(error)
+    message = error_text(error)
     if code == EXIT_INTERRUPTED and not isinstance(error, str):
         print(message, file=sys.stderr, flush=True)
     else:

@@ -263,10 +263,16 @@ def test_no_checkpoint_restores_is_one_error_and_nothing_is_renamed(finished, tm
         _damage(workdir / "checkpoints" / "last" / str(step))
     before = sorted(p.relative_to(workdir) for p in workdir.rglob("*"))
     with pytest.raises(train.ConfigMismatchError,
-                       match=r"cannot resume from .*checkpoints/last/16: .* no older checkpoint "
-                             r"restores either \(2 tried\)") as raised:
+                       match=r"(?s)cannot resume from .*checkpoints/last/16: .* no older "
+                             r"checkpoint restores either \(2 tried\)") as raised:
         train.train_and_evaluate(c, workdir)
-    assert "\n" not in str(raised.value)
+    from gedl_jax import cli
+
+    first, *details = cli.error_text(raised.value).split("\n")   # as the command prints it
+    assert first.endswith("use a new --workdir, or the version that wrote it"), first
+    # under 200 characters with a workdir path of 20 (pytest's are longer)
+    assert len(details) == 2 and len(first) - len(str(workdir)) + 20 < cli.MAX_LINE, first
+    assert max(map(len, details)) < cli.MAX_LINE, details
     assert sorted(p.relative_to(workdir) for p in workdir.rglob("*")) == before
 
 
@@ -357,7 +363,7 @@ def test_chance_level_is_claimed_only_where_the_validation_split_can_tell():
 
 def test_divergence_before_any_checkpoint_does_not_claim_one(data_dir, tmp_path, fast_compile):
     with pytest.raises(train.NonFiniteLossError,
-                       match="the run diverged: .*No checkpoint had been saved yet"):
+                       match="(?s)the run diverged: .*No checkpoint had been saved yet"):
         train.train_and_evaluate(config(data_dir, tmp_path, learning_rate=1e30), tmp_path / "w")
     assert checkpoint_steps(tmp_path / "w") == []
 

@@ -138,11 +138,11 @@ def verify_file(path: str | os.PathLike, spec: FileSpec | None, cache_root: Path
 
 
 def _checksum_message(path: Path, spec: FileSpec, actual: str, expected: str) -> str:
-    origin = f" ({spec.url})" if spec.url else ""
-    return (f"{path}: checksum mismatch: expected {expected} as registered by "
-            f"{spec.registered_by or 'the registry'} for {spec.filename}{origin}, found {actual}. "
-            f"The file is damaged, truncated or not the official {spec.filename}: replace it with "
-            "the official file (same name) and run again.")
+    origin = f"\n  official file: {spec.url}" if spec.url else ""
+    return (f"{path}: checksum mismatch: the file is damaged, truncated or not the official "
+            f"{spec.filename}: replace it with the official file (same name) and run again\n"
+            f"  expected sha256 {expected} (registered by {spec.registered_by or 'the registry'})"
+            f"\n  found    sha256 {actual}{origin}")
 
 
 # ----------------------------------------------------------------------------- array cache

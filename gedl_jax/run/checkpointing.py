@@ -205,7 +205,7 @@ def describe_failure(error: BaseException) -> str:
     readable = [e for e in chain if str(e) and "<bound method" not in str(e)] or chain
     cause = readable[-1]
     text = " ".join(str(cause).split())
-    return f"{type(cause).__name__}: {text[:240]}{'...' if len(text) > 240 else ''}"
+    return f"{type(cause).__name__}: {text[:160]}{'...' if len(text) > 160 else ''}"
 
 
 def set_aside(manager, step: int) -> pathlib.Path:
@@ -232,10 +232,11 @@ def no_checkpoint_restores(workdir, kind: str, failures) -> ConfigMismatchError:
     failure (`failures`: [(step, exception)]) and what to do."""
     step, error = failures[0]
     return ConfigMismatchError(
-        f"cannot resume from {workdir}/checkpoints/{kind}/{step}: it does not match the "
-        f"train state of this version of gedl-jax, or it is damaged ({describe_failure(error)})"
-        f"; no older checkpoint restores either ({len(failures)} tried). The workdir was left "
-        f"as it is; use a new --workdir, or the version that wrote it.")
+        f"cannot resume from {workdir}/checkpoints/{kind}/{step}: it does not match this "
+        f"version, or it is damaged: use a new --workdir, or the version that wrote it\n"
+        f"  no older checkpoint restores either ({len(failures)} tried); the workdir was left "
+        f"as it is. The train state of this version of gedl-jax does not fit:\n"
+        f"  {describe_failure(error)}")
 
 
 def restore_for_resume(ckpt: RunCheckpoints, abstract_state, step: int,

@@ -72,9 +72,10 @@ def check_or_write_config(config, workdir: pathlib.Path) -> None:
         unknown = sorted(set(previous) - set(current))
         if unknown:
             raise ConfigMismatchError(
-                f"{workdir} holds a run written by another version of gedl-jax: its "
-                f"config.json has fields this version does not know ({', '.join(unknown)}). "
-                f"Resume it with the version that wrote it, or use a new --workdir.")
+                f"{workdir} holds a run written by another version of gedl-jax: resume it with "
+                f"the version that wrote it, or use a new --workdir\n"
+                f"  its config.json has fields this version does not know "
+                f"({', '.join(unknown)})")
         # A field added since that run was written counts as unchanged at the value runs had
         # before it existed: LEGACY_DEFAULTS where the default changed with the field (init:
         # "torch"), else its default (new fields default to the earlier behaviour).
@@ -161,9 +162,10 @@ def check_shared_workdir(workdir: pathlib.Path) -> None:
     if blind:
         raise ValueError(
             f"--workdir={workdir} is not one folder shared by all {jax.process_count()} "
-            f"processes: process(es) {blind} cannot see the file process 0 wrote there. "
-            f"Multi-host runs need a shared filesystem (NFS, Lustre, a mounted bucket) for the "
-            f"workdir, at the same path on every host.")
+            f"processes: process(es) {blind} cannot see what process 0 wrote there. Put it on "
+            f"a shared filesystem\n"
+            f"  (NFS, Lustre, a mounted bucket), at the same path on every host: multi-host runs "
+            f"write one workdir together")
 
 
 class MetricsWriter:
