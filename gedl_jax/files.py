@@ -23,6 +23,7 @@ import errno
 import os
 import pathlib
 import secrets
+import shutil
 import stat
 import tempfile
 from collections.abc import Callable, Iterator
@@ -138,6 +139,34 @@ def is_disk_full(error: BaseException) -> bool:
             return True
         error = error.__cause__ or error.__context__
     return False
+
+
+def disk_full_error(error: BaseException) -> OSError | None:
+    """The OSError of a full disk or quota in `error`'s chain (its `filename` names the file
+    whose write failed, where the library kept it), else None."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return error
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def free_space_text(path: str | os.PathLike) -> str:
+    """How much space the filesystem of `path` (or of its nearest existing parent) has left,
+    e.g. "12.3 MB free"; "free space unknown" where it cannot be read."""
+    path = pathlib.Path(path).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        free = shutil.disk_usage(path).free
+    except OSError:
+        return "free space unknown"
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if free >= size:
+            return f"{free / size:.1f} {unit} free"
+    return f"{free} bytes free"
 
 
 def out_of_memory(error: BaseException) -> BaseException | None:

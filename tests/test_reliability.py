@@ -231,6 +231,32 @@ def test_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_to_the_same_
     assert checkpoint_steps(workdir) == [8, 16]
 
 
+def test_a_best_checkpoint_whose_last_save_failed_is_resumed_from(finished, tmp_path,
+                                                                     fast_compile, capsys):
+    """A `last` save that failed (a full disk) leaves the `best` checkpoint of its epoch end,
+    complete, and an unfinished temporary folder: the run resumes from that `best` (it used to
+    start again from the previous `last`, or from step 0) and ends as the uninterrupted run."""
+    import shutil
+
+    import jax
+    from training_fixtures import assert_same_tree
+
+    c, full, reference = finished
+    workdir = tmp_path / "w"
+    shutil.copytree(reference, workdir)
+    best = checkpoint_steps(workdir, "best")[-1]
+    for step in checkpoint_steps(workdir):
+        if step >= best:   # as a save cut off by a full disk leaves it
+            (workdir / "checkpoints" / "last" / str(step)).rename(
+                workdir / "checkpoints" / "last" / f"{step}.orbax-checkpoint-tmp-1")
+    older = [s for s in checkpoint_steps(workdir) if s < best]
+    capsys.readouterr()
+    again = train.train_and_evaluate(c, workdir)
+    assert f"resumed from {workdir}/checkpoints/best at step {best}" in capsys.readouterr().out
+    assert again["steps"] == 16 and older != [best]
+    assert_same_tree(jax.device_get(full["state"]), jax.device_get(again["state"]))
+
+
 @pytest.mark.parametrize("every_data_file", [False, True])
 def test_evaluate_falls_back_when_the_best_checkpoint_is_damaged(finished, tmp_path, capsys,
                                                                   every_data_file):
@@ -309,8 +335,8 @@ def test_a_checkpoint_that_runs_out_of_memory_is_not_set_aside_as_damaged(
     shutil.copytree(reference, workdir)
     before = sorted(p.relative_to(workdir) for p in workdir.rglob("*"))
     with monkeypatch.context() as m:
-        m.setattr(checkpointing.RunCheckpoints, "restore_last",
-                  first_call_out_of_memory(checkpointing.RunCheckpoints.restore_last))
+        m.setattr(checkpointing.RunCheckpoints, "restore_step",
+                  first_call_out_of_memory(checkpointing.RunCheckpoints.restore_step))
         with pytest.raises(RuntimeError, match="RESOURCE_EXHAUSTED") as raised:
             train.train_and_evaluate(c, workdir)
     assert cli.out_of_memory(raised.value).startswith("out of device memory (RESOURCE_")
@@ -493,10 +519,12 @@ def test_full_disk_at_each_write_site_loses_nothing(finished, tmp_path, fast_com
                           lambda path, text: _no_space() if "eval_" in str(path)
                           else original_text(path, text))
         with pytest.raises(training.DiskFullError,
-                           match=r"no space left on device .*: the checkpoints already on disk "
-                                 r"are intact \(newest: step (8|16)\); free some space") as e:
+                           match=r"no space left on device writing .*: free some space and "
+                                 r"rerun the same command to continue from the newest "
+                                 r"checkpoint\n  .* free on that filesystem; the checkpoints "
+                                 r"already on disk are intact \(newest: step (8|16) ") as e:
             train.train_and_evaluate(c, workdir)
-    assert cli.is_write_failure(e.value) and "\n" not in str(e.value)
+    assert cli.is_write_failure(e.value) and str(e.value).count("\n") == 1
     steps = checkpoint_steps(workdir)
     assert steps and steps[-1] in (8, 16)
     again = train.train_and_evaluate(c, workdir)

@@ -75,6 +75,22 @@ class RunCheckpoints:
         for future in done:
             future.result()
 
+    def check_saves(self) -> None:
+        """Raise the error of a save that failed in the background (a full disk) now, without
+        waiting for the saves still running: the loop calls it at each progress line and epoch
+        end, so a failed save stops the run there, not at the next save. With several
+        processes a save is collective and its failure is raised at the next one (a check here
+        could stop one process and leave the others waiting)."""
+        self._raise_failed_saves()
+        if jax.process_count() == 1:
+            for manager in (self.last, self.best):
+                # Orbax's check_for_errors misses a failure its finalize thread collected; a
+                # manager that saves nothing returns from wait_until_finished at once, raising
+                # the error of a save that failed.
+                manager.check_for_errors()
+                if not manager.is_saving_in_progress():
+                    manager.wait_until_finished()
+
     def latest_step(self) -> int | None:
         """The newest step saved in `last`, or None when there is none."""
         return self.last.latest_step()
@@ -82,6 +98,21 @@ class RunCheckpoints:
     def last_steps(self) -> set[int]:
         """Steps of the complete `last` checkpoints on disk (at most two)."""
         return set(self.last.all_steps())
+
+    def resumable_steps(self) -> set[int]:
+        """Steps a run can resume from: those of the complete `last` checkpoints and of the
+        `best` one (saved complete where the `last` save of its step failed, say on a full
+        disk; it holds the same train state)."""
+        return set(self.last.all_steps()) | set(self.best.all_steps())
+
+    def resume_source(self, step: int) -> tuple[Any, str]:
+        """(manager, "last" or "best") to resume from at `step`: its `last` checkpoint where
+        there is one, else its `best`."""
+        return (self.last, "last") if step in self.last.all_steps() else (self.best, "best")
+
+    def restore_step(self, abstract_state, step: int):
+        """(state, meta) of `step` from `resume_source(step)`."""
+        return self._restore(self.resume_source(step)[0], step, abstract_state)
 
     def restore_last(self, abstract_state, step: int | None = None):
         """The newest `last` checkpoint, or the one at `step` (seeds trained together resume
