@@ -78,10 +78,13 @@ class RunCheckpoints:
     def check_saves(self) -> None:
         """Raise the error of a save that failed in the background (a full disk) now, without
         waiting for the saves still running: the loop calls it at each progress line and epoch
-        end, so a failed save stops the run there, not at the next save. With several
-        processes a save is collective and its failure is raised at the next one (a check here
-        could stop one process and leave the others waiting)."""
+        end, so a failed save stops the run there, not at the next save (with `saver`, once
+        its thread is done with the saves queued). With several processes a save is collective
+        and its failure is raised at the next one (a check here could stop one process and
+        leave the others waiting)."""
         self._raise_failed_saves()
+        if self._queued:   # `saver`'s thread is inside a save: its managers are left to it
+            return
         if jax.process_count() == 1:
             for manager in (self.last, self.best):
                 # Orbax's check_for_errors misses a failure its finalize thread collected; a
