@@ -51,7 +51,7 @@ import time
 
 import jax
 
-from gedl_jax import configuration
+from gedl_jax import configuration, files
 from gedl_jax import networks as models
 from gedl_jax.networks import layers, protocol
 from gedl_jax.run.step_benchmark import compiled_train_step, loop_rate
@@ -319,10 +319,9 @@ def main(argv=None) -> int:
               f"{loop['loop_images_per_s']:,.0f} img/s{ratio}; "
               f"wall time {loop['loop_wall_s']:.1f} s", flush=True)
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"environment": env, "results": rows, "loop": loop}, f, indent=2)
-        with open(os.path.splitext(args.out)[0] + ".md", "w") as f:
-            f.write(table + "\n")
+        files.write_text(args.out, json.dumps({"environment": env, "results": rows,
+                                               "loop": loop}, indent=2))
+        files.write_text(os.path.splitext(args.out)[0] + ".md", table + "\n")
     return 0
 
 

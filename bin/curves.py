@@ -23,6 +23,8 @@ from collections import defaultdict
 
 import numpy as np
 
+from gedl_jax import files
+
 TRAIN_KEYS = {"kl_weight": "1/tau (KL weight)", "mean_strength": "train S (batch mean)",
               "mean_prior_strength": "W (batch mean)"}
 
@@ -116,7 +118,7 @@ def plot(curves: dict[str, dict], path: pathlib.Path) -> pathlib.Path:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    files.write_with(path, lambda f: fig.savefig(f, dpi=110, format="png"))   # never via a link
     plt.close(fig)
     return path
 
@@ -167,7 +169,8 @@ def main(argv=None) -> int:
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     plot(curves, out / "curves.png")
-    (out / "curves.md").write_text(markdown(curves, {n: len(p) for n, p in groups.items()}) + "\n")
+    files.write_text(out / "curves.md",
+                     markdown(curves, {n: len(p) for n, p in groups.items()}) + "\n")
     print(f"wrote {out / 'curves.png'} and {out / 'curves.md'} ({len(groups)} curves)")
     return 0
 

@@ -146,6 +146,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     sys.path.insert(0, str(REPO))
+    from gedl_jax import files
     from gedl_jax.pretrained import export, registry
 
     results_root = pathlib.Path(args.results_dir)
@@ -168,7 +169,7 @@ def main(argv=None) -> int:
                 json.loads((pathlib.Path(tmp) / "eval_results.json").read_text()))
         kept = results_root / f"{variant}_seed{args.seed}"
         kept.mkdir(parents=True, exist_ok=True)
-        (kept / "eval_results.json").write_text(json.dumps(here, indent=2) + "\n")
+        files.write_text(kept / "eval_results.json", json.dumps(here, indent=2) + "\n")
         own = export.portable_results(json.loads(own_path.read_text()))
         evaluation_note = difference_text(own, here, export.headline(own), export.headline(here))
 

@@ -24,6 +24,7 @@ import statistics
 import sys
 import tempfile
 
+from gedl_jax import files
 from gedl_jax.run.progress import format_eta
 
 
@@ -54,7 +55,7 @@ def scrub(folder: pathlib.Path) -> int:
         for pattern, name in MACHINE_PATHS:
             new = pattern.sub(name, new)
         if new != text:
-            path.write_text(new)
+            files.write_text(path, new)   # a new file, never through a link
             changed += 1
     return changed
 
@@ -373,7 +374,7 @@ def main(argv=None) -> int:
         return 2
     folder = pathlib.Path(args[0])
     scrub(folder)
-    (folder / "README.md").write_text(report(folder))
+    files.write_text(folder / "README.md", report(folder))
     print(f"gpu_report: wrote {folder / 'README.md'}")
     return 0
 

@@ -259,7 +259,7 @@ def sensitivity_plot(grouped: dict[str, list[dict]], path: pathlib.Path) -> path
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    files.write_with(path, lambda f: fig.savefig(f, dpi=120, format="png"))   # never via a link
     plt.close(fig)
     return path
 

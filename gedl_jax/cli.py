@@ -51,6 +51,12 @@ def debug_requested(argv: Sequence[str]) -> bool:
     return "--debug" in argv or os.environ.get("GEDL_DEBUG", "") not in ("", "0")
 
 
+# The longest line an error prints: a message longer than that leads with a first line (the
+# cause and the way out) and gives the rest as detail lines (`error_text`).
+MAX_LINE = 200
+DETAIL_INDENT = "  "
+
+
 def one_line(error: BaseException | str) -> str:
     """An exception's message on one line, from the innermost cause that says something (the
     wrappers of absl / ml_collections add "Error whilst parsing config file" and a traceback
@@ -68,6 +74,21 @@ def one_line(error: BaseException | str) -> str:
             continue
         return _readable(e, text)
     return type(chain[0]).__name__
+
+
+def error_text(error: BaseException | str) -> str:
+    """What a command prints after `error: `: `one_line(error)`, except for a message of
+    gedl-jax with details, whose lines after the first all begin with `DETAIL_INDENT` (the
+    files a run is missing, the sets it knows): its first line (the cause and the way out),
+    then the detail lines as written, each on a line of its own."""
+    text = error if isinstance(error, str) else str(error)
+    head, *rest = text.rstrip().split("\n")
+    details = [line.rstrip() for line in rest if line.strip()]
+    single = one_line(error)
+    if not details or not all(line.startswith(DETAIL_INDENT) for line in details) or \
+            single != " ".join(text.split()):   # a wrapper's message, or one made readable
+        return single
+    return "\n".join([" ".join(head.split()), *details])
 
 
 def _readable(error: BaseException, text: str) -> str:
@@ -166,6 +187,7 @@ def guarded(body: Callable[[], int], debug: bool,
     """`body()`, with its exceptions turned into one line and an exit status (see `run`)."""
     try:
         with contextlib.nullcontext() if debug else quiet_write_failures(), \
+                contextlib.nullcontext() if debug else quiet_callback_errors(), \
                 warnings_as_lines():
             return body()
     except BaseException as e:  # noqa: BLE001 (each class below has its exit status)
@@ -174,6 +196,11 @@ def guarded(body: Callable[[], int], debug: bool,
         for classes, code in codes:
             if isinstance(e, classes):
                 return _report(e, code, debug)
+        checked = callback_error(e)
+        if checked is not None:   # the check's own error, as an eager call raises it
+            if debug:
+                traceback.print_exception(e)
+            return _report(checked, EXIT_BAD_INPUT, False)
         if is_write_failure(e):
             return _report(e, EXIT_WRITE_FAILED, debug, prefix=_write_prefix(e))
         memory = out_of_memory(e)
@@ -368,6 +395,49 @@ def quiet_write_failures():
                 logger.removeFilter(record_filter)
 
 
+# The last "ValueError: ..." line of a traceback that jax put into the text of its error.
+_CALLBACK_VALUE_ERROR = re.compile(r"^ValueError: (.+)$", re.MULTILINE)
+
+
+def callback_error(error: BaseException) -> ValueError | None:
+    """The ValueError a check of gedl-jax raised inside a compiled program (a
+    `jax.debug.callback`: a label outside the classes under `jax.jit`, say), which jax reports
+    as "INTERNAL: CpuCallback error calling callback: <traceback>" with the check's message on
+    its last line: that ValueError again, so a command prints it as the eager call does (one
+    line, exit 2); None for any other error."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        text = str(error)
+        if "Callback error" in text and "gedl_jax" in text:
+            found = _CALLBACK_VALUE_ERROR.findall(text)
+            if found:
+                return ValueError(found[-1].strip())
+        error = error.__cause__ or error.__context__
+    return None
+
+
+class _CallbackErrorFilter(logging.Filter):
+    """Drops jax's "jax.debug.callback failed" record (and its traceback) of a check of
+    gedl-jax that raised ValueError: the command reports it itself, in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not (isinstance(error, ValueError) and _raised_in(error, "gedl_jax"))
+
+
+@contextlib.contextmanager
+def quiet_callback_errors():
+    """While a command runs: jax's log record of a check that failed inside a compiled
+    program is not printed (`callback_error` reports it when the program's error arrives)."""
+    logger, record_filter = logging.getLogger("jax._src.debugging"), _CallbackErrorFilter()
+    logger.addFilter(record_filter)
+    try:
+        yield
+    finally:
+        logger.removeFilter(record_filter)
+
+
 def out_of_memory(error: BaseException) -> str | None:
     """The `error:` line of an out-of-memory error anywhere in `error`'s chain
     (`files.out_of_memory`); None for any other error. It is not a crash: the line says what
@@ -379,13 +449,16 @@ def out_of_memory(error: BaseException) -> str | None:
         return None
     device = not isinstance(found, MemoryError)
     text = str(found).strip()
-    first = " ".join(text.splitlines()[0].split())[:240] if text else "MemoryError"
-    return (f"out of {'device' if device else 'host'} memory ({first}): what the run holds "
-            f"did not fit (the training and validation images, kept on the device; the model "
-            f"and its optimizer state; one batch's activations). Lower --config.batch_size (a "
-            f"new run) or --config.eval_batch_size (any time), train on fewer examples "
-            f"(--config.train_examples), or free the device (another process may hold its "
-            f"memory: nvidia-smi). Checkpoints already saved are intact.")
+    first = " ".join(text.splitlines()[0].split()) if text else "MemoryError"
+    short = first if len(first) <= 60 else first[:57] + "..."
+    return (f"out of {'device' if device else 'host'} memory ({short}): lower "
+            f"--config.batch_size or --config.eval_batch_size, or --config.train_examples\n"
+            f"  {first[:MAX_LINE - 2]}\n"
+            f"  what the run holds did not fit: the training and validation images (kept on the "
+            f"device), the model and its optimizer state, one batch's activations\n"
+            f"  --config.eval_batch_size may change any time; the other two make a new run. Or "
+            f"free the device (another process may hold its memory: nvidia-smi)\n"
+            f"  Checkpoints already saved are intact.")
 
 
 def is_write_failure(error: BaseException) -> bool:
@@ -401,7 +474,7 @@ def _write_prefix(error: BaseException) -> str:
 def _report(error: BaseException | str, code: int, debug: bool, prefix: str = "") -> int:
     if debug and isinstance(error, BaseException):
         traceback.print_exception(error)
-    message = one_line(error)
+    message = error_text(error)
     if code == EXIT_INTERRUPTED and not isinstance(error, str):
         print(message, file=sys.stderr, flush=True)
     else:

@@ -661,8 +661,8 @@ def as_tuple(field: str, value: Any) -> tuple:
         try:
             return tuple(int(p) for p in parts)
         except (TypeError, ValueError):
-            raise ValueError(f"config.{field}={value!r} must be a list of integers, e.g. "
-                             f"--config.{field}=0,1,2") from None
+            raise ValueError(f"config.{field}={as_written(value)} must be a list of integers, "
+                             f"e.g. --config.{field}=0,1,2") from None
     return tuple(str(p) for p in parts)
 
 
@@ -797,8 +797,9 @@ def validate_config(c: ml_collections.ConfigDict, num_devices: int = 1) -> None:
     for field, item_type in LIST_FIELDS.items():
         value = c.get(field, ())
         if not isinstance(value, tuple) or not all(isinstance(v, item_type) for v in value):
-            raise ValueError(f"config.{field}={value!r} must be a tuple of {item_type.__name__}"
-                             f" (configuration.normalize_lists turns \"a,b\" into one)")
+            raise ValueError(f"config.{field}={as_written(value)} must be a tuple of "
+                             f"{item_type.__name__} (configuration.normalize_lists turns \"a,b\" "
+                             f"into one)")
     _validate_own(c)
     for field, allowed in {**ALLOWED, "method": method_names()}.items():
         value = c.get(field)
@@ -850,19 +851,19 @@ def validate_config(c: ml_collections.ConfigDict, num_devices: int = 1) -> None:
     seeds = parse_seeds(c)
     for field, values in (("seed", [c.seed]), ("seeds", list(c.seeds))):
         if any(not 0 <= v < 2**32 for v in values):   # a PRNG seed: an unsigned 32-bit int
-            raise ValueError(f"config.{field}={c[field]!r}: a seed must be in [0, 2**32)")
+            raise ValueError(f"config.{field}={as_written(c[field])}: a seed must be in "
+                             f"[0, 2**32)")
     if c.dataset in c.get("ood_datasets", ()):
         others = ",".join(o for o in c.ood_datasets if o != c.dataset)
         raise ValueError(f"config.ood_datasets={','.join(c.ood_datasets)!r} lists "
-                         f"{c.dataset!r}, the dataset trained on (config.dataset): its test "
-                         f"set is not out of distribution; leave it out "
-                         f"(--config.ood_datasets={others})")
+                         f"{c.dataset!r}, the dataset trained on (config.dataset): leave it out "
+                         f"(--config.ood_datasets={others}), its test set is not OOD")
     _validate_no_repeats(c)
     if c.vmap_seeds and len(seeds) > 1 and c.base_rate == "label_frequency" \
             and c.split_seed < 0:
         raise ValueError("config.vmap_seeds=True with config.base_rate='label_frequency' needs one "
-                         "train split for all seeds (the base rate is compiled into the step): "
-                         "set config.split_seed to an integer, or config.vmap_seeds=False")
+                         "train split for all seeds (its base rate is compiled into the step): "
+                         "set config.split_seed, or config.vmap_seeds=False")
     _validate_distributed(c)
     _validate_methods(c)
     expected_model = DATASET_DEFAULTS[defaults_key(c.dataset)]["model"]
@@ -890,15 +891,45 @@ def _validate_evaluation(c: ml_collections.ConfigDict) -> None:
     _parsed_ood_groups(c)   # which sets it may name: `check_ood_groups`, where they are known
 
 
+def as_written(value: Any) -> str:
+    """A list field's value as the command line writes it ("1,x", not "('1,x',)")."""
+    if isinstance(value, (tuple, list)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def _identity(field: str):
+    """What makes two items of a list field the same item: an OOD set by the set it names
+    (`registry.ood_identity`: real paths), anything else by its value."""
+    return registry.ood_identity if field in ("ood_datasets", "extra_ood") else (lambda v: v)
+
+
+def _repeats(items, identity) -> list[str]:
+    """The items of `items` that name one already listed, as written ("x/../a.npz (=
+    a.npz)" where the spellings differ)."""
+    first: dict[Any, Any] = {}
+    repeated = []
+    for item in items:
+        key = identity(item)
+        if key in first:
+            same = str(first[key]) == str(item)
+            repeated.append(str(item) if same else f"{item} (= {first[key]})")
+        else:
+            first[key] = item
+    return sorted(set(repeated))
+
+
 def _validate_no_repeats(c: ml_collections.ConfigDict) -> None:
-    """A seed or an OOD set listed twice would be trained or scored twice."""
+    """A seed or an OOD set listed twice (also under two spellings of one path) would be
+    trained or scored twice."""
     for field in LIST_FIELDS:
         items = list(c.get(field, ()))
-        repeated = sorted({str(v) for v in items if items.count(v) > 1})
+        repeated = _repeats(items, _identity(field))
         if repeated:
-            raise ValueError(f"config.{field}={','.join(map(str, items))} lists "
+            raise ValueError(f"config.{field}={as_written(items)} lists "
                              f"{', '.join(repeated)} twice: list each once")
-    both = sorted(set(c.get("ood_datasets", ())) & set(c.get("extra_ood", ())))
+    both = _repeats([*c.get("ood_datasets", ()), *c.get("extra_ood", ())],
+                    registry.ood_identity)
     if both:
         raise ValueError(f"{', '.join(both)} is in both config.ood_datasets and "
                          f"config.extra_ood: list each OOD set once")

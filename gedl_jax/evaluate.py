@@ -87,9 +87,11 @@ def _check_corruption_study(workdirs: list[str], corruptions: list[str],
 
 
 def _evaluate_pretrained(name: str, out: str | None, extra_ood: tuple[str, ...],
-                         overrides: dict[str, Any], latex: bool) -> int:
+                         overrides: dict[str, Any], latex: bool, *,
+                         unverified_weights: bool = False, strict: bool = False) -> int:
     """--pretrained=NAME: the registered model's results (into --out, else a temporary folder
-    removed afterwards: the table is printed either way); --pretrained=list: the names."""
+    removed afterwards: the table is printed either way); --pretrained=list: the names. A
+    measured accuracy that is not the stored one warns; with --strict it is exit 3."""
     import tempfile
 
     from gedl_jax import pretrained
@@ -102,7 +104,8 @@ def _evaluate_pretrained(name: str, out: str | None, extra_ood: tuple[str, ...],
     preemption.install()
     with tempfile.TemporaryDirectory(prefix="gedl_pretrained_") as scratch, \
             lock.holding(out or scratch, "--out"):
-        results = pretrained.evaluate(name, out or scratch, extra_ood, overrides=overrides)
+        results = pretrained.evaluate(name, out or scratch, extra_ood, overrides=overrides,
+                                      unverified_weights=unverified_weights, strict=strict)
     if latex:
         print(evaluation.results_table([results], fmt="latex"))
     print(f"results: {pathlib.Path(out) / 'eval_results.json'}" if out else
@@ -118,6 +121,13 @@ def _define_flags() -> None:
     flags.DEFINE_string("pretrained", None, "Evaluate a registered pretrained model instead of "
                         "a workdir (e.g. mnist/gedl; `list` lists them): its test and OOD sets "
                         "from the data folder, results into --out (default: only printed).")
+    flags.DEFINE_bool("unverified_weights", False, "With --pretrained: use a model file that "
+                      "records no checksum of its weights (exported by an older gedl-jax), "
+                      "unverified: nothing then shows its weights are the ones its stored "
+                      "results were measured with.")
+    flags.DEFINE_bool("strict", False, "With --pretrained: exit 3 when the accuracy measured "
+                      "lies outside the bootstrap interval of the accuracy the file stores (a "
+                      "warning line otherwise).")
     flags.DEFINE_multi_string("ood", [], "Extra OOD set (repeatable): a dataset name (e.g. "
                               "kmnist), npz:<path> (an .npz file with test_images), "
                               "tfds:<name>, images:<folder> (image files, resized to the "
@@ -209,7 +219,9 @@ def main(argv=None) -> int:
                 raise ValueError("--pretrained evaluates a registered model: give no --workdir, "
                                  "--corruptions or --as_method with it")
             return _evaluate_pretrained(FLAGS.pretrained, FLAGS.out, tuple(FLAGS.ood),
-                                        overrides, FLAGS.latex)
+                                        overrides, FLAGS.latex,
+                                        unverified_weights=FLAGS.unverified_weights,
+                                        strict=FLAGS.strict)
         if not FLAGS.workdir:
             raise ValueError("give --workdir=DIR (a gedl_jax.train run), or --pretrained=NAME "
                              "(--pretrained=list lists them)")
@@ -262,8 +274,11 @@ def main(argv=None) -> int:
         with heartbeat.compilations_announced():
             return body()
 
+    from gedl_jax.pretrained.model import StoredAccuracyError
+
     return cli.run(announced_body, argv, doc=__doc__, codes=[
         ((preemption.EvaluationInterrupted,), cli.EXIT_INTERRUPTED),
+        ((StoredAccuracyError,), cli.EXIT_DIVERGED),
         ((data.DataError,), cli.EXIT_BAD_INPUT)])
 
 

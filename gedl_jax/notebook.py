@@ -89,11 +89,12 @@ def check_accelerator(expect_gpu: bool | None = None, backend: str | None = None
     backend = jax.default_backend() if backend is None else backend
     if expect_gpu and backend != "gpu":
         raise RuntimeError(
-            f"This runtime has an NVIDIA GPU but jax {jax.__version__} runs on {backend!r}: its "
-            f"CUDA plugin is missing or does not match jax (e.g. a preinstalled jax-cuda12-plugin "
-            f"beside a newer jax). Reinstall with the CUDA extra, e.g. "
-            f"pip install 'gedl-jax[cuda12] @ git+<repository URL>' (or [cuda13] for a CUDA 13 "
-            f"driver), then restart the runtime and run the notebook again.")
+            f"This runtime has an NVIDIA GPU but jax {jax.__version__} runs on {backend!r}: "
+            f"reinstall with the CUDA extra, restart the runtime and run the notebook again:\n"
+            f"  pip install 'gedl-jax[cuda12] @ git+<repository URL>'   ([cuda13] for a CUDA 13 "
+            f"driver)\n"
+            f"  (its CUDA plugin is missing or does not match jax, e.g. a preinstalled "
+            f"jax-cuda12-plugin beside a newer jax)")
     devices = jax.devices() if backend == jax.default_backend() else []
     kinds = sorted({d.device_kind for d in devices}) or [backend]
     return f"jax {jax.__version__} on {backend}: {len(devices)} device(s) ({', '.join(kinds)})"

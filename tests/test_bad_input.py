@@ -40,7 +40,8 @@ def config(data_dir, tmp_path, **fields):
     ({"seeds": "1,2,1"}, "config.seeds=1,2,1 lists 1 twice"),
     ({"seeds": "0,0"}, "config.seeds=0,0 lists 0 twice"),
     ({"seed": -3}, "config.seed=-3: a seed must be in"),
-    ({"seeds": "-1,2"}, "config.seeds=(-1, 2): a seed must be in"),
+    ({"seeds": "-1,2"}, "config.seeds=-1,2: a seed must be in"),   # as written, not a tuple
+    ({"seeds": "1,01"}, "config.seeds=1,1 lists 1 twice"),
     ({"ood_datasets": "mnist,kmnist"}, "lists 'mnist', the dataset trained on (config.dataset)"),
     ({"ood_datasets": "kmnist,fashion_mnist,kmnist"}, "lists kmnist twice"),
     ({"ood_datasets": "kmnist", "extra_ood": "kmnist"}, "kmnist is in both"),
@@ -53,6 +54,35 @@ def config(data_dir, tmp_path, **fields):
 def test_bad_config_fields(data_dir, tmp_path, fields, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         configuration.validate_config(config(data_dir, tmp_path, **fields))
+
+
+def test_list_fields_are_echoed_as_written_and_ood_sets_compared_by_real_path(tmp_path,
+                                                                              monkeypatch):
+    """`--config.seeds=1,x` is named as the user wrote it (it was "('1,x',)", a Python tuple);
+    one OOD file or folder under two spellings (`a.npz`, `x/../a.npz`, a link) is one set
+    listed twice (the check compared the strings)."""
+    with pytest.raises(ValueError) as refused:
+        configuration.as_tuple("seeds", ("1,x",))   # what the command line hands over
+    assert str(refused.value).startswith("config.seeds=1,x must be a list of integers")
+    (tmp_path / "x").mkdir()
+    (tmp_path / "sets").mkdir()
+    (tmp_path / "linked").symlink_to(tmp_path / "sets")
+    monkeypatch.chdir(tmp_path)
+    for fields, message in [
+            ({"extra_ood": "npz:a.npz,npz:x/../a.npz"},
+             "config.extra_ood=npz:a.npz,npz:x/../a.npz lists npz:x/../a.npz (= npz:a.npz) "
+             "twice"),
+            ({"extra_ood": f"images:{tmp_path / 'sets'},images:linked"},
+             "lists images:linked (= images:"),
+            ({"ood_datasets": "kmnist,npz:./a.npz", "extra_ood": "npz:a.npz"},
+             "npz:a.npz (= npz:./a.npz) is in both config.ood_datasets and config.extra_ood")]:
+        c = configuration.build_config("mnist", "gedl")
+        configuration.set_fields(c, **fields)
+        with pytest.raises(ValueError, match=re.escape(message)):
+            configuration.validate_config(configuration.normalize_lists(c))
+    c = configuration.build_config("mnist", "gedl")
+    configuration.set_fields(c, extra_ood="npz:a.npz,npz:b.npz")   # two files: two sets
+    configuration.validate_config(configuration.normalize_lists(c))
 
 
 def test_a_workdir_holds_one_run_or_a_seeds_commands_runs_not_both(data_dir, tmp_path):
@@ -127,7 +157,7 @@ def test_workdir_that_is_a_file(data_dir, tmp_path):
 @pytest.mark.parametrize("content,message", [
     ("{not json", "is not a readable config"),
     ("[1, 2]", "is not a readable config"),
-    (None, "another version of gedl-jax.*fields this version does not know \\(old_field\\)"),
+    (None, "(?s)another version of gedl-jax.*fields this version does not know \\(old_field\\)"),
 ])
 def test_workdir_config_unreadable_or_from_another_version(data_dir, tmp_path, content,
                                                             message):

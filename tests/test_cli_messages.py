@@ -121,10 +121,11 @@ def test_a_long_evaluation_set_says_where_it_is_every_few_seconds(monkeypatch, c
     assert lines[1].startswith("post-hoc scores: evaluated test: 10 images in")
 
 
-def test_out_of_memory_is_one_line_that_says_what_to_lower_not_a_crash(capsys):
+def test_out_of_memory_says_what_to_lower_not_a_crash(capsys):
     """XLA's RESOURCE_EXHAUSTED (a real one: an allocation no machine has) and NumPy's
-    MemoryError are exit 2 with one line naming the allocation and the settings to lower;
-    another runtime error is still a crash."""
+    MemoryError are exit 2 with one error line naming the allocation and the settings to lower,
+    then detail lines (the allocation's whole line, what to lower when); another runtime error
+    is still a crash."""
     def device_oom():
         jnp.zeros((2**50,), jnp.uint8).block_until_ready()
 
@@ -143,8 +144,10 @@ def test_out_of_memory_is_one_line_that_says_what_to_lower_not_a_crash(capsys):
         assert cli.guarded(lambda b=body: b() or 0, debug=False) == cli.EXIT_BAD_INPUT
         err = capsys.readouterr().err
         lines = err.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith(f"error: out of {where} memory ("), err
+        assert lines[0].startswith(f"error: out of {where} memory ("), err
         assert "--config.batch_size" in lines[0] and "--config.eval_batch_size" in lines[0]
+        assert all(line.startswith("  ") for line in lines[1:]), err
+        assert max(map(len, lines)) < cli.MAX_LINE, err
         assert "Traceback" not in err
     assert "RESOURCE_EXHAUSTED" in cli.out_of_memory(_raised(device_oom))
     assert cli.out_of_memory(RuntimeError("INTERNAL: something else")) is None
@@ -178,3 +181,164 @@ def test_a_training_run_out_of_memory_exits_2_with_one_line(tmp_path):
              else "device memory (RESOURCE_EXHAUSTED")
     assert errors[0].startswith(f"error: out of {first}"), errors[0]
     assert "Traceback" not in proc.stderr
+
+
+def test_without_config_the_train_command_trains_the_main_jobs_config():
+    main = train.MAIN_JOB_CONFIG
+    assert main == "configs/mnist.py"
+    assert train.with_default_config(["train"]) == ["train", f"--config={main}"]
+    assert train.with_default_config(["train", "--config.learning_rate=0.003", "--workdir=w"]) \
+        == ["train", f"--config={main}", "--config.learning_rate=0.003", "--workdir=w"]
+    for named in (["train", "--config=mnist:edl"], ["train", "--config", "cifar10"],
+                  ["train", "--workdir=w", "--config=x.py", "--config.seed=1"]):
+        assert train.with_default_config(named) == named
+
+
+def test_the_first_tweak_trains_the_main_job_with_it(tmp_path):
+    """`bin/train --config.learning_rate=0.003` (bin/train passes its arguments through): the
+    main job's config with that field changed, not "Unknown command line flag"."""
+    import json
+
+    from training_fixtures import TINY_FIELDS, write_tiny_mnist
+
+    data_dir = write_tiny_mnist(tmp_path / "data")
+    fields = {**TINY_FIELDS, "num_epochs": 1, "learning_rate": 0.003, "data_dir": data_dir}
+    proc = subprocess.run([sys.executable, "-m", "gedl_jax.train", f"--workdir={tmp_path / 'w'}",
+                           *(f"--config.{k}={v}" for k, v in fields.items())], cwd=REPO,
+                          env=subprocess_env(tmp_path / "cache"), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"config: {train.MAIN_JOB_CONFIG} (the main job" in proc.stdout, proc.stdout
+    saved = json.loads((tmp_path / "w" / "config.json").read_text())
+    main_job = configuration.build_config("mnist", "gedl")
+    assert (saved["dataset"], saved["variant"], saved["learning_rate"]) == ("mnist", "gedl", 0.003)
+    assert saved["num_epochs"] == 1 and main_job.num_epochs == 200
+
+
+# ------------------------------------------------------------------- the length of error lines
+_PLACEHOLDER = "\0" * 20   # a value put into a message: a path, a number, a name
+
+
+def _rendered(node) -> str | None:
+    """The text a string expression builds (a constant, an f-string, `+`, a conditional: the
+    longer branch), each value put in as `_PLACEHOLDER`; None for anything else."""
+    import ast
+
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) else
+                       (_rendered(v.value) or _PLACEHOLDER) for v in node.values)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _rendered(node.left), _rendered(node.right)
+        return None if left is None and right is None else \
+            (left or _PLACEHOLDER) + (right or _PLACEHOLDER)
+    if isinstance(node, ast.IfExp):
+        branches = [t for t in (_rendered(node.body), _rendered(node.orelse)) if t is not None]
+        return max(branches, key=len) if branches else None
+    return None
+
+
+def _error_texts() -> list[tuple[str, str]]:
+    """(where, text) of every message gedl_jax gives an exception (`...Error(<text>, ...)`,
+    raised or returned) and of what its `*message*` functions and the CLI module return."""
+    import ast
+
+    found = set()
+    for path in sorted((REPO / "gedl_jax").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for function in ast.walk(tree):
+            for node in ast.walk(function):
+                text = None
+                if isinstance(node, ast.Call) and node.args:
+                    name = getattr(node.func, "id", getattr(node.func, "attr", ""))
+                    if name.endswith(("Error", "Exception", "Interrupted")):
+                        text = _rendered(node.args[0])
+                elif isinstance(node, ast.Return) and node.value is not None and isinstance(
+                        function, ast.FunctionDef) and ("message" in function.name
+                                                        or path.name == "cli.py"):
+                    text = _rendered(node.value)
+                if text is not None:
+                    found.add((f"{path.relative_to(REPO)}:{node.lineno}", text))
+    return sorted(found)
+
+
+def _printed_lines(text: str) -> list[str]:
+    """The lines a command prints for an error message (`cli.error_text`); a line that begins
+    with a value put in is a detail line (the value is indented: a list of files, say)."""
+    text = "\n".join("  " + line if line.startswith(_PLACEHOLDER) else line
+                     for line in text.split("\n"))
+    return cli.error_text(text).split("\n")
+
+
+def test_no_error_text_of_the_package_has_a_line_over_200_characters():
+    """Every message gedl-jax gives an error, with each value it puts in 20 characters long, as
+    the CLI prints it: one line, or a first line with the cause and the way out and indented
+    detail lines (the files a run lacks, the names it knows). None over `cli.MAX_LINE`."""
+    texts = _error_texts()
+    assert len(texts) > 400
+    too_long = [f"{where}: {len(line)}: {line[:80]}..." for where, text in texts
+                for line in _printed_lines(text) if len(line) >= cli.MAX_LINE]
+    assert too_long == [], "\n".join(too_long)
+
+
+def test_the_check_of_error_lines_can_fail():
+    one = "a" * 150 + "{x}" + "b" * 40
+    assert max(map(len, _printed_lines(one.replace("{x}", _PLACEHOLDER)))) >= cli.MAX_LINE
+    detailed = "cause: what to do\n" + "\n".join(f"  {_PLACEHOLDER * 3} {i}" for i in range(9))
+    assert max(map(len, _printed_lines(detailed))) < cli.MAX_LINE
+    collapsed = "cause\nmore text, not indented: one line\n  " + "c" * 150
+    assert _printed_lines(collapsed) == [" ".join(collapsed.split())]
+
+
+def test_the_first_command_offline_says_the_way_out_first_then_the_files(monkeypatch):
+    """The main job on a machine without the data and without a network: the first line says
+    what is wrong and the one variable or command that fixes it; the files follow, a line each;
+    no line is over 200 characters (it was one line of 2,030)."""
+    import pathlib
+
+    monkeypatch.setenv("GEDL_OFFLINE", "1")
+    folder = pathlib.Path("no_such_folder_as_long_as_a_home/.cache/gedl_jax/data")
+    assert not folder.exists()
+    with pytest.raises(data.MissingDataError) as missing:
+        data.ensure_available([("mnist", "train"), ("mnist", "test"), ("kmnist", "test"),
+                               ("fashion_mnist", "test")], data_dir=folder)
+    first, *details = cli.error_text(missing.value).split("\n")
+    assert first.startswith(f"the data folder {folder} (from data_dir) does not exist, and "
+                            f"downloads are off: set $GEDL_DATA_DIR to a folder with these "
+                            f"files, or fetch them:"), first
+    assert details[0] == ("  python -m gedl_jax.data.fetch --data_dir=DIR mnist:train,test "
+                          "kmnist:test fashion_mnist:test   (where there is a network)")
+    assert any(line.startswith("    train-images-idx3-ubyte.gz  9,912,422 bytes  https://")
+               for line in details), details
+    assert f"  mnist (train, test), in {folder / 'mnist'}:" in details
+    assert "$GEDL_OFFLINE is set" in details[-1]
+    assert max(len(line) for line in [first, *details]) < cli.MAX_LINE
+
+
+def test_the_chance_line_names_the_option_only_where_it_is_not_set(capsys):
+    """At chance level: without allow_chance an error that names it (exit 3); with it set a
+    warning that does not tell the user to set it again (it did)."""
+    message = "runs/w ended at chance level: best validation accuracy 0.0938 (...)"
+    results = [{"at_chance": message}]
+    for allowed, status, line in (
+            (False, cli.EXIT_DIVERGED,
+             f"error: {message}, or --config.allow_chance=True if this is intended"),
+            (True, cli.EXIT_OK, f"warning: {message}")):
+        c = configuration.build_config("mnist", "gedl")
+        c.allow_chance = allowed
+        assert train._exit_status(c, results) == status
+        assert capsys.readouterr().err == line + "\n"
+    import types
+
+    import numpy as np
+
+    from gedl_jax.run import training
+
+    labels = np.arange(100) % 10
+    run = types.SimpleNamespace(best_accuracy=0.1, workdir="runs/w",
+                                config=types.SimpleNamespace(num_classes=10),
+                                experiment=types.SimpleNamespace(data=types.SimpleNamespace(
+                                    validation=types.SimpleNamespace(labels=labels))))
+    said = training.chance_message(run)
+    assert said.startswith("runs/w ended at chance level") and "allow_chance" not in said

@@ -47,3 +47,17 @@ def test_epoch_means_and_seed_aggregation(curves, tmp_path):
 def test_no_runs_is_a_one_line_error(curves, tmp_path, capsys):
     assert curves.main([str(tmp_path), "--out", str(tmp_path / "o")]) == 2
     assert "error: no metrics.jsonl" in capsys.readouterr().err
+
+
+def test_links_planted_at_the_outputs_are_replaced_not_written_through(curves, tmp_path):
+    sentinel = tmp_path / "user" / "sentinel"
+    sentinel.parent.mkdir()
+    sentinel.write_bytes(b"the user's own file\n")
+    _write_run(tmp_path / "gedl", 0)
+    (tmp_path / "out").mkdir()
+    for name in ("curves.png", "curves.md"):
+        (tmp_path / "out" / name).symlink_to(sentinel)
+    assert curves.main([str(tmp_path / "gedl"), "--out", str(tmp_path / "out")]) == 0
+    assert sentinel.read_bytes() == b"the user's own file\n"
+    for name in ("curves.png", "curves.md"):
+        assert not (tmp_path / "out" / name).is_symlink()

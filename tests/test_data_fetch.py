@@ -190,7 +190,7 @@ def test_404_names_the_url_and_what_to_do(online, served, tmp_path):
                               progress=False)
     msg = str(e.value)
     assert "404" in msg and f"{server.url}/kmnist/t10k-labels-idx1-ubyte.gz" in msg
-    assert "GEDL_DATA_MIRROR" in msg and "t10k-labels-idx1-ubyte.gz  (" in msg  # ways out
+    assert "GEDL_DATA_MIRROR" in msg and "\n    t10k-labels-idx1-ubyte.gz  " in msg  # ways out
     assert "t10k-labels-idx1-ubyte.gz" not in _left_in(tmp_path / "data")
 
 
@@ -241,7 +241,7 @@ def test_a_closed_port_fails_at_once_without_retries(online, served, tmp_path):
         download.ensure_files([("kmnist", "test")], tmp_path / "data",
                               mirror=f"http://127.0.0.1:{port}", progress=False)
     assert time.monotonic() - start < download.RETRY_BACKOFF_S  # no retry sleep happened
-    assert "Ways out" in str(e.value)
+    assert "set $GEDL_DATA_DIR to a folder with these files, or fetch them" in str(e.value)
 
 
 def test_offline_switch_names_every_missing_file_without_touching_the_network(
@@ -253,11 +253,15 @@ def test_offline_switch_names_every_missing_file_without_touching_the_network(
     with pytest.raises(data.MissingDataError) as e:
         download.ensure_files(wanted, tmp_path / "data", mirror=server.url, download="auto")
     msg = str(e.value)
+    lines = msg.splitlines()
     for name, files in (("mnist", MNIST_FILES), ("kmnist", TEST_FILES),
                         ("fashion_mnist", TEST_FILES)):
-        for f in files:
-            assert str(tmp_path / "data" / name / f) in msg
-    assert "GEDL_OFFLINE" in msg and "GEDL_DATA_MIRROR" in msg and "copy these files" in msg
+        folder = next(i for i, line in enumerate(lines)
+                      if line.endswith(f", in {tmp_path / 'data' / name}:"))
+        for f in files:   # each file on a line of its own under its folder
+            assert any(line.startswith(f"    {f}  ") for line in lines[folder + 1:]), (f, msg)
+    assert "GEDL_OFFLINE" in msg and "GEDL_DATA_MIRROR" in msg and "GEDL_DATA_DIR" in lines[0]
+    assert "python -m gedl_jax.data.fetch --data_dir=DIR mnist:train,test" in lines[1]
     assert server.log == []
     with pytest.raises(data.MissingDataError):  # the same through the loader
         data.load_split("mnist", "test", tmp_path / "data", mirror=server.url)
@@ -420,9 +424,12 @@ def test_card_command_offline_fails_fast_naming_every_missing_file(tmp_path, con
     proc, seconds = _train_cli(config, tmp_path, {"GEDL_OFFLINE": "1"})
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert seconds < 30  # ~5 s here; generous for a loaded CI machine
-    for f in files:
-        assert str(tmp_path / "empty" / f) in proc.stderr
-    assert "svhn_cropped/extra_32x32.mat" not in proc.stderr  # never asked for
+    for f in files:   # under a line naming its dataset's folder
+        folder, name = f.split("/")
+        assert f", in {tmp_path / 'empty' / folder}:" in proc.stderr, proc.stderr
+        assert f"\n    {name}  " in proc.stderr, proc.stderr
+    assert "extra_32x32.mat" not in proc.stderr  # never asked for
+    assert max(map(len, proc.stderr.splitlines())) < 200 + len(str(tmp_path)), proc.stderr
     assert "GEDL_DATA_MIRROR" in proc.stderr
     assert "workdir: runs/" in proc.stdout  # the default workdir, printed
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("*.json"))
@@ -442,8 +449,9 @@ def test_tfds_source_offline_names_every_file_the_builder_needs(tmp_path):
                               tfds_data_dir=tmp_path / "tfds")
     msg = str(e.value)
     assert "TFDS has not prepared ['kmnist']" in msg
+    assert f", in {tmp_path / 'data' / 'kmnist'}:" in msg
     for f in MNIST_FILES:  # TFDS's builder needs the training files too, not only the test split
-        assert str(tmp_path / "data" / "kmnist" / f) in msg
+        assert f"\n    {f}  " in msg
 
 
 def test_tfds_source_fetches_every_registered_file_then_prepares_from_manual_dir(

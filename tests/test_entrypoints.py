@@ -106,19 +106,20 @@ def test_a_fresh_checkout_is_set_up_once_in_one_line_then_starts_at_once(checkou
         f"pip install -q -c {CONSTRAINTS} -e .[dev]", "run pytest -q -n 2"]
     assert checkout.run("bin/setup.sh", "--check").returncode == 0
 
-    again = checkout.run("bin/train")
+    again = checkout.run("bin/train")   # the main job: gedl_jax.train's default config
     assert again.returncode == 0 and again.stdout == "", again.stdout + again.stderr
-    assert checkout.logged() == ["run gedl_jax.train --config=configs/mnist.py"]
+    assert checkout.logged() == ["run gedl_jax.train"]
 
 
 def test_arguments_pass_through_without_the_defaults(checkout):
     checkout.run("bin/setup.sh")
     checkout.logged()
     checkout.run("bin/train", "--config=configs/cifar10.py", "--workdir=runs/a b")
+    checkout.run("bin/train", "--config.learning_rate=0.003")   # the main job, tweaked
     checkout.run("bin/test", "-k", "resume")
     assert checkout.logged() == [
         r"run gedl_jax.train --config=configs/cifar10.py --workdir=runs/a\ b",
-        "run pytest -k resume"]
+        "run gedl_jax.train --config.learning_rate=0.003", "run pytest -k resume"]
 
 
 def test_a_changed_constraints_file_sets_the_venv_up_again_in_place_with_its_extras(checkout):
@@ -206,7 +207,7 @@ def test_two_commands_started_together_set_the_venv_up_once(checkout):
     logged = checkout.logged()
     assert logged.count("venv .venv") == 1, logged
     assert sorted(line for line in logged if line.startswith("run ")) == [
-        "run gedl_jax.train --config=configs/mnist.py", "run pytest -q -n 2"]
+        "run gedl_jax.train", "run pytest -q -n 2"]
 
 
 def test_setup_refuses_an_unknown_argument_in_one_error_line(checkout):

@@ -79,36 +79,87 @@ def test_a_finished_run_started_again_writes_nothing_it_need_not(tmp_path, fast_
     assert {p: p.stat().st_mtime_ns for p in workdir.rglob("*") if p.is_file()} == before
 
 
-def test_a_real_full_disk_is_one_line_and_the_rerun_ends_identical(tmp_path):
-    """A 7 MB tmpfs holds the first epoch's two checkpoints (2.8 MB each) but not the second
-    epoch's: exit 74, the progress lines and then at most a few lines (ours), none of the
-    checkpoint library's hundreds; with space back, the same command ends with the parameters
-    of an uninterrupted run."""
-    data_dir = write_tiny_mnist(tmp_path / "data")
-    env = subprocess_env(tmp_path / "cache")
-    fields = dict(num_epochs=4, allow_chance=True)
-    reference = subprocess.run(cli_args(tmp_path / "reference", data_dir, **fields), cwd=REPO,
-                               env=env, capture_output=True, text=True, timeout=240)
+FULL_DISK_FIELDS = dict(num_epochs=4, allow_chance=True)   # 8 steps an epoch, a line every 4
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """(data_dir, env, the workdir of an uninterrupted run of FULL_DISK_FIELDS)."""
+    root = tmp_path_factory.mktemp("full_disk")
+    data_dir = write_tiny_mnist(root / "data")
+    env = subprocess_env(root / "cache")
+    reference = subprocess.run(cli_args(root / "reference", data_dir, **FULL_DISK_FIELDS),
+                               cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
     assert reference.returncode == 0, reference.stdout + reference.stderr
+    return data_dir, env, root / "reference"
+
+
+def _error_and_details(stderr: str) -> list[str]:
+    """The `error:` line and the detail lines under it, which end what the command printed."""
+    lines = stderr.strip().splitlines()
+    start = max(i for i, line in enumerate(lines) if line.startswith("error:"))
+    assert all(line.startswith("  ") for line in lines[start + 1:]), stderr
+    return lines[start:]
+
+
+def test_a_real_full_disk_is_one_line_and_the_rerun_ends_identical(uninterrupted, tmp_path):
+    """A 7 MB tmpfs holds the first epoch's two checkpoints (2.8 MB each) but not the second
+    epoch's: exit 74 before the third epoch ends (the failed save is seen at the next progress
+    line), the progress lines and then at most a few lines (ours), none of the checkpoint
+    library's hundreds; with space back, the same command ends with the parameters of an
+    uninterrupted run."""
+    data_dir, env, reference = uninterrupted
     with small_filesystem(tmp_path / "fs", size="7m") as fs:
-        args = cli_args(fs / "w", data_dir, **fields)
+        args = cli_args(fs / "w", data_dir, **FULL_DISK_FIELDS)
         full = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True,
                               timeout=240)
         assert full.returncode == 74, full.stdout + full.stderr
+        assert "epoch 3: validation" not in full.stdout, full.stdout
         # stderr: the data loader's two warnings on these unregistered files, then ours only
         ours = [line for line in full.stderr.strip().splitlines()
                 if not line.startswith("WARNING:gedl_jax.data.loading")]
         assert len(ours) <= 5, full.stderr
         assert "Traceback" not in full.stderr and "ERROR:absl" not in full.stderr, full.stderr
-        assert full.stderr.strip().splitlines()[-1].startswith("error: no space left on device")
-        assert "rerun the same command" in full.stderr
+        error, *details = _error_and_details(full.stderr)
+        assert error.startswith(f"error: no space left on device writing {fs / 'w'}"), error
+        assert "rerun the same command" in error and " free on that filesystem" in details[0]
         subprocess.run(["mount", "-o", "remount,size=64m", str(fs)], check=True, timeout=30)
         resumed = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True,
                                  timeout=240)
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
         assert "resumed from" in resumed.stdout
-        assert checkpoint_steps(fs / "w") == checkpoint_steps(tmp_path / "reference")
-        assert_same_tree(saved_state(fs / "w")[0], saved_state(tmp_path / "reference")[0])
+        assert checkpoint_steps(fs / "w") == checkpoint_steps(reference)
+        assert_same_tree(saved_state(fs / "w")[0], saved_state(reference)[0])
+
+
+def test_a_failed_save_stops_the_run_within_an_epoch_and_the_rerun_resumes_from_best(
+        uninterrupted, tmp_path):
+    """`checkpoints/last` on a tmpfs of its own too small for one checkpoint: epoch 1's `last`
+    save fails in the background while its `best` is saved complete. The run stops at its next
+    progress line, before epoch 2 ends (it used to train all of epoch 2 and fail at that
+    epoch's save), exit 74, naming where the write failed and the space left; with space back
+    the same command resumes from `best` at step 8 (it used to start again from step 0) and
+    ends with the parameters of an uninterrupted run."""
+    data_dir, env, reference = uninterrupted
+    workdir = tmp_path / "w"
+    args = cli_args(workdir, data_dir, **FULL_DISK_FIELDS)
+    with small_filesystem(workdir / "checkpoints" / "last", size="1m") as last:
+        full = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True,
+                              timeout=240)
+        assert full.returncode == 74, full.stdout + full.stderr
+        assert "epoch 1: validation" in full.stdout and "epoch 2: validation" not in full.stdout
+        error, *details = _error_and_details(full.stderr)
+        assert error.startswith("error: no space left on device writing "), error
+        assert " free on that filesystem" in details[0], details
+        assert "newest: step 8 (best)" in details[0], details
+        assert checkpoint_steps(workdir) == [] and checkpoint_steps(workdir, "best") == [8]
+        subprocess.run(["mount", "-o", "remount,size=64m", str(last)], check=True, timeout=30)
+        resumed = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True,
+                                 timeout=240)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        assert f"resumed from {workdir}/checkpoints/best at step 8" in resumed.stdout
+        assert checkpoint_steps(workdir) == checkpoint_steps(reference)
+        assert_same_tree(saved_state(workdir)[0], saved_state(reference)[0])
 
 
 def test_only_write_failure_tracebacks_are_held_back():

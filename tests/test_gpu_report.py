@@ -164,3 +164,18 @@ def test_a_log_with_checkpoint_lines_counts_the_saves_they_name():
                 "epoch 4: validation accuracy 0.9600 (best 0.9800)\n"
                 "epoch 4: checkpoints saving in /w/checkpoints: last (step 16)\n")
     assert report.saves_per_epoch_end(one_seed) == [2, 0, 2, 1]
+
+
+def test_links_planted_at_the_readme_and_a_log_are_replaced_not_written_through(tmp_path):
+    (tmp_path / "gpu").mkdir()
+    folder = _folder(tmp_path / "gpu", "")
+    sentinel = tmp_path / "sentinel"
+    sentinel.write_text(f"the user's own file, naming {report.REPO}/x\n")
+    before = sentinel.read_bytes()
+    (folder / "README.md").symlink_to(sentinel)
+    (folder / "torch.log").symlink_to(sentinel)   # scrubbed of machine paths: a new file
+    report.main([str(folder)])
+    assert sentinel.read_bytes() == before
+    assert not (folder / "README.md").is_symlink() and "NVIDIA Test" in (
+        folder / "README.md").read_text()
+    assert (folder / "torch.log").read_text() == "the user's own file, naming x\n"

@@ -68,14 +68,19 @@ def _preempt(workdir, data_dir, env, signum) -> tuple[list[str], str]:
         _wait_for_line(proc, f"epoch 2/4 step 10/{TOTAL}", timeout=180)
         sent = time.time()
         proc.send_signal(signum)
-        out, _ = proc.communicate(timeout=60)
+        # said at once, before the step it waits for ends (it can take seconds under load)
+        told = _wait_for_line(proc, preemption.STOPPING["training"], timeout=15)
+        announced = time.time() - sent
+        rest, _ = proc.communicate(timeout=60)
+        out = "".join(told) + rest
         elapsed = time.time() - sent
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == preemption.EXIT_PREEMPTED, out
     assert elapsed < 15, f"took {elapsed:.1f} s to stop"
-    assert f"preempted ({signal.Signals(signum).name})" in out, out
+    assert announced < 5 and out.count(preemption.STOPPING["training"]) == 1, out
+    assert f"preempted ({signal.Signals(signum).name})" in rest, out
     steps = checkpoint_steps(workdir)
     assert steps and 10 <= steps[-1] < TOTAL, (steps, out)
     _, meta = saved_state(workdir)

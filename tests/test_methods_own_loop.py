@@ -282,3 +282,23 @@ def test_a_label_outside_the_classes_raises_eager_and_jitted(bad):
     assert np.isfinite(float(good))
     unchecked = dataclasses.replace(obj, check_labels=False)
     assert np.isnan(float(jax.jit(unchecked)(logits, labels, obj.init())[0]))
+
+
+def test_a_bad_label_under_jit_is_reported_as_the_eager_one_line_with_exit_2(capsys, caplog):
+    """Under `jax.jit` the check's ValueError reaches the caller as jax's "INTERNAL: CpuCallback
+    error" with the message at the end of a traceback, after jax logged that traceback: a
+    command (`cli.guarded`) reports it as the eager call's one line, exit 2, and drops the
+    log record."""
+    from gedl_jax import cli
+
+    obj = EvidentialObjective.gedl(num_classes=K, steps_per_epoch=2)
+    logits, labels = jnp.zeros((3, K)), jnp.array([0, K, 1])
+    assert cli.guarded(lambda: obj(logits, labels, obj.init()) and 0, debug=False) == 2
+    eager = capsys.readouterr().err
+    assert eager.startswith("error: labels_B must be class indices") and eager.count("\n") == 1
+    with caplog.at_level("ERROR"):
+        jitted = cli.guarded(lambda: jax.block_until_ready(
+            jax.jit(obj)(logits, labels, obj.init())) and 0, debug=False)
+    assert jitted == 2 and capsys.readouterr().err == eager
+    assert "jax.debug.callback failed" not in caplog.text
+    assert cli.callback_error(RuntimeError("INTERNAL: something else")) is None

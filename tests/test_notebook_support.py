@@ -61,7 +61,7 @@ def test_nvidia_gpu_present_falls_back_to_nvidia_smi(tmp_path, monkeypatch):
 
 
 def test_check_accelerator_refuses_a_silent_cpu_fallback():
-    with pytest.raises(RuntimeError, match="NVIDIA GPU but jax .* runs on 'cpu'.*cuda12"):
+    with pytest.raises(RuntimeError, match="(?s)NVIDIA GPU but jax .* runs on 'cpu'.*cuda12"):
         notebook.check_accelerator(expect_gpu=True, backend="cpu")
     assert "on gpu" in notebook.check_accelerator(expect_gpu=True, backend="gpu")
     assert "on cpu" in notebook.check_accelerator(expect_gpu=False, backend="cpu")

@@ -167,29 +167,185 @@ def _damaged_and_registered_again(exported, folder: pathlib.Path, *, keep_record
     return folder / "registry.json", entry
 
 
-@pytest.mark.parametrize("where", ["file", "registry", "both"])
+@pytest.mark.parametrize("where", ["file", "registry", "both", "neither"])
 def test_weights_changed_after_export_are_refused_even_when_registered_again(exported, tmp_path,
                                                                             where):
+    """Whatever the registry holds: a file that records its weights' checksum is checked
+    against it, and a file that records none is refused (a registry without the field, as a
+    copy of it may be, vouches for nothing)."""
     reg, entry = _damaged_and_registered_again(exported, tmp_path / "m",
-                                               keep_record=where != "registry")
-    if where == "file":
+                                               keep_record=where in ("file", "both"))
+    if where in ("file", "neither"):
         entry.pop("weights_sha256")
     registry.write_entry(reg, "tiny/gedl", entry)
-    with pytest.raises(pretrained.PretrainedError,
-                       match=r"the weights in .* are not the ones it was exported with.*accuracy"):
+    refused = (r"records no checksum of its weights.*export it again.*unverified_weights=True"
+               if where in ("registry", "neither") else
+               r"(?s)the weights in .* are not the ones it was exported with.*accuracy")
+    with pytest.raises(pretrained.PretrainedError, match=refused):
         pretrained.load("tiny/gedl", registry=reg)
+    if where != "neither":   # used unverified: the checksums it has are still checked
+        with pytest.raises(pretrained.PretrainedError, match="not the ones it was exported"):
+            pretrained.load("tiny/gedl", registry=reg, unverified_weights=True)
 
 
-def test_every_shipped_model_matches_its_registered_weights_checksum():
-    """The shipped files predate the checksum inside the file: the registry holds it."""
+def test_a_file_without_a_weights_checksum_loads_only_when_told_it_is_unverified(exported,
+                                                                               tmp_path):
+    reg = _without_weights_record(exported, tmp_path / "m")
+    with pytest.raises(pretrained.PretrainedError, match="records no checksum of its weights"):
+        pretrained.load("tiny/gedl", registry=reg)
+    model = pretrained.load("tiny/gedl", registry=reg, unverified_weights=True)
+    original = pretrained.load("tiny/gedl", registry=exported.registry)
+    for a, b in zip(jax.tree.leaves(model.variables), jax.tree.leaves(original.variables)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def _without_weights_record(exported, folder: pathlib.Path, *, registry_too: bool = True
+                            ) -> pathlib.Path:
+    """The tiny model as gedl-jax wrote files before the weights' checksum was recorded in
+    them: the same weights, no "weights_sha256" in its metadata (nor, unless `registry_too` is
+    False, in its registry entry); its file's sha256 and size registered."""
+    from flax import serialization
+
+    shutil.copytree(exported.models, folder)
+    path = folder / "tiny_gedl.msgpack"
+    payload = serialization.msgpack_restore(path.read_bytes())
+    metadata = json.loads(payload["metadata"])
+    del metadata["weights_sha256"]
+    payload["metadata"] = json.dumps(metadata, sort_keys=True)
+    blob = serialization.msgpack_serialize(payload)
+    path.write_bytes(blob)
+    entry = {**registry.get_entry("tiny/gedl", folder / "registry.json"),
+             "sha256": hashlib.sha256(blob).hexdigest(), "size": len(blob)}
+    if registry_too:
+        entry.pop("weights_sha256")
+    registry.write_entry(folder / "registry.json", "tiny/gedl", entry)
+    return folder / "registry.json"
+
+
+def test_reexport_records_the_weights_checksum_with_the_weights_unchanged(exported, tmp_path):
+    """`python -m gedl_jax.pretrained reexport` (how the shipped files came to record their
+    weights' checksum): the same weights and metadata plus the checksum, vouched for by the
+    registry's weights_sha256; it refuses a file whose weights that does not vouch for."""
+    from flax import serialization
+
+    from gedl_jax.pretrained.__main__ import main as pretrained_main
+
+    reg = _without_weights_record(exported, tmp_path / "m", registry_too=False)
+    before = serialization.msgpack_restore((tmp_path / "m" / "tiny_gedl.msgpack").read_bytes())
+    assert pretrained_main(["reexport", f"--registry={reg}"]) == 0
+    path = tmp_path / "m" / "tiny_gedl.msgpack"
+    after = serialization.msgpack_restore(path.read_bytes())
+    for key in ("variables", "method_state"):
+        assert serialization.msgpack_serialize(after[key]) == \
+            serialization.msgpack_serialize(before[key])
+    assert json.loads(after["metadata"]) == {**json.loads(before["metadata"]),
+                                             "weights_sha256": exported.entry["weights_sha256"]}
+    assert path.read_bytes() == (exported.models / "tiny_gedl.msgpack").read_bytes()
+    assert registry.get_entry("tiny/gedl", reg) == registry.get_entry("tiny/gedl",
+                                                                      exported.registry)
+    pretrained.load("tiny/gedl", registry=reg)
+
+    reg, entry = _damaged_and_registered_again(exported, tmp_path / "d", keep_record=False)
+    registry.write_entry(reg, "tiny/gedl", entry)
+    assert pretrained_main(["reexport", f"--registry={reg}"]) == 2   # weights not vouched for
+    with pytest.raises(pretrained.PretrainedError, match="cannot be vouched for"):
+        export.reexport("tiny/gedl", reg)
+
+
+def test_every_shipped_model_records_its_weights_checksum_as_registered():
+    """Each shipped file records the checksum of its own weights, and it is the registry's:
+    the files exported before the format recorded it were exported again (`reexport`), their
+    weights bit for bit those the registry had vouched for."""
     from gedl_jax.pretrained import fileformat
 
     models = registry.read_registry()
-    assert len(models) >= 11
+    assert len(models) >= 12
     for name, entry in models.items():
         path = registry.PACKAGE_REGISTRY.parent / entry["file"]
-        _, variables, method_state = fileformat.from_bytes(path.read_bytes(), str(path))
+        metadata, variables, method_state = fileformat.from_bytes(path.read_bytes(), str(path))
         assert fileformat.weights_sha256(variables, method_state) == entry["weights_sha256"], name
+        assert metadata["weights_sha256"] == entry["weights_sha256"], name
+
+
+def _zeroed_head(exported, folder: pathlib.Path) -> pathlib.Path:
+    """The tiny model with its last layer's weights zeroed (every image gets one class), as an
+    old file without a weights checksum, registered."""
+    from flax import serialization
+
+    reg = _without_weights_record(exported, folder)
+    path = folder / "tiny_gedl.msgpack"
+    payload = serialization.msgpack_restore(path.read_bytes())
+    params = payload["variables"]["params"]
+    last = params[sorted(params)[-1]]
+    for key in last:
+        last[key] = np.zeros_like(last[key])
+    blob = serialization.msgpack_serialize(payload)
+    path.write_bytes(blob)
+    registry.write_entry(reg, "tiny/gedl", {**registry.get_entry("tiny/gedl", reg),
+                                            "sha256": hashlib.sha256(blob).hexdigest(),
+                                            "size": len(blob)})
+    return reg
+
+
+def test_the_stored_accuracy_is_compared_with_the_measured_one():
+    model = types.SimpleNamespace(name="m/x", eval_results={"id": {"accuracy": 0.9941}},
+                                  config={"bootstrap_confidence": 0.95})
+    measured = {"id": {"num_examples": 10_000, "num_correct": 1387}}
+    message = pretrained.stored_accuracy_mismatch(model, measured)
+    assert message.startswith("m/x: the accuracy it stores, 99.41%, lies outside the 95% "
+                              "bootstrap interval [") and "13.87% measured now on 10,000" in message
+    assert pretrained.stored_accuracy_mismatch(
+        model, {"id": {"num_examples": 10_000, "num_correct": 9941}}) is None
+    # 99.41% of 10,000 is about 0.08 points from either bound of its 95% interval
+    assert pretrained.stored_accuracy_mismatch(
+        model, {"id": {"num_examples": 10_000, "num_correct": 9935}}) is None
+    assert pretrained.stored_accuracy_mismatch(
+        model, {"id": {"num_examples": 10_000, "num_correct": 9920}}) is not None
+
+
+def test_evaluate_warns_when_the_accuracy_is_not_the_stored_one_and_strict_fails(
+        exported, tmp_path, capsys):
+    reg = _zeroed_head(exported, tmp_path / "m")
+    overrides = {"data_dir": str(exported.root)}
+    results = pretrained.evaluate("tiny/gedl", tmp_path / "out", registry=reg,
+                                  overrides=overrides, unverified_weights=True)
+    stored = json.loads((exported.run / "eval_results.json").read_text())["id"]["accuracy"]
+    assert abs(results["id"]["accuracy"] - stored) > 0.2
+    warning = capsys.readouterr().err.strip().splitlines()[-1]
+    assert warning.startswith(f"warning: tiny/gedl: the accuracy it stores, {stored:.2%}, "
+                              f"lies outside the 95% bootstrap interval"), warning
+    with pytest.raises(pretrained.StoredAccuracyError, match="lies outside"):
+        pretrained.evaluate("tiny/gedl", tmp_path / "strict", registry=reg, overrides=overrides,
+                            unverified_weights=True, strict=True)
+    assert (tmp_path / "strict" / "eval_results.json").is_file()   # written before it fails
+    pretrained.evaluate("tiny/gedl", tmp_path / "same", registry=exported.registry,
+                        overrides=overrides, strict=True)
+
+
+def test_evaluate_cli_unverified_weights_and_strict(exported, tmp_path):
+    """The command line: a file without a weights checksum is refused (exit 2, saying what to
+    pass); with --unverified_weights it is evaluated, and --strict makes a measured accuracy
+    that is not the stored one exit 3."""
+    reg = _zeroed_head(exported, tmp_path / "m")
+    env = {**os.environ, "GEDL_PRETRAINED_REGISTRY": str(reg), "JAX_PLATFORMS": "cpu",
+           "JAX_DISABLE_MOST_OPTIMIZATIONS": "1"}
+
+    def evaluate(*flags):
+        return subprocess.run([sys.executable, str(REPO / "tests" / "fixture_cli.py"),
+                               str(exported.root / "fixture_file_specs.json"),
+                               "gedl_jax.evaluate", "--pretrained=tiny/gedl",
+                               f"--data_dir={exported.root}", "--nocalibrate", *flags],
+                              capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+
+    refused = evaluate()
+    assert refused.returncode == 2, refused.stderr
+    errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "records no checksum of its weights" in errors[0], refused.stderr
+    strict = evaluate("--unverified_weights", "--strict")
+    assert strict.returncode == 3, strict.stdout + strict.stderr
+    last = strict.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: tiny/gedl: the accuracy it stores") and "| gedl |" in \
+        strict.stdout, strict.stdout + strict.stderr
 
 
 def test_every_shipped_models_config_loads_through_the_legacy_table():
@@ -340,6 +496,10 @@ def test_bin_export_pretrained_evaluates_exports_and_registers_a_studys_runs(
         str(exported.root / "fixture_file_specs.json"), "gedl_jax.evaluate"))
     monkeypatch.setenv("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")   # as the run was compiled
     package_before = registry.PACKAGE_REGISTRY.read_bytes()
+    sentinel = tmp_path / "sentinel"   # a link planted at the kept evaluation's name
+    sentinel.write_bytes(b"the user's own file\n")
+    (tmp_path / "kept" / "gedl_seed0").mkdir(parents=True)
+    (tmp_path / "kept" / "gedl_seed0" / "eval_results.json").symlink_to(sentinel)
 
     assert script.main([f"--study={tmp_path / 'study'}", "--variants=edl,gedl",
                         "--setting=paper", "--suffix=_lab", f"--results_dir={tmp_path / 'kept'}",
@@ -363,6 +523,7 @@ def test_bin_export_pretrained_evaluates_exports_and_registers_a_studys_runs(
     assert _comparable(kept) == _comparable(own)
     assert entry["headline"] == export.headline(export.portable_results(own))
     assert not any(k in kept for k in export.PATH_RESULT_KEYS)
+    assert sentinel.read_bytes() == b"the user's own file\n"
 
     # A registered download URL survives exporting the same file again, not a changed file.
     hosted = {**entry, "url": "https://example.org/models/mnist_gedl_lab.msgpack"}

@@ -231,6 +231,32 @@ def test_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_to_the_same_
     assert checkpoint_steps(workdir) == [8, 16]
 
 
+def test_a_best_checkpoint_whose_last_save_failed_is_resumed_from(finished, tmp_path,
+                                                                     fast_compile, capsys):
+    """A `last` save that failed (a full disk) leaves the `best` checkpoint of its epoch end,
+    complete, and an unfinished temporary folder: the run resumes from that `best` (it used to
+    start again from the previous `last`, or from step 0) and ends as the uninterrupted run."""
+    import shutil
+
+    import jax
+    from training_fixtures import assert_same_tree
+
+    c, full, reference = finished
+    workdir = tmp_path / "w"
+    shutil.copytree(reference, workdir)
+    best = checkpoint_steps(workdir, "best")[-1]
+    for step in checkpoint_steps(workdir):
+        if step >= best:   # as a save cut off by a full disk leaves it
+            (workdir / "checkpoints" / "last" / str(step)).rename(
+                workdir / "checkpoints" / "last" / f"{step}.orbax-checkpoint-tmp-1")
+    older = [s for s in checkpoint_steps(workdir) if s < best]
+    capsys.readouterr()
+    again = train.train_and_evaluate(c, workdir)
+    assert f"resumed from {workdir}/checkpoints/best at step {best}" in capsys.readouterr().out
+    assert again["steps"] == 16 and older != [best]
+    assert_same_tree(jax.device_get(full["state"]), jax.device_get(again["state"]))
+
+
 @pytest.mark.parametrize("every_data_file", [False, True])
 def test_evaluate_falls_back_when_the_best_checkpoint_is_damaged(finished, tmp_path, capsys,
                                                                   every_data_file):
@@ -263,10 +289,16 @@ def test_no_checkpoint_restores_is_one_error_and_nothing_is_renamed(finished, tm
         _damage(workdir / "checkpoints" / "last" / str(step))
     before = sorted(p.relative_to(workdir) for p in workdir.rglob("*"))
     with pytest.raises(train.ConfigMismatchError,
-                       match=r"cannot resume from .*checkpoints/last/16: .* no older checkpoint "
-                             r"restores either \(2 tried\)") as raised:
+                       match=r"(?s)cannot resume from .*checkpoints/last/16: .* no older "
+                             r"checkpoint restores either \(2 tried\)") as raised:
         train.train_and_evaluate(c, workdir)
-    assert "\n" not in str(raised.value)
+    from gedl_jax import cli
+
+    first, *details = cli.error_text(raised.value).split("\n")   # as the command prints it
+    assert first.endswith("use a new --workdir, or the version that wrote it"), first
+    # under 200 characters with a workdir path of 20 (pytest's are longer)
+    assert len(details) == 2 and len(first) - len(str(workdir)) + 20 < cli.MAX_LINE, first
+    assert max(map(len, details)) < cli.MAX_LINE, details
     assert sorted(p.relative_to(workdir) for p in workdir.rglob("*")) == before
 
 
@@ -303,8 +335,8 @@ def test_a_checkpoint_that_runs_out_of_memory_is_not_set_aside_as_damaged(
     shutil.copytree(reference, workdir)
     before = sorted(p.relative_to(workdir) for p in workdir.rglob("*"))
     with monkeypatch.context() as m:
-        m.setattr(checkpointing.RunCheckpoints, "restore_last",
-                  first_call_out_of_memory(checkpointing.RunCheckpoints.restore_last))
+        m.setattr(checkpointing.RunCheckpoints, "restore_step",
+                  first_call_out_of_memory(checkpointing.RunCheckpoints.restore_step))
         with pytest.raises(RuntimeError, match="RESOURCE_EXHAUSTED") as raised:
             train.train_and_evaluate(c, workdir)
     assert cli.out_of_memory(raised.value).startswith("out of device memory (RESOURCE_")
@@ -357,7 +389,7 @@ def test_chance_level_is_claimed_only_where_the_validation_split_can_tell():
 
 def test_divergence_before_any_checkpoint_does_not_claim_one(data_dir, tmp_path, fast_compile):
     with pytest.raises(train.NonFiniteLossError,
-                       match="the run diverged: .*No checkpoint had been saved yet"):
+                       match="(?s)the run diverged: .*No checkpoint had been saved yet"):
         train.train_and_evaluate(config(data_dir, tmp_path, learning_rate=1e30), tmp_path / "w")
     assert checkpoint_steps(tmp_path / "w") == []
 
@@ -487,10 +519,12 @@ def test_full_disk_at_each_write_site_loses_nothing(finished, tmp_path, fast_com
                           lambda path, text: _no_space() if "eval_" in str(path)
                           else original_text(path, text))
         with pytest.raises(training.DiskFullError,
-                           match=r"no space left on device .*: the checkpoints already on disk "
-                                 r"are intact \(newest: step (8|16)\); free some space") as e:
+                           match=r"no space left on device writing .*: free some space and "
+                                 r"rerun the same command to continue from the newest "
+                                 r"checkpoint\n  .* free on that filesystem; the checkpoints "
+                                 r"already on disk are intact \(newest: step (8|16) ") as e:
             train.train_and_evaluate(c, workdir)
-    assert cli.is_write_failure(e.value) and "\n" not in str(e.value)
+    assert cli.is_write_failure(e.value) and str(e.value).count("\n") == 1
     steps = checkpoint_steps(workdir)
     assert steps and steps[-1] in (8, 16)
     again = train.train_and_evaluate(c, workdir)

@@ -399,7 +399,7 @@ def test_nonfinite_loss_stops_and_keeps_last_good_checkpoint(data_dir, tmp_path,
 
     monkeypatch.setattr(losses, "per_example_loss", poisoned)
     c = tiny_config(data_dir)
-    with pytest.raises(train.NonFiniteLossError, match=r"non-finite loss.*epoch 1.*intact"):
+    with pytest.raises(train.NonFiniteLossError, match=r"(?s)non-finite loss.*epoch 1.*intact"):
         train.train_and_evaluate(c, tmp_path)
     monkeypatch.undo()
     assert checkpoint_steps(tmp_path) == [STEPS_PER_EPOCH]  # the end of epoch 0, nothing after

@@ -23,13 +23,13 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
+from gedl_jax import files
 from gedl_jax.data.errors import ChecksumError, CorruptDataError, MissingDataError
 from gedl_jax.data.registry import FileSpec
 
@@ -37,8 +37,6 @@ log = logging.getLogger(__name__)
 
 CACHE_FORMAT_VERSION = 1
 _CHUNK = 1 << 22
-_UMASK = os.umask(0o022)
-os.umask(_UMASK)
 
 
 def resolve_cache_dir(cache_dir: str | os.PathLike | None = None) -> Path:
@@ -65,21 +63,13 @@ def sha256_array(a: np.ndarray) -> str:
 
 
 @contextlib.contextmanager
-def atomic_path(final: Path) -> Iterator[Path]:
-    """Yields a temporary path beside `final`; on success it is renamed over `final`, on any
-    error it is removed. Nothing half-written is ever visible under `final`'s name."""
+def atomic_file(final: Path, mode: str = "wb") -> Iterator[IO]:
+    """A new file open in `mode` beside `final` (its folder created), renamed over `final` on
+    success and removed on any error (`files.atomic_file`: a random name created exclusively,
+    never through a link). Nothing half-written is ever visible under `final`'s name."""
     final.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
-    try:
-        yield tmp_path
-        os.chmod(tmp_path, 0o666 & ~_UMASK)  # mkstemp makes 0600; a cache may be shared
-        os.replace(tmp_path, final)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp_path.unlink()
-        raise
+    with files.atomic_file(final, mode) as f:
+        yield f
 
 
 def _stat_key(path: Path) -> dict[str, Any]:
@@ -121,8 +111,8 @@ def record_verified(path: Path, sha256: str, cache_root: Path | None) -> None:
     record = _ledger_path(cache_root, path)
     entry = {"path": str(path.resolve()), "stat": _stat_key(path), "sha256": sha256}
     try:
-        with atomic_path(record) as tmp:
-            tmp.write_text(json.dumps(entry))
+        with atomic_file(record, "w") as f:
+            f.write(json.dumps(entry))
     except OSError as e:
         log.warning("could not record the verified checksum of %s in %s (%s)", path, record, e)
 
@@ -148,11 +138,11 @@ def verify_file(path: str | os.PathLike, spec: FileSpec | None, cache_root: Path
 
 
 def _checksum_message(path: Path, spec: FileSpec, actual: str, expected: str) -> str:
-    origin = f" ({spec.url})" if spec.url else ""
-    return (f"{path}: checksum mismatch: expected {expected} as registered by "
-            f"{spec.registered_by or 'the registry'} for {spec.filename}{origin}, found {actual}. "
-            f"The file is damaged, truncated or not the official {spec.filename}: replace it with "
-            "the official file (same name) and run again.")
+    origin = f"\n  official file: {spec.url}" if spec.url else ""
+    return (f"{path}: checksum mismatch: the file is damaged, truncated or not the official "
+            f"{spec.filename}: replace it with the official file (same name) and run again\n"
+            f"  expected sha256 {expected} (registered by {spec.registered_by or 'the registry'})"
+            f"\n  found    sha256 {actual}{origin}")
 
 
 # ----------------------------------------------------------------------------- array cache
@@ -192,9 +182,8 @@ def save_entry(path: Path, images: np.ndarray, labels: np.ndarray,
                 images_shape=list(images.shape), labels_shape=list(labels.shape))
     meta_bytes = np.frombuffer(json.dumps(meta, sort_keys=True).encode(), np.uint8)
     try:
-        with atomic_path(path) as tmp:
-            with open(tmp, "wb") as f:
-                np.savez(f, images=images, labels=labels, meta=meta_bytes)
+        with atomic_file(path) as f:
+            np.savez(f, images=images, labels=labels, meta=meta_bytes)
     except OSError as e:
         log.warning("could not write the cache entry %s (%s); continuing without it", path, e)
         return False

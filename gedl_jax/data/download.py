@@ -33,9 +33,10 @@ import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
+from gedl_jax import files
 from gedl_jax.data import cache as cache_lib
 from gedl_jax.data.errors import ChecksumError, DataError, MissingDataError
-from gedl_jax.data.locations import data_dir_origin, resolve_data_dir
+from gedl_jax.data.locations import ENV_DATA_DIR, data_dir_origin, resolve_data_dir
 from gedl_jax.data.registry import DATASETS, FileSpec, get_info, registered_files
 
 log = logging.getLogger(__name__)
@@ -118,7 +119,7 @@ def _file_lock(final: Path, cache_root: Path) -> Iterator[None]:
     digest = hashlib.sha256(str(final.resolve()).encode()).hexdigest()[:24]
     lock = cache_root / "locks" / f"{digest}.lock"
     lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "a") as f:
+    with files.open_append(lock, "download lock") as f:   # never through a planted link
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
@@ -137,9 +138,9 @@ def _progress(spec: FileSpec, label: str, enabled: bool):
 def _write_verified(chunks: Iterable[bytes], final: Path, spec: FileSpec, source: str,
                     label: str, progress: bool) -> None:
     """Stream `chunks` to a temporary file beside `final`, hashing as it goes; rename it over
-    `final` only if size and sha256 match `spec` (cache.atomic_path removes it otherwise)."""
+    `final` only if size and sha256 match `spec` (cache.atomic_file removes it otherwise)."""
     sha, size = hashlib.sha256(), 0
-    with cache_lib.atomic_path(final) as tmp, open(tmp, "wb") as out, \
+    with cache_lib.atomic_file(final) as out, \
             _progress(spec, label, progress) as bar:
         for chunk in chunks:
             size += len(chunk)
@@ -156,10 +157,10 @@ def _write_verified(chunks: Iterable[bytes], final: Path, spec: FileSpec, source
                              "bytes")
         if sha.hexdigest() != spec.sha256:
             raise ChecksumError(
-                f"{source}: checksum mismatch for {spec.filename}: expected sha256 {spec.sha256} "
-                f"as registered by {spec.registered_by or 'the registry'}, got "
-                f"{sha.hexdigest()}. The file was not kept. The server (or mirror) holds a "
-                "damaged or different file.")
+                f"{source}: checksum mismatch for {spec.filename}: the server (or mirror) holds "
+                f"a damaged or different file, which was not kept\n"
+                f"  expected sha256 {spec.sha256} (registered by "
+                f"{spec.registered_by or 'the registry'})\n  got      sha256 {sha.hexdigest()}")
 
 
 class _ShortBody(DownloadError):
@@ -378,9 +379,9 @@ def ensure_files(wanted: Sequence[tuple[str, str]], data_dir: PathLike | None = 
             fetch_split(dataset, split, folder, mirror=mirror, force=mode == "force",
                         cache_dir=cache_dir, progress=progress, timeouts=timeouts)
         except DownloadError as e:
-            raise DownloadError(f"{e}\n\n" + missing_files_message(
+            raise DownloadError(missing_files_message(
                 [(d, s) for d, s in missing if not split_present(folder, d, s)], folder, mirror,
-                mode)) from None
+                mode, lead=" ".join(str(e).split()))) from None
     if not folder.is_dir():
         folder.mkdir(parents=True, exist_ok=True)
     return folder
@@ -394,41 +395,44 @@ def split_present(root: Path, dataset: str, split: str) -> bool:
 
 
 def missing_files_message(missing: Sequence[tuple[str, str]], root: Path, mirror: str | None,
-                          mode: str) -> str:
-    """One message naming every missing file (size, URL) and the ways out."""
-    lines = ["These input files are missing from the data folder "
-             f"{root}" + (" (downloads are off: " + (f"${ENV_OFFLINE} is set" if offline_forced()
-                                                     else "download='never'") + ")"
-                          if mode == "never" else "") + ":"]
+                          mode: str, lead: str | None = None) -> str:
+    """The error of missing data files, as `cli.error_text` prints it: a first line with the
+    cause (`lead`, else how many files the data folder lacks) and the way out ($GEDL_DATA_DIR,
+    or the fetch command below it on a machine with a network), then indented detail lines:
+    that command, every missing file with its size and URL, and the mirror as another way."""
     by_dataset: dict[str, list[str]] = {}
     for dataset, split in missing:
         by_dataset.setdefault(dataset, []).append(split)
+    listed, count = [], 0
     for dataset, splits in by_dataset.items():
-        folder = root / get_info(dataset).folder
         options: dict[str, dict[str, FileSpec]] = {}  # source kind -> files, over the splits
         for split in splits:
             for kind, specs in source_options(dataset, split, mirror, every=True):
                 options.setdefault(kind, {}).update({s.filename: s for s in specs})
-        lines.append(f"  {dataset} ({', '.join(splits)}):")
+        listed.append(f"  {dataset} ({', '.join(splits)}), in {root / get_info(dataset).folder}:")
         for i, (kind, specs) in enumerate(options.items()):
             if i:
-                lines.append(f"    or, as {'decoded arrays' if kind == 'arrays' else kind}:")
+                listed.append(f"    or, as {'decoded arrays' if kind == 'arrays' else kind}:")
             for s in specs.values():
-                where = s.url or "from a mirror only"
-                lines.append(f"    {folder / s.filename}  ({s.size:,} bytes, {where})")
+                count += not i
+                listed.append(f"    {s.filename}  {s.size:,} bytes  {s.url or 'a mirror only'}")
         if not options:
             names = sorted(n for sp in splits for n in _split_names(dataset, sp))
-            lines.append(f"    files {names} (no registered checksums)")
-    lines += [
-        "Ways out:",
-        f"  1. copy these files, under these names, into {root}/<dataset>/ (or give a folder that "
-        "has them: --config.data_dir=... or $GEDL_DATA_DIR); on a machine with internet, "
-        f"`python -m gedl_jax.data.fetch --data_dir=DIR {_targets_text(missing)}` gets them;",
-        f"  2. or point ${ENV_MIRROR} (or --config.data_mirror) at an http(s) URL or a folder laid "
-        "out as <mirror>/<dataset>/<file name>, with downloads allowed "
-        f"(unset ${ENV_OFFLINE}; --config.download=auto).",
-    ]
-    return "\n".join(lines)
+            count += len(names)
+            listed.append(f"    {', '.join(names)} (no registered checksums)")
+    lead = lead or f"the data folder {root} lacks {count} input file(s)"
+    why = f"${ENV_OFFLINE} is set" if offline_forced() else "download=never"
+    return "\n".join([
+        f"{lead}{', and downloads are off' if mode == 'never' else ''}: set ${ENV_DATA_DIR} to "
+        f"a folder with these files, or fetch them:",
+        f"  python -m gedl_jax.data.fetch --data_dir=DIR {_targets_text(missing)}   (where there "
+        f"is a network)",
+        "  the files (<data folder>/<dataset>/<file name>; --config.data_dir=DIR names a folder):",
+        *listed,
+        f"  or let a mirror serve them: ${ENV_MIRROR} (--config.data_mirror), a URL or a folder "
+        f"laid out as <mirror>/<dataset>/<file name>",
+        *([f"  (downloads are off: {why}; --config.download=auto and ${ENV_OFFLINE} unset allow "
+           f"them)"] if mode == "never" else [])])
 
 
 def _targets_text(missing: Sequence[tuple[str, str]]) -> str:

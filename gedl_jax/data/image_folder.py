@@ -194,9 +194,9 @@ def _decode_all(files: Sequence[Path], channels: int, target_hw, resize: str,
             for i, (f, image) in enumerate(zip(files[1:], decoded, strict=True), start=1):
                 if image.shape != first.shape:   # only without target_hw (a dataset's split)
                     raise CorruptDataError(
-                        f"{f}: an image of {image.shape[1]} x {image.shape[0]} pixels, but "
-                        f"{files[0]} has {first.shape[1]} x {first.shape[0]}: every image of "
-                        f"a dataset must have one size (resize them beforehand)")
+                        f"{f}: an image of {image.shape[1]} x {image.shape[0]} pixels: every "
+                        f"image of a dataset must have one size (resize them beforehand)\n"
+                        f"  {files[0]} has {first.shape[1]} x {first.shape[0]}")
                 images[i] = image
                 bar.update(1)
     finally:   # an error (or Ctrl-C) does not wait for the files still queued
@@ -358,9 +358,9 @@ def load_dataset(folder, cache_dir=None) -> ImageFolderDataset:
                                      train_key if split == "train" else None)
         if shape is not None and images.shape[1:] != shape:
             raise CorruptDataError(f"{split_folder}: images of {images.shape[2]} x "
-                                   f"{images.shape[1]} pixels, the training images "
-                                   f"{shape[1]} x {shape[0]}: every image of a dataset must "
-                                   f"have one size (resize them beforehand)")
+                                   f"{images.shape[1]} pixels: every image of a dataset must "
+                                   f"have one size (resize them first)\n"
+                                   f"  the training images have {shape[1]} x {shape[0]}")
         shape = images.shape[1:]
         splits[split] = Split(images, labels, f"{root.name}/{split}",
                               "image_folder+cache" if hit else "image_folder")

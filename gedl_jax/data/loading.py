@@ -24,6 +24,7 @@ from __future__ import annotations
 import difflib
 import logging
 import os
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -267,13 +268,13 @@ def load_split(name: str, split: str = "train", data_dir: PathLike | None = None
         if src is not None:
             return _from_raw(info, split, src, root / info.folder, cache_root)
     shown_root = root if root is not None else data_dir_origin(data_dir)[0]
-    note = f"{root_note}.\n" if root is None else ""
-    tfds_note = (f"\nNo prepared TFDS dataset {info.name!r} was found either "
-                 f"({tfds_data_dir or 'default TFDS data dir'})." if source == "auto" else "")
-    raise MissingDataError(f"{info.name} {split!r} split: no usable source found.\n{note}"
-                           + download_lib.missing_files_message([(info.name, split)], shown_root,
-                                                         download_lib.mirror_location(mirror), mode)
-                           + tfds_note)
+    tfds_note = (f"\n  (no prepared TFDS dataset {info.name!r} in "
+                 f"{tfds_data_dir or 'the default TFDS data dir'} either)" if source == "auto"
+                 else "")
+    raise MissingDataError(download_lib.missing_files_message(
+        [(info.name, split)], shown_root, download_lib.mirror_location(mirror), mode,
+        lead=f"{info.name} {split!r} split: no usable source ({root_note or 'files missing'})")
+        + tfds_note)
 
 
 def _available_offline(info: DatasetInfo, split: str, root: Path | None, cache_root: Path,
@@ -318,9 +319,9 @@ def ensure_available(wanted: list[tuple[str, str]], data_dir: PathLike | None = 
     if source == "tfds":
         return _ensure_tfds(wanted, data_dir, cache_dir, tfds_data_dir, mode, mirror)
     if root is None and origin != "default" and mode == "never":  # a named folder that is not
-        raise MissingDataError(  # there is most likely a typo: say so at once
-            f"The data folder {folder} (from {origin}) does not exist.\n"
-            + download_lib.missing_files_message(wanted, folder, mirror, mode))
+        raise MissingDataError(download_lib.missing_files_message(  # most likely a typo
+            wanted, folder, mirror, mode,
+            lead=f"the data folder {folder} (from {origin}) does not exist"))
     if mode == "force":
         download_lib.ensure_files(wanted, resolve_data_dir(data_dir, create=True), download=mode,
                            mirror=mirror, cache_dir=cache_dir)
@@ -330,10 +331,10 @@ def ensure_available(wanted: list[tuple[str, str]], data_dir: PathLike | None = 
     if not missing:
         return None
     if mode == "never":
-        absent = "" if root is not None else f"The data folder {folder} (from {origin}) does " \
-                                             "not exist.\n"
-        raise MissingDataError(absent + download_lib.missing_files_message(missing, folder,
-                                                                            mirror, mode))
+        absent = None if root is not None else \
+            f"the data folder {folder} (from {origin}) does not exist"
+        raise MissingDataError(download_lib.missing_files_message(missing, folder, mirror, mode,
+                                                                  lead=absent))
     download_lib.ensure_files(missing, resolve_data_dir(data_dir, create=True), download=mode,
                        mirror=mirror, cache_dir=cache_dir)
     return None
@@ -376,10 +377,10 @@ def _ensure_tfds(wanted: list[tuple[str, str]], data_dir: PathLike | None,
     if mode == "never":
         missing = [(n, s) for n, s in every if not download_lib.split_present(folder, n, s)]
         if missing:
-            raise MissingDataError(
-                f"TFDS has not prepared {names} in {tfds_data_dir or 'its default data dir'}, and "
-                "preparing needs the official files:\n"
-                + download_lib.missing_files_message(missing, folder, mirror, mode))
+            raise MissingDataError(download_lib.missing_files_message(
+                missing, folder, mirror, mode,
+                lead=f"TFDS has not prepared {names} in "
+                     f"{tfds_data_dir or 'its default data dir'}, and preparing needs the files"))
     else:
         download_lib.ensure_files(every, resolve_data_dir(data_dir, create=True), download=mode,
                            mirror=mirror, cache_dir=cache_dir)
@@ -431,12 +432,15 @@ def load_ood(name_or_path: PathLike, data_dir: PathLike | None = None,
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         return read_idx_folder(path)
+    known = textwrap.wrap(", ".join(sorted(DATASETS)), 180, initial_indent="  datasets: ",
+                          subsequent_indent="    ")
     raise MissingDataError(
-        f"OOD set {str(name_or_path)!r} is neither a registered dataset ({sorted(DATASETS)}), "
-        f"nor a derived OOD set ({sorted(DERIVED_OOD)}), nor an existing folder of MNIST-format "
-        "IDX files (t10k-images-idx3-ubyte.gz + t10k-labels-idx1-ubyte.gz)"
-        f"{_did_you_mean(str(name_or_path), [*DATASETS, *DERIVED_OOD])}; other OOD sets: "
-        "npz:<file>, images:<folder of image files>, tfds:<prepared TFDS name>")
+        f"OOD set {str(name_or_path)!r} is neither a registered dataset, nor a derived OOD set, "
+        f"nor a folder of IDX files{_did_you_mean(str(name_or_path), [*DATASETS, *DERIVED_OOD])}"
+        f": name one below, or give npz:<file>, images:<folder> or tfds:<name>\n"
+        + "\n".join(known)
+        + f"\n  derived OOD sets: {', '.join(sorted(DERIVED_OOD))}\n"
+        "  an IDX folder holds t10k-images-idx3-ubyte.gz and t10k-labels-idx1-ubyte.gz")
 
 
 def _did_you_mean(name: str, known: list[str]) -> str:
@@ -554,16 +558,17 @@ def _corrupted_missing_error(split_name: str, tname: str, stem: str, root: Path 
     this corruption cannot be)."""
     regen = f"{root}/{regenerated.REGENERATED_FOLDER}" if root else \
         f"<data_dir>/{regenerated.REGENERATED_FOLDER}"
-    how = (f"  Or regenerate it from the CIFAR-10 test split (approximate for some corruptions, "
-           f"see docs/cifar10c.md): python -m gedl_jax.data.regenerate --data_dir=<data_dir> "
-           f"--corruptions={tname}; it is written to {regen}/CIFAR-10-C/ and used "
-           "automatically where the official files are absent."
+    how = (f"  or regenerate it from the CIFAR-10 test split (approximate for some corruptions: "
+           f"docs/cifar10c.md):\n"
+           f"    python -m gedl_jax.data.regenerate --data_dir=<data_dir> --corruptions={tname}\n"
+           f"  (written to {regen}/CIFAR-10-C/, used where the official files are absent)"
            if tname in regenerated.REGENERABLE else
            f"  {stem} cannot be regenerated locally "
            f"({regenerated.NOT_REGENERABLE.get(stem, 'not implemented')}).")
-    return MissingDataError(f"CIFAR-10-C {split_name}: no usable source found.\n{where}\n"
-                            "  Put the official CIFAR-10-C.tar (or its extracted .npy files) in "
-                            "<data_dir>/cifar10_corrupted/. No download is attempted.\n" + how)
+    return MissingDataError(f"CIFAR-10-C {split_name}: no usable source found: put the official "
+                            f"CIFAR-10-C.tar (or its extracted .npy files) in "
+                            f"<data_dir>/cifar10_corrupted/ (no download is attempted)\n"
+                            f"{where}\n" + how)
 
 
 def _from_regenerated(root: Path, stem: str, severity: int, name: str) -> Split | None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import functools
 import logging
 from collections.abc import Iterator, Mapping
@@ -371,6 +372,18 @@ def source_split(name: str, split: str = "test") -> tuple[str, str]:
 
 # The groups an OOD set can be declared in (OOD_GROUPS' keys, `config.ood_groups`' GROUP).
 OOD_GROUP_NAMES: tuple[str, ...] = ("near", "far")
+
+
+def ood_identity(name: str) -> str:
+    """The set an OOD name stands for, to tell two spellings of one set from two sets: a
+    registered or derived dataset and `tfds:<name>` as written; an `npz:` file, an `images:`
+    folder and an IDX folder by their real path (`npz:a.npz` and `npz:x/../a.npz` are one set,
+    and so are a folder and a link to it)."""
+    name = str(name)
+    if name in DATASETS or name in DERIVED_OOD or name.startswith(TFDS_PREFIX):
+        return name
+    prefix = next((p for p in (NPZ_PREFIX, IMAGES_PREFIX) if name.startswith(p)), "")
+    return prefix + os.path.realpath(os.path.expanduser(name[len(prefix):]))
 
 
 def parse_ood_groups(entries) -> dict[str, str]:

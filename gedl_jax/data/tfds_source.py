@@ -32,10 +32,9 @@ def _tfds():
     try:
         import tensorflow_datasets as tfds
     except Exception as e:  # noqa: BLE001
-        raise DataError("tensorflow-datasets is not importable here "
-                        f"({type(e).__name__}: {e}); the TFDS source needs it. Use the raw files "
-                        "in the data folder instead (source='raw'), or the decoded-array cache."
-                        ) from None
+        raise DataError("tensorflow-datasets is not importable here, and the TFDS source "
+                        "needs it: use the raw files in the data folder (source='raw'), or the "
+                        f"decoded-array cache\n  ({type(e).__name__}: {e})") from None
     return tfds
 
 
@@ -120,10 +119,10 @@ def read_tfds(tfds_name: str, split: str, tfds_data_dir: str | os.PathLike | Non
     try:
         ds = tfds.data_source(tfds_name, split=split, data_dir=tfds_data_dir, download=False)
     except NotImplementedError as e:
-        raise DataError(f"TFDS dataset {tfds_name!r} is prepared in a format tfds.data_source "
-                        f"cannot read ({str(e).splitlines()[0]}). Prepare it with "
-                        "file_format='array_record' (gedl_jax.data.prepare_tfds does), or put "
-                        "the raw files in the data folder.") from None
+        raise DataError(f"TFDS dataset {tfds_name!r} is in a format tfds.data_source cannot "
+                        "read: prepare it with file_format='array_record' "
+                        "(gedl_jax.data.prepare_tfds does), or put the raw files in the data "
+                        f"folder\n  ({str(e).splitlines()[0]})") from None
     except Exception as e:  # noqa: BLE001  (TFDS raises AssertionError / various when absent)
         raise MissingDataError(f"TFDS dataset {tfds_name!r} split {split!r} is not prepared in "
                                f"{tfds_data_dir or 'the default TFDS data dir'} "
@@ -154,12 +153,12 @@ def prepare_tfds(name: str, data_dir: str | os.PathLike | None = None,
     specs = registered_files(name, "official")
     missing = [s for s in specs.values() if not (manual_dir / s.filename).is_file()]
     if missing:
-        lines = "\n".join(f"  {manual_dir / s.filename}  ({s.size:,} bytes; official URL {s.url})"
-                          for s in missing)
+        lines = "\n".join(f"  {s.filename}  {s.size:,} bytes  {s.url}" for s in missing)
         raise MissingDataError(
-            f"cannot prepare TFDS {name!r} offline: TFDS needs every registered file in its "
-            f"manual_dir {manual_dir}, and these are missing:\n{lines}\nPut the official files "
-            "there under these names. (Without them TFDS would retry the network for minutes.)")
+            f"cannot prepare TFDS {name!r} offline: put the official files below, under these "
+            f"names, into its manual_dir\n  {manual_dir}\n"
+            f"  (TFDS needs every registered file there; without them it would retry the "
+            f"network for minutes)\n{lines}")
     cache_root = cache_lib.resolve_cache_dir(cache_dir)
     for s in specs.values():
         cache_lib.verify_file(manual_dir / s.filename, s, cache_root)
@@ -167,10 +166,9 @@ def prepare_tfds(name: str, data_dir: str | os.PathLike | None = None,
         import tensorflow  # noqa: F401
     except Exception as e:  # noqa: BLE001
         raise DataError(
-            f"preparing the official TFDS builder {name!r} needs TensorFlow ({type(e).__name__}: "
-            f"{e}). Install the extra: pip install 'gedl-jax[tfds-prepare]'. Or skip preparing: "
-            "gedl_jax.data.load_split reads the same official files directly (source='raw')."
-        ) from e
+            f"preparing the official TFDS builder {name!r} needs TensorFlow: pip install "
+            f"'gedl-jax[tfds-prepare]', or skip preparing (source='raw' reads the same files)\n"
+            f"  ({type(e).__name__}: {e})") from e
     tfds = _tfds()
     tfds_name = f"{name}/{config}" if config else name
     builder = tfds.builder(tfds_name, data_dir=tfds_data_dir, file_format="array_record")

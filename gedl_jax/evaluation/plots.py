@@ -45,7 +45,7 @@ def _new_figure(width: float, height: float, ncols: int = 1, nrows: int = 1, **k
 def _save(fig: Figure, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    files.write_with(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
+    files.write_with(path, lambda f: fig.savefig(f, dpi=120, format="png"))
     return path
 
 

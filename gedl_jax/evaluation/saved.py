@@ -87,11 +87,8 @@ def save_predictions(path, test: Predictions, ood: Mapping[str, Predictions],
                                  f"{values.shape}, not ({len(splits[split].probs)},)")
             arrays[f"{split}/posthoc/{name}"] = values
 
-    def write(tmp: pathlib.Path) -> None:
-        with open(tmp, "wb") as f:   # a file object: np.savez appends no ".npz" to it
-            np.savez(f, **arrays)
-
-    return files.write_with(path, write)
+    # a file object: np.savez appends no ".npz" to it
+    return files.write_with(path, lambda f: np.savez(f, **arrays))
 
 
 def load_posthoc_scores(path) -> dict[str, dict[str, np.ndarray]]:

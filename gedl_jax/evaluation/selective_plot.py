@@ -74,5 +74,5 @@ def risk_coverage_plot(correct_N: Any, scores: Mapping[str, Any], path: str | Pa
     path.parent.mkdir(parents=True, exist_ok=True)
     from gedl_jax import files
 
-    files.write_with(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
+    files.write_with(path, lambda f: fig.savefig(f, dpi=120, format="png"))
     return path

@@ -151,7 +151,7 @@ def check_user_network(config, method, num_classes: int, input_shape: tuple[int,
     if method.needs_dropout_switch and not net.mc_dropout:
         raise ValueError(f"network {config.model!r}: MC Dropout needs dropout switched on at "
                          f"test time, i.e. `__call__(x, train=..., dropout=None)` (a keyword "
-                         f"turning its dropout layers on alone), which this Linen class lacks")
+                         f"turning its dropout layers on), which this class lacks")
 
 
 class UserBackbone(nn.Module):

@@ -222,10 +222,9 @@ class DUQ(Method):
     def build(cls, config, setup: MethodSetup) -> DUQ:
         """`config.method="duq"`: the protocol backbone's last hidden layer, the RBF head."""
         if check_recipe(config.recipe) == "source":
-            raise ValueError("config.recipe='source' is not available for DUQ: its reference "
-                             "recipe needs a ResNet-18 (CIFAR) or a BN CNN (FashionMNIST) and "
-                             "SGD with step decay, which this toolkit does not build; use "
-                             "config.recipe='protocol'")
+            raise ValueError("config.recipe='source' is not available for DUQ: use "
+                             "config.recipe='protocol' (its reference recipe needs a ResNet-18 or "
+                             "a BN CNN and SGD with step decay, not built here)")
         k = setup.num_classes
         settings = cls.resolved_settings(config, k)
         train_model, eval_model = (

@@ -294,9 +294,8 @@ def _raise_outside_range(lowest, highest, num_classes: int) -> None:
     lowest, highest = int(np.min(lowest)), int(np.max(highest))
     if lowest < 0 or highest >= num_classes:
         raise ValueError(f"labels_B must be class indices in [0, {num_classes}), got labels from "
-                         f"{lowest} to {highest}: such a label makes the loss NaN (set "
-                         f"num_classes to the number of classes; mask padded examples out of "
-                         f"the batch instead of labelling them -1)")
+                         f"{lowest} to {highest}: set num_classes to the number of classes; "
+                         f"mask padding out (no -1 labels)")
 
 
 def _checked_base_rate(base_rate: Sequence[float], num_classes: int) -> tuple[float, ...]:

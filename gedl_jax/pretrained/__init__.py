@@ -2,7 +2,7 @@
 
     from gedl_jax import pretrained
     pretrained.available()                     # {name: registry entry}
-    model = pretrained.load("mnist/gedl")       # sha256 checked before use
+    model = pretrained.load("mnist/gedl")       # sha256 and the weights' checksum checked
     pred = model.predict(images_Nx28x28x1)     # probabilities, scores, alpha
     model.method, model.variables, model.config, model.eval_results
 
@@ -19,7 +19,14 @@ docs/pretrained.md.
 import re
 
 from gedl_jax.pretrained.fileformat import PretrainedFormatError
-from gedl_jax.pretrained.model import Pretrained, evaluate, from_file, load
+from gedl_jax.pretrained.model import (
+    Pretrained,
+    StoredAccuracyError,
+    evaluate,
+    from_file,
+    load,
+    stored_accuracy_mismatch,
+)
 from gedl_jax.pretrained.registry import (
     ENV_REGISTRY,
     PACKAGE_REGISTRY,
@@ -92,5 +99,6 @@ def markdown_table(registry=None) -> str:
 
 
 __all__ = ["ENV_REGISTRY", "PACKAGE_REGISTRY", "Pretrained", "PretrainedChecksumError",
-           "PretrainedError", "PretrainedFormatError", "available", "evaluate", "from_file",
-           "list_table", "load", "markdown_table"]
+           "PretrainedError", "PretrainedFormatError", "StoredAccuracyError", "available",
+           "evaluate", "from_file", "list_table", "load", "markdown_table",
+           "stored_accuracy_mismatch"]

@@ -5,11 +5,14 @@
         --setting="long (...)" --commit=c0b3e04 --versions="..." --hardware="..." \
         --wall_time="77.5 min" --results_dir=docs/results/...
     python -m gedl_jax.pretrained list [--markdown]
+    python -m gedl_jax.pretrained reexport [--registry=PATH] [NAME ...]
 
 `--register` adds the entry to the registry beside the file (`--registry=PATH`, default the
 registry.json in the file's folder) and prints it; the file is written with sorted keys, so the
-same checkpoint always gives the same bytes and sha256. Evaluate a registered model with
-`python -m gedl_jax.evaluate --pretrained=NAME`.
+same checkpoint always gives the same bytes and sha256. `reexport` writes registered files
+(default: all of them) again in the current format, their weights unchanged (checked against the
+registry), recording the checksum of the weights inside, and updates their entries' sha256 and
+size. Evaluate a registered model with `python -m gedl_jax.evaluate --pretrained=NAME`.
 """
 
 from __future__ import annotations
@@ -43,6 +46,11 @@ def _parser() -> argparse.ArgumentParser:
                          "package's, or $GEDL_PRETRAINED_REGISTRY)")
     listing.add_argument("--markdown", action="store_true", help="as Markdown tables, one per "
                          "dataset (the table of docs/pretrained.md)")
+    again = sub.add_parser("reexport", help="registered files again, their weights' checksum "
+                           "recorded inside")
+    again.add_argument("names", nargs="*", help="registered names (default: every one)")
+    again.add_argument("--registry", default=None, help="registry JSON (default: the "
+                       "package's, or $GEDL_PRETRAINED_REGISTRY)")
     return parser
 
 
@@ -55,6 +63,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "list":
             print(pretrained.markdown_table(args.registry) if args.markdown
                   else pretrained.list_table(args.registry))
+            return 0
+        if args.command == "reexport":
+            for name in args.names or sorted(pretrained.available(args.registry)):
+                entry = export.reexport(name, args.registry)
+                print(f"{name}: {entry['file']}, sha256 {entry['sha256']}, weights "
+                      f"{entry['weights_sha256']}")
             return 0
         out = pathlib.Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -69,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as e:
         from gedl_jax import cli
 
-        cli.print_error(cli.one_line(e))
+        cli.print_error(cli.error_text(e))
         return 2
 
 

@@ -104,6 +104,39 @@ def export_workdir(workdir_dir: PathLike, out: PathLike, *,
             "headline": headline(evaluation)}
 
 
+def reexport(name: str, registry_json: PathLike | None = None) -> dict[str, Any]:
+    """Write the registered model `name`'s file again in the current format: the same weights,
+    method state and metadata, bit for bit, with the checksum of its weights recorded inside
+    (files exported before the format recorded it lack it), once the weights are checked
+    against the registry entry's `weights_sha256`. The entry's sha256 and size follow the new
+    bytes (a changed file's url is dropped: the hosted file is the old one). Only a file beside
+    its registry (a shipped model, or one of your own registry's). Returns the new entry."""
+    from gedl_jax.pretrained import registry
+
+    entry = registry.get_entry(name, registry_json)
+    reg = registry.registry_path(registry_json)
+    path = reg.parent / entry["file"]
+    if not path.is_file():
+        raise PretrainedError(f"{name}: {entry['file']} is not beside {reg}: only a file "
+                              f"beside its registry is exported again")
+    registry.model_file(name, registry_json)   # its bytes are the registered ones
+    metadata, variables, method_state = fileformat.from_bytes(path.read_bytes(), str(path))
+    digest = fileformat.weights_sha256(variables, method_state)
+    recorded = {v for v in (entry.get("weights_sha256"), metadata.get("weights_sha256")) if v}
+    if recorded != {digest}:
+        raise PretrainedError(f"{name}: its weights' checksum {digest[:16]}... is not the "
+                              f"recorded one ({', '.join(sorted(recorded)) or 'none recorded'})"
+                              f": it cannot be vouched for; export it from its run instead")
+    blob = fileformat.write(path, {**metadata, "weights_sha256": digest}, variables,
+                            method_state)
+    new = {**entry, "size": len(blob), "sha256": hashlib.sha256(blob).hexdigest(),
+           "weights_sha256": digest}
+    if new["sha256"] != entry["sha256"] and new.get("url"):
+        new["url"] = ""
+    registry.write_entry(reg, name, new)
+    return new
+
+
 def _describe(source: dict[str, Any]) -> str:
     text = f"{source['checkpoint']} checkpoint, step {source['step']}"
     if "epoch" in source:

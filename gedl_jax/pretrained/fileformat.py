@@ -94,5 +94,5 @@ def write(path: str | os.PathLike, metadata: dict[str, Any], variables: Any,
     from gedl_jax import files
 
     blob = to_bytes(metadata, variables, method_state)
-    files.write_with(path, lambda tmp: tmp.write_bytes(blob))
+    files.write_with(path, lambda f: f.write(blob))
     return blob

@@ -94,13 +94,16 @@ def _no_data(model: Pretrained) -> experiment.RunData:
 
 def from_file(path: PathLike, name: str | None = None,
               overrides: dict[str, Any] | None = None,
-              registered_weights: str | None = None) -> Pretrained:
+              registered_weights: str | None = None, *,
+              unverified_weights: bool = False) -> Pretrained:
     """A model file (`fileformat`), loaded (its bytes are not verified against a registry:
-    `load` does). Its weights must match the checksum the file records and
-    `registered_weights` (a registry entry's "weights_sha256"), where either is given."""
+    `load` does). Its weights must match the checksum the file records, whatever the registry
+    says, and `registered_weights` (a registry entry's "weights_sha256") when given. A file
+    that records none is refused unless `unverified_weights=True` says to use it unverified."""
     path = pathlib.Path(path)
     metadata, variables, state_dict = fileformat.from_bytes(path.read_bytes(), str(path))
-    _check_weights(metadata, variables, state_dict, registered_weights, name or path.name, path)
+    _check_weights(metadata, variables, state_dict, registered_weights, name or path.name, path,
+                   unverified_weights)
     # Resolved once, as a run's config is (validated, read-only, its text fields parsed).
     config = experiment.resolve_config(workdir.config_from_saved(metadata["config"], overrides),
                                        sharding.make_mesh().size)
@@ -116,21 +119,28 @@ def from_file(path: PathLike, name: str | None = None,
 
 
 def _check_weights(metadata: dict[str, Any], variables: dict, state_dict: dict,
-                   registered: str | None, name: str, path: pathlib.Path) -> None:
+                   registered: str | None, name: str, path: pathlib.Path,
+                   unverified: bool = False) -> None:
+    if not metadata.get("weights_sha256") and not unverified:
+        raise PretrainedError(
+            f"{name}: {path} records no checksum of its weights: export it again, or use it "
+            f"unverified (unverified_weights=True; evaluate --unverified_weights)\n"
+            f"  nothing shows its weights are the ones its stored results were measured with "
+            f"(python -m gedl_jax.pretrained reexport records the checksum)")
     recorded = {v for v in (metadata.get("weights_sha256"), registered) if v}
-    if not recorded:   # an old file with no recorded checksum: nothing to compare with
+    if not recorded:   # no checksum anywhere, and the caller said to use it unverified
         return
     digest = fileformat.weights_sha256(variables, state_dict)
     if recorded != {digest}:
         accuracy = metadata.get("eval_results", {}).get("id", {}).get("accuracy")
-        claim = f" (its stored results, e.g. accuracy {accuracy:.2%}, are not theirs)" \
+        claim = f"; its stored results (accuracy {accuracy:.2%}) are not theirs" \
             if isinstance(accuracy, (int, float)) else ""
         expected = ", ".join(sorted(f"{r[:16]}..." for r in recorded))
         raise PretrainedError(
-            f"{name}: the weights in {path} are not the ones it was exported with (weights "
-            f"sha256 {digest[:16]}..., recorded {expected}){claim}: the file was changed after "
-            f"export. Use the original file, or export the run again (python -m "
-            f"gedl_jax.pretrained export --workdir=...)")
+            f"{name}: the weights in {path} are not the ones it was exported with: use the "
+            f"original file, or export the run again (python -m gedl_jax.pretrained export)\n"
+            f"  weights sha256 {digest[:16]}..., recorded {expected}{claim}: the file was "
+            f"changed after export")
 
 
 def _check_variables(method: methods.Method, image_shape: tuple[int, ...], variables: dict,
@@ -159,14 +169,18 @@ def _method_state(method: methods.Method, state_dict: dict) -> Any:
 
 
 def load(name: str, *, registry: PathLike | None = None, overrides: dict[str, Any] | None = None,
-         download: str | None = None, mirror: str | None = None) -> Pretrained:
+         download: str | None = None, mirror: str | None = None,
+         unverified_weights: bool = False) -> Pretrained:
     """The registered pretrained model `name` (e.g. "mnist/gedl"), its file verified (sha256)
-    before use. `registry`: another registry JSON (else $GEDL_PRETRAINED_REGISTRY, else the
-    package's); `overrides`: config fields to change (e.g. data_dir)."""
+    before use, and its weights against the checksum the file records (`from_file`; a file
+    without one only with `unverified_weights=True`). `registry`: another registry JSON (else
+    $GEDL_PRETRAINED_REGISTRY, else the package's); `overrides`: config fields to change (e.g.
+    data_dir)."""
     from gedl_jax.pretrained.registry import get_entry
 
     return from_file(model_file(name, registry, download=download, mirror=mirror), name,
-                     overrides, get_entry(name, registry).get("weights_sha256"))
+                     overrides, get_entry(name, registry).get("weights_sha256"),
+                     unverified_weights=unverified_weights)
 
 
 def evaluation_data(model: Pretrained) -> experiment.RunData:
@@ -196,14 +210,57 @@ def evaluation_data(model: Pretrained) -> experiment.RunData:
     return experiment.OfficialData(train, test, ood).for_seed(config, seed)
 
 
+class StoredAccuracyError(PretrainedError):
+    """A pretrained model's measured accuracy is not its stored one (`evaluate(strict=True)`)."""
+
+
 def evaluate(name: str, results_dir: PathLike, extra_ood: tuple[str, ...] = (), *,
              registry: PathLike | None = None,
-             overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+             overrides: dict[str, Any] | None = None, unverified_weights: bool = False,
+             strict: bool = False) -> dict[str, Any]:
     """Evaluate the pretrained model `name` on its test and OOD sets (plus `extra_ood`) and
     write eval_results.json and eval_table.md into `results_dir` (the workdir evaluation's
-    files); prints the results table."""
-    model = load(name, registry=registry, overrides=overrides)
+    files); prints the results table. A measured accuracy whose bootstrap interval does not
+    hold the accuracy the file stores (`stored_accuracy_mismatch`) prints a warning line, or
+    with `strict` raises `StoredAccuracyError` once the results are written."""
+    model = load(name, registry=registry, overrides=overrides,
+                 unverified_weights=unverified_weights)
     results_dir = pathlib.Path(results_dir)
     results_dir.mkdir(parents=True, exist_ok=True)
-    return workdir.evaluate_run(model.restored_run(evaluation_data(model)), results_dir,
-                                extra_ood)
+    results = workdir.evaluate_run(model.restored_run(evaluation_data(model)), results_dir,
+                                   extra_ood)
+    mismatch = stored_accuracy_mismatch(model, results)
+    if mismatch and strict:
+        raise StoredAccuracyError(mismatch)
+    if mismatch:
+        print(f"warning: {mismatch}", file=sys.stderr, flush=True)
+    return results
+
+
+def stored_accuracy_mismatch(model: Pretrained, results: dict[str, Any],
+                             samples: int = 1000, seed: int = 0) -> str | None:
+    """A line when the test accuracy the file stores lies outside the bootstrap interval
+    (`samples` resamples of the test images, at the config's bootstrap_confidence and
+    bootstrap_interval) of the accuracy measured now; None when it lies inside, or when
+    either is missing. The weights are checked before use; this catches the rest: other
+    test data, another library computing other predictions."""
+    from gedl_jax.evaluation import bootstrap
+
+    stored = model.eval_results.get("id", {}).get("accuracy")
+    measured = results.get("id", {})
+    n, correct = int(measured.get("num_examples", 0)), int(measured.get("num_correct", 0))
+    if stored is None or n < 2:
+        return None
+    correct_N = np.arange(n) < correct
+    values = [float(correct_N[idx].mean()) for idx in
+              bootstrap.resample_indices(n, samples, seed, "id")]
+    confidence = float(model.config.get("bootstrap_confidence", 0.95))
+    bounds = bootstrap.interval(np.asarray(values), confidence,
+                                str(model.config.get("bootstrap_interval", "percentile")),
+                                correct / n)
+    if bounds["low"] <= stored <= bounds["high"]:
+        return None
+    return (f"{model.name}: the accuracy it stores, {stored:.2%}, lies outside the "
+            f"{confidence:.0%} bootstrap interval [{bounds['low']:.2%}, {bounds['high']:.2%}] of "
+            f"the {correct / n:.2%} measured now on {n:,} test images: other data or other "
+            f"weights than the export's")

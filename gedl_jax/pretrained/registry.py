@@ -128,9 +128,9 @@ def _downloaded(name: str, entry: dict[str, Any], *, download: str | None, mirro
     mirror = dl.mirror_location(mirror)
     if not target.is_file() and dl.download_mode(download) == "never":
         raise PretrainedError(
-            f"{name}: {entry['file']} is not shipped and not downloaded ({target}), and "
-            f"downloads are off (${dl.ENV_OFFLINE} or download=never); allow downloads, or put "
-            f"the file there (from {entry.get('url') or 'the mirror'})")
+            f"{name}: {entry['file']} is not shipped and not downloaded, and downloads are off "
+            f"(${dl.ENV_OFFLINE} or download=never): allow downloads, or put the file at\n"
+            f"  {target}   (from {entry.get('url') or 'the mirror'})")
     if not entry.get("url") and not mirror and not target.is_file():
         raise PretrainedError(f"{name}: {entry['file']} is neither beside the registry nor in "
                               f"{target.parent}, and the registry gives no url")

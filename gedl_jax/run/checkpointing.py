@@ -47,6 +47,7 @@ class RunCheckpoints:
         few tens of ms each, then its asynchronous write), so the training loop goes on
         dispatching steps meanwhile; the saves keep their order. None: saved by the caller."""
         root = pathlib.Path(workdir).absolute() / "checkpoints"
+        refuse_planted_links(root)
         self.last = ocp.CheckpointManager(root / "last", options=_options(root / "last", 2))
         self.best = ocp.CheckpointManager(root / "best", options=_options(root / "best", 1))
         self.saver = saver
@@ -74,6 +75,25 @@ class RunCheckpoints:
         for future in done:
             future.result()
 
+    def check_saves(self) -> None:
+        """Raise the error of a save that failed in the background (a full disk) now, without
+        waiting for the saves still running: the loop calls it at each progress line and epoch
+        end, so a failed save stops the run there, not at the next save (with `saver`, once
+        its thread is done with the saves queued). With several processes a save is collective
+        and its failure is raised at the next one (a check here could stop one process and
+        leave the others waiting)."""
+        self._raise_failed_saves()
+        if self._queued:   # `saver`'s thread is inside a save: its managers are left to it
+            return
+        if jax.process_count() == 1:
+            for manager in (self.last, self.best):
+                # Orbax's check_for_errors misses a failure its finalize thread collected; a
+                # manager that saves nothing returns from wait_until_finished at once, raising
+                # the error of a save that failed.
+                manager.check_for_errors()
+                if not manager.is_saving_in_progress():
+                    manager.wait_until_finished()
+
     def latest_step(self) -> int | None:
         """The newest step saved in `last`, or None when there is none."""
         return self.last.latest_step()
@@ -81,6 +101,21 @@ class RunCheckpoints:
     def last_steps(self) -> set[int]:
         """Steps of the complete `last` checkpoints on disk (at most two)."""
         return set(self.last.all_steps())
+
+    def resumable_steps(self) -> set[int]:
+        """Steps a run can resume from: those of the complete `last` checkpoints and of the
+        `best` one (saved complete where the `last` save of its step failed, say on a full
+        disk; it holds the same train state)."""
+        return set(self.last.all_steps()) | set(self.best.all_steps())
+
+    def resume_source(self, step: int) -> tuple[Any, str]:
+        """(manager, "last" or "best") to resume from at `step`: its `last` checkpoint where
+        there is one, else its `best`."""
+        return (self.last, "last") if step in self.last.all_steps() else (self.best, "best")
+
+    def restore_step(self, abstract_state, step: int):
+        """(state, meta) of `step` from `resume_source(step)`."""
+        return self._restore(self.resume_source(step)[0], step, abstract_state)
 
     def restore_last(self, abstract_state, step: int | None = None):
         """The newest `last` checkpoint, or the one at `step` (seeds trained together resume
@@ -148,6 +183,21 @@ class RunCheckpoints:
         self.best.close()
 
 
+def refuse_planted_links(root: pathlib.Path) -> None:
+    """`files.PlantedLinkError` when `root` (a run's checkpoints/), its `last` or `best`
+    folder, or a checkpoint in them is a link: Orbax would save into the folder it names and
+    delete the old checkpoints there, or take it for a checkpoint."""
+    what = "checkpoints"
+    files.refuse_link(root, what, "folder")
+    for kind in ("last", "best"):
+        folder = root / kind
+        files.refuse_link(folder, what, "folder")
+        if folder.is_dir():
+            for entry in folder.iterdir():
+                if entry.is_symlink():
+                    files.refuse_link(entry, what, "folder")
+
+
 def _save_now(manager, step, state, meta) -> None:
     if step in manager.all_steps():
         return
@@ -189,7 +239,7 @@ def describe_failure(error: BaseException) -> str:
     readable = [e for e in chain if str(e) and "<bound method" not in str(e)] or chain
     cause = readable[-1]
     text = " ".join(str(cause).split())
-    return f"{type(cause).__name__}: {text[:240]}{'...' if len(text) > 240 else ''}"
+    return f"{type(cause).__name__}: {text[:160]}{'...' if len(text) > 160 else ''}"
 
 
 def set_aside(manager, step: int) -> pathlib.Path:
@@ -216,10 +266,11 @@ def no_checkpoint_restores(workdir, kind: str, failures) -> ConfigMismatchError:
     failure (`failures`: [(step, exception)]) and what to do."""
     step, error = failures[0]
     return ConfigMismatchError(
-        f"cannot resume from {workdir}/checkpoints/{kind}/{step}: it does not match the "
-        f"train state of this version of gedl-jax, or it is damaged ({describe_failure(error)})"
-        f"; no older checkpoint restores either ({len(failures)} tried). The workdir was left "
-        f"as it is; use a new --workdir, or the version that wrote it.")
+        f"cannot resume from {workdir}/checkpoints/{kind}/{step}: it does not match this "
+        f"version, or it is damaged: use a new --workdir, or the version that wrote it\n"
+        f"  no older checkpoint restores either ({len(failures)} tried); the workdir was left "
+        f"as it is. The train state of this version of gedl-jax does not fit:\n"
+        f"  {describe_failure(error)}")
 
 
 def restore_for_resume(ckpt: RunCheckpoints, abstract_state, step: int,

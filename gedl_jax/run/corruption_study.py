@@ -82,11 +82,11 @@ def _restore_study_runs(workdirs, overrides) -> list[tuple[list[workdir.Restored
             restored.append(([workdir.restore_run(w, overrides)], False))
     for runs, _ in restored:
         if "um" not in runs[0].experiment.method.score_names:   # no Dirichlet precision
-            raise ValueError(f"the corruption study reads u = W/S, the mutual information and "
-                             f"the variance sum of a Dirichlet; {runs[0].config.variant} "
-                             f"({runs[0].experiment.method.describe()}) predicts none. Give "
-                             f"runs of an evidential method (an ensemble of them adds the "
-                             f"ensemble's mutual information).")
+            raise ValueError(f"the corruption study reads a Dirichlet (u = W/S, its mutual "
+                             f"information and variance sum), which {runs[0].config.variant} "
+                             f"does not predict: give runs of an evidential method\n"
+                             f"  ({runs[0].experiment.method.describe()}; an ensemble of "
+                             f"evidential runs adds the ensemble's mutual information)")
     return restored
 
 

@@ -21,7 +21,7 @@ def initialize_distributed(config) -> None:
     except ValueError as e:  # JAX: "coordinator_address should be defined." and the like
         raise ValueError(f"config.distributed=True but {e} Outside SLURM/Open MPI/TPU, give "
                          f"--config.coordinator_address=HOST:PORT --config.num_processes=N "
-                         f"--config.process_id=I on every host (docs/multihost.md)") from None
+                         f"--config.process_id=I on every host") from None
     if jax.process_index() == 0:
         print(f"jax.distributed: process {jax.process_index()} of {jax.process_count()}, "
          f"{jax.local_device_count()} local / {jax.device_count()} global devices")

@@ -179,8 +179,8 @@ def _check_labels_fit(config, split: data.Split) -> None:
 def _check_ood_shape(name: str, ood: data.Split, train: data.Split) -> None:
     if ood.images.shape[1:] != train.images.shape[1:]:
         raise ValueError(f"OOD set {name!r} has images of shape {ood.images.shape[1:]}, but the "
-                         f"model reads {train.images.shape[1:]} ({train.name}): an OOD set must "
-                         f"have the in-distribution image size and channels")
+                         f"model reads {train.images.shape[1:]} ({train.name}): an OOD set needs "
+                         f"the in-distribution image size and channels")
 
 
 def check_data_sizes(config, run_data: RunData) -> None:

@@ -166,7 +166,7 @@ def _acquire(folder: pathlib.Path, what: str) -> int | None:
     _refuse_if_locked(_around_and_inside(folder), folder, what)
     path = folder / LOCK_NAME
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_lock_file(path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -196,6 +196,13 @@ def _acquire(folder: pathlib.Path, what: str) -> int | None:
     return fd
 
 
+def _open_lock_file(path: pathlib.Path) -> int:
+    """The lock file, opened to read and write (created if missing), never through a link nor
+    into a file with other names: its pid record would overwrite the file a planted link names
+    (`files.open_in_place`; `files.PlantedLinkError`, exit 2, says what to remove)."""
+    return files.open_in_place(path, os.O_RDWR | os.O_CREAT, "lock (its pid record)")
+
+
 def _around_and_inside(folder: pathlib.Path) -> list[pathlib.Path]:
     """The lock files of the folders around `folder` and of those up to `_NESTED_DEPTH` inside
     it that exist now."""
@@ -210,8 +217,8 @@ def _around_and_inside(folder: pathlib.Path) -> list[pathlib.Path]:
 
 def _refuse_if_locked(lock_files: list[pathlib.Path], folder: pathlib.Path, what: str) -> None:
     for path in lock_files:
-        try:
-            fd = os.open(path, os.O_RDONLY)
+        try:   # read only; a link is not a lock of gedl-jax
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
             continue
         try:

@@ -39,6 +39,16 @@ from gedl_jax.run.startup_signals import EXIT_PREEMPTED
 _requested = threading.Event()
 _signal_name: list[str] = []
 _polled = threading.Event()   # something checks `_requested` at step / batch boundaries now
+_announced = threading.Event()   # the line saying what a stop request will do was printed
+_announcing = threading.Lock()
+# What polls: "training" (`should_stop`: a checkpoint at the next step) or "evaluation"
+# (`requested`: the evaluation ends at its next batch).
+_polling: list[str] = []
+
+# The line printed as soon as a stop request arrives, by what acts on it.
+STOPPING = {"training": "stopping: saving a checkpoint at the next step",
+            "evaluation": "stopping: the evaluation ends at its next batch (no result file is "
+                          "written for it)"}
 
 
 class Preempted(Exception):
@@ -93,8 +103,25 @@ class EvaluationInterrupted(Exception):
 def requested() -> bool:
     """Whether SIGTERM/SIGINT arrived (single process; see `install`). The caller acts on it
     at its next boundary, so a signal from now on waits for that boundary."""
-    _polled.set()
+    _poll("evaluation")
     return _requested.is_set()
+
+
+def _poll(what: str) -> None:
+    if not _polled.is_set():
+        _polling[:] = [what]
+        _polled.set()
+
+
+def _announce() -> None:
+    """Print, once, what the stop request will do (`STOPPING`), as it arrives: the step or
+    batch it waits for can take seconds on a loaded machine, with nothing else printed."""
+    with _announcing:   # the watcher thread and the handler: one line
+        if not _polled.is_set() or _announced.is_set():
+            return
+        _announced.set()
+    sys.stderr.write(STOPPING[_polling[0] if _polling else "training"] + "\n")
+    sys.stderr.flush()
 
 
 def signal_name() -> str:
@@ -111,6 +138,7 @@ def _on_signal(signum, frame) -> None:
     if not _signal_name:
         _signal_name.append(signal.Signals(signum).name)
     _requested.set()
+    _announce()   # where no watcher thread printed it already
 
 
 def _forward_to_jax(signum, frame) -> None:
@@ -156,10 +184,11 @@ def _watch(read_fd: int) -> None:
         received = os.read(read_fd, 64)
         if not received:
             return
-        if _polled.is_set():
-            continue   # the loop (or the evaluation) acts at its next boundary from now on
         signals = [s for s in received if s in (signal.SIGTERM, signal.SIGINT)]
         if not signals:
+            continue
+        if _polled.is_set():   # the loop (or the evaluation) acts at its next boundary
+            _announce()        # now, while the main thread may be inside XLA
             continue
         name = signal.Signals(signals[0]).name
         sys.stderr.write(f"preempted ({name}) before the first training step (loading, "
@@ -181,6 +210,8 @@ def reset() -> None:
     _requested.clear()
     _signal_name.clear()
     _polled.clear()
+    _announced.clear()
+    _polling.clear()
 
 
 def stop_pending() -> bool:
@@ -195,7 +226,7 @@ def should_stop(call: int) -> bool:
     count that starts anew with each process and goes up by one per call: JAX's sync point
     agrees on the largest count any host reached plus one). With several processes, True on
     all of them after the same call; call it after every call on every process."""
-    _polled.set()
+    _poll("training")
     if _multi_process():
         from jax._src import distributed
         from jax.experimental import multihost_utils

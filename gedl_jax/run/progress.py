@@ -128,10 +128,10 @@ class MetricsBuffer:
         kept = ("No checkpoint had been saved yet, so there is nothing to resume from."
                 if saved is False else f"The last good checkpoint in {self.where} is intact.")
         raise NonFiniteLossError(
-            f"the run diverged: non-finite loss or gradient at step(s) {first}..{last} (epoch "
-            f"{(first - 1) // self.steps_per_epoch}, seed(s) {seeds}); the update was skipped "
-            f"and training stopped. {kept} Try a lower learning rate, config.grad_clip_norm, or "
-            f"config.compute_dtype='float32'.")
+            f"the run diverged: non-finite loss or gradient at step(s) {first}..{last}: try a "
+            f"lower learning rate, config.grad_clip_norm, or config.compute_dtype='float32'\n"
+            f"  (epoch {(first - 1) // self.steps_per_epoch}, seed(s) {seeds}) The update was "
+            f"skipped and training stopped. {kept}")
 
     def restart_mean(self) -> None:
         """The first validation is done: the ETA's mean rate runs from the next fetch on, past

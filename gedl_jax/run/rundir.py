@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import secrets
 import time
 import zlib
 from typing import Any
@@ -15,21 +16,35 @@ import ml_collections
 import numpy as np
 
 from gedl_jax import configuration, files, methods
-from gedl_jax.run import lock
+from gedl_jax.run import lock, numerics
 
 
 class ConfigMismatchError(ValueError):
     pass
 
 
+# What a run reads back or writes in place in its workdir, and so must not be a link planted
+# there (its results are written whole, by `files.atomic_file`, which replaces a link):
+# (name, what it holds, "file" or "folder"). The checkpoints' folders: `checkpointing`.
+WRITTEN_IN_PLACE = (
+    ("config.json", "config (read back to resume)", "file"),
+    ("metrics.jsonl", "metrics log", "file"),
+    ("tensorboard", "TensorBoard logs", "folder"),
+    (numerics.AUTOTUNE_FOLDER, "XLA autotuning cache", "folder"),
+)
+
+
 def prepare(workdir: pathlib.Path, config) -> None:
-    """Create the workdir (a folder), check all processes share it, and save the config or
-    refuse one that differs from the run already there."""
+    """Create the workdir (a folder), check all processes share it and that no name the run
+    writes in place is a planted link, and save the config or refuse one that differs from the
+    run already there."""
     if workdir.exists() and not workdir.is_dir():
         raise ValueError(f"--workdir={workdir} is a file, not a folder: give a folder "
                          f"(it is created if missing)")
     lock.claim(workdir)   # the lock of the run's folder, before anything is written there
     workdir.mkdir(parents=True, exist_ok=True)
+    for name, what, kind in WRITTEN_IN_PLACE:
+        files.refuse_link(workdir / name, what, kind)
     check_shared_workdir(workdir)
     check_or_write_config(config, workdir)
 
@@ -57,9 +72,10 @@ def check_or_write_config(config, workdir: pathlib.Path) -> None:
         unknown = sorted(set(previous) - set(current))
         if unknown:
             raise ConfigMismatchError(
-                f"{workdir} holds a run written by another version of gedl-jax: its "
-                f"config.json has fields this version does not know ({', '.join(unknown)}). "
-                f"Resume it with the version that wrote it, or use a new --workdir.")
+                f"{workdir} holds a run written by another version of gedl-jax: resume it with "
+                f"the version that wrote it, or use a new --workdir\n"
+                f"  its config.json has fields this version does not know "
+                f"({', '.join(unknown)})")
         # A field added since that run was written counts as unchanged at the value runs had
         # before it existed: LEGACY_DEFAULTS where the default changed with the field (init:
         # "torch"), else its default (new fields default to the earlier behaviour).
@@ -132,7 +148,7 @@ def check_shared_workdir(workdir: pathlib.Path) -> None:
 
     token = workdir / ".shared_filesystem_check"
     if jax.process_index() == 0:
-        token.write_text(f"{os.getpid()}-{time.time_ns()}")
+        files.write_text(token, f"{os.getpid()}-{time.time_ns()}")
     multihost_utils.sync_global_devices("gedl_jax: shared workdir token written")
     try:
         seen = zlib.crc32(token.read_bytes()) + 1
@@ -146,9 +162,10 @@ def check_shared_workdir(workdir: pathlib.Path) -> None:
     if blind:
         raise ValueError(
             f"--workdir={workdir} is not one folder shared by all {jax.process_count()} "
-            f"processes: process(es) {blind} cannot see the file process 0 wrote there. "
-            f"Multi-host runs need a shared filesystem (NFS, Lustre, a mounted bucket) for the "
-            f"workdir, at the same path on every host.")
+            f"processes: process(es) {blind} cannot see what process 0 wrote there. Put it on "
+            f"a shared filesystem\n"
+            f"  (NFS, Lustre, a mounted bucket), at the same path on every host: multi-host runs "
+            f"write one workdir together")
 
 
 class MetricsWriter:
@@ -160,12 +177,16 @@ class MetricsWriter:
         self.workdir, self.jsonl, self.tb = workdir, None, None
 
     def _open(self) -> None:
-        self.jsonl = open(self.workdir / "metrics.jsonl", "a")
+        self.jsonl = files.open_append(self.workdir / "metrics.jsonl", "metrics log")
         try:
             from tensorboardX import SummaryWriter
-            self.tb = SummaryWriter(str(self.workdir / "tensorboard"))
         except ImportError:  # optional
-            self.tb = None
+            return
+        folder = self.workdir / "tensorboard"
+        files.refuse_link(folder, "TensorBoard logs", "folder")
+        # The event file's name is otherwise the time to the second and the host name, which
+        # anyone can plant links at ahead of time; tensorboardX opens it with plain open().
+        self.tb = SummaryWriter(str(folder), filename_suffix=f".{secrets.token_hex(4)}")
 
     def write(self, step: int, split: str, scalars: dict[str, float]) -> None:
         """Append one record (step, split, time, scalars) to metrics.jsonl and TensorBoard."""

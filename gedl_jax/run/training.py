@@ -129,18 +129,20 @@ def steps_per_call(config) -> int:
 
 def _restore(runs: list[SeedRun], program: programs.SeedProgram, mesh,
              steps_per_epoch: int) -> None:
-    """Continue from the newest `last` checkpoint that every seed saved and that restores, if
-    any. A newer one that does not restore (damaged) is named in one line and set aside as
-    `<step>.damaged`; when none restores, the run stops with nothing renamed."""
+    """Continue from the newest step that every seed saved complete and that restores, if any:
+    its `last` checkpoint, else its `best` one (a `last` save that failed on a full disk
+    leaves the `best` of that epoch end; `RunCheckpoints.resume_source`). A newer one that
+    does not restore (damaged) is named in one line and set aside as `<step>.damaged`; when
+    none restores, the run stops with nothing renamed."""
     seed_abstract = checkpointing.abstract_like(
         jax.eval_shape(lambda s: program.member(s, 0), program.state), sharding.replicated(mesh))
-    common_steps = set.intersection(*(r.ckpt.last_steps() for r in runs))
+    common_steps = set.intersection(*(r.ckpt.resumable_steps() for r in runs))
     failures: list[tuple[SeedRun, int, BaseException]] = []
     for resume_step in sorted(common_steps, reverse=True):
         restored = []
         for run_ in runs:
             try:
-                restored.append(run_.ckpt.restore_last(seed_abstract, resume_step))
+                restored.append(run_.ckpt.restore_step(seed_abstract, resume_step))
             except Exception as e:  # noqa: BLE001 (Orbax and TensorStore raise many kinds)
                 if files.out_of_memory(e) is not None:   # not damage: rename nothing
                     raise
@@ -149,18 +151,22 @@ def _restore(runs: list[SeedRun], program: programs.SeedProgram, mesh,
         if len(restored) < len(runs):
             continue
         for run_, step, error in failures:
-            checkpointing.report_set_aside(run_.workdir / "checkpoints" / "last" / str(step),
+            manager, kind = run_.ckpt.resume_source(step)
+            checkpointing.report_set_aside(run_.workdir / "checkpoints" / kind / str(step),
                                            error, log)
-            checkpointing.set_aside(run_.ckpt.last, step)
+            checkpointing.set_aside(manager, step)
         for run_, (_, meta) in zip(runs, restored):
             run_.best_accuracy, run_.best_step = meta["best_val_accuracy"], meta["best_step"]
         program.state = program.stack([state for state, _ in restored])
-        log(f"resumed from {_where(runs)}/checkpoints/last at step {resume_step} "
+        kinds = sorted({r.ckpt.resume_source(resume_step)[1] for r in runs})
+        log(f"resumed from {_where(runs)}/checkpoints/{'|'.join(kinds)} at step {resume_step} "
              f"(epoch {resume_step // steps_per_epoch})")
         return
     if failures:
+        run_, step, _ = failures[0]
         raise checkpointing.no_checkpoint_restores(
-            failures[0][0].workdir, "last", [(step, e) for _, step, e in failures])
+            run_.workdir, run_.ckpt.resume_source(step)[1],
+            [(step, e) for _, step, e in failures])
 
 
 def _where(runs: list[SeedRun]) -> pathlib.Path:
@@ -346,6 +352,7 @@ class _Loop:
         saved. A best kept for a later save needs buffers of its own: with deferred epoch ends
         `members` have them; a loop that waits copies the state before its next call donates
         it."""
+        self.check_saves()   # before the epoch's saves are queued behind a failed one
         due = self.checkpoint_due(step)
         for i in improved:
             kept = members[i] if due or self.defer_epoch_ends else \
@@ -393,6 +400,13 @@ class _Loop:
                                                  self.total_steps - fetched)
             log(_progress_line(self.config, self.method, averaged, fetched, self.total_steps,
                                 self.steps_per_epoch, rate, eta))
+        self.check_saves()
+
+    def check_saves(self) -> None:
+        """A save that failed in the background (a full disk) stops the run here, at a progress
+        line or an epoch end, not at the next save (`RunCheckpoints.check_saves`)."""
+        for run_ in self.runs:
+            run_.ckpt.check_saves()
 
 
 def _prepare_loop(runs: list[SeedRun], pool: data.Split | None, mesh) -> _Loop:
@@ -462,9 +476,8 @@ def chance_message(run_: SeedRun) -> str | None:
     if run_.best_accuracy > limit or limit >= 1:   # >= 1: too few to tell (one image, say)
         return None
     return (f"{run_.workdir} ended at chance level: best validation accuracy "
-            f"{run_.best_accuracy:.4f} (always predicting the most frequent class scores "
-            f"{majority:.4f}); the run did not learn. Try a lower config.learning_rate, or "
-            f"--config.allow_chance=True if this is intended")
+            f"{run_.best_accuracy:.4f} (the most frequent class alone scores {majority:.4f}); "
+            f"try a lower config.learning_rate")
 
 
 def _next_event(loop: _Loop, step: int, stop_after_steps: int | None) -> int:
@@ -632,17 +645,22 @@ class DiskFullError(OSError):
         return self.strerror
 
 
-def _disk_full_message(runs: list[SeedRun], error: OSError) -> str:
+def _disk_full_message(runs: list[SeedRun], error: BaseException) -> str:
+    """The line of a failed write (exit 74): where, how much space is left there, and the
+    newest complete checkpoint a rerun continues from."""
     kept = []
     for run_ in runs:
-        steps_ = sorted(int(p.name) for p in (run_.workdir / "checkpoints" / "last").glob("*")
-                        if p.name.isdigit())
-        kept.append(f"step {steps_[-1]}" if steps_ else "none yet")
-    where = getattr(error, "filename", None)
-    return (f"no space left on device{f' writing {where}' if where else ''} "
-            f"({_where(runs)}): the checkpoints already on disk are intact (newest: "
-            f"{', '.join(sorted(set(kept)))}); free some space and rerun the same command to "
-            f"continue from there")
+        found = {kind: [int(p.name) for p in (run_.workdir / "checkpoints" / kind).glob("*")
+                        if p.name.isdigit()] for kind in ("last", "best")}
+        newest = max((max(s), kind) for kind, s in found.items() if s) if any(
+            found.values()) else None
+        kept.append(f"step {newest[0]} ({newest[1]})" if newest else "none yet")
+    failed = files.disk_full_error(error)
+    where = getattr(failed, "filename", None) or f"{_where(runs)}/checkpoints"
+    return (f"no space left on device writing {where}: free some space and rerun the same "
+            f"command to continue from the newest checkpoint\n"
+            f"  {files.free_space_text(runs[0].workdir)} on that filesystem; the checkpoints "
+            f"already on disk are intact (newest: {', '.join(sorted(set(kept)))})")
 
 
 def _finish(run_: SeedRun, program: programs.SeedProgram, index: int, step: int,
