@@ -43,11 +43,14 @@ TINY = {"train_examples": 256, "val_examples": 64, "batch_size": 32, "num_epochs
 
 
 def _comparable(results: dict) -> dict:
-    """The results without their paths and without what describes the evaluating process
-    rather than the model: whether the determinism flags were set before its backend started
-    (mnist/softmax's committed evaluation ran in a process that had not: bin/reproduce.py
-    before it set them first), and the host CPU."""
-    out = {k: v for k, v in results.items() if k not in export.PATH_RESULT_KEYS}
+    """The results without their paths, the conventions' wording, and what describes the
+    evaluating process rather than the model: whether the determinism flags were set before its
+    backend started (mnist/softmax's committed evaluation ran in a process that had not:
+    bin/reproduce.py before it set them first), and the host CPU."""
+    out = {k: v for k, v in results.items() if k not in export.PATH_RESULT_KEYS
+           # the words that state the conventions are the evaluating code's (reworded since
+           # some exports); the numbers they describe are what must stay
+           and k != "conventions"}
     if "numerics" in out:
         out["numerics"] = {k: v for k, v in out["numerics"].items()
                            if k not in ("deterministic_flags_in_force", "host_cpu")}
@@ -675,16 +678,29 @@ def test_every_shipped_model_evaluates_to_its_committed_results(name, tmp_path):
                           capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     written = json.loads((tmp_path / "eval_results.json").read_text())
-    assert _missing_or_different(_comparable(json.loads(committed.read_text())), written) == []
+    assert _missing_or_different(_comparable(json.loads(committed.read_text())), written,
+                                 rtol=RELATIVE_GAPS.get(name, 0.0)) == []
 
 
-def _missing_or_different(committed, new, where: str = "") -> list[str]:
+# Shipped models whose evaluation on another CPU differs from the committed one by float
+# rounding (docs/pretrained.md: mnist/postnet, at most 7.7e-7 relative, cause not identified).
+RELATIVE_GAPS = {"mnist/postnet": 1e-6}
+
+
+def _missing_or_different(committed, new, where: str = "", rtol: float = 0.0) -> list[str]:
     """Every entry of `committed` that `new` lacks or holds another value for (entries a later
-    evaluation adds, such as new metrics, are allowed: the committed numbers must stay)."""
+    evaluation adds, such as new metrics, are allowed: the committed numbers must stay); with
+    `rtol`, numbers may differ by that much relative."""
     if isinstance(committed, dict) and isinstance(new, dict):
         return [w for k, v in committed.items()
                 for w in ([f"{where}/{k} missing"] if k not in new
-                          else _missing_or_different(v, new[k], f"{where}/{k}"))]
+                          else _missing_or_different(v, new[k], f"{where}/{k}", rtol))]
+    if isinstance(committed, list) and isinstance(new, list) and len(committed) == len(new):
+        return [w for i, (a, b) in enumerate(zip(committed, new))
+                for w in _missing_or_different(a, b, f"{where}[{i}]", rtol)]
+    if rtol and all(isinstance(x, float) for x in (committed, new)):
+        return [] if abs(committed - new) <= rtol * abs(committed) else [
+            f"{where}: {committed!r} != {new!r}"]
     return [] if committed == new else [f"{where}: {committed!r} != {new!r}"]
 
 
@@ -695,6 +711,9 @@ def test_the_comparison_of_committed_numbers_can_fail():
         "/id/nll missing"]
     assert _missing_or_different(committed, {"id": {"accuracy": 0.98, "nll": 0.3},
                                              "seed": 0}) == ["/id/accuracy: 0.99 != 0.98"]
+    near = {"id": {"accuracy": 0.99 * (1 + 5e-7), "nll": 0.3}, "seed": 0}
+    assert _missing_or_different(committed, near, rtol=1e-6) == []
+    assert _missing_or_different(committed, near) != []
 
 
 def test_a_fitted_method_state_and_a_tuple_state_round_trip(tmp_path):
