@@ -51,7 +51,8 @@ import time
 
 import jax
 
-from gedl_jax import configuration, files
+from gedl_jax import config as config_lib
+from gedl_jax import files
 from gedl_jax import networks as models
 from gedl_jax.networks import layers, protocol
 from gedl_jax.run.step_benchmark import compiled_train_step, loop_rate
@@ -212,7 +213,7 @@ def loop_benchmark(epochs: int, step_row: dict | None, train_examples: int = 0) 
 
     from gedl_jax import train
 
-    config = configuration.build_config("mnist", "gedl")
+    config = config_lib.build_config("mnist", "gedl")
     config.num_epochs, config.evaluate_at_end, config.plots = epochs, False, False
     config.train_examples = train_examples
     if train_examples:   # a smoke run: a few progress lines all the same

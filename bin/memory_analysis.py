@@ -26,7 +26,8 @@ import sys
 import jax
 import jax.numpy as jnp
 
-from gedl_jax import configuration, methods
+from gedl_jax import config as config_lib
+from gedl_jax import methods
 from gedl_jax.run import experiment, optimizer, sharding, steps
 
 DATASETS = {"convnet": ("mnist", (28, 28, 1)), "vgg16": ("cifar10", (32, 32, 3))}
@@ -35,8 +36,8 @@ DATASETS = {"convnet": ("mnist", (28, 28, 1)), "vgg16": ("cifar10", (32, 32, 3))
 def analyse(model: str, batch: int, dtype: str, train_examples: int) -> dict[str, dict]:
     """{"train": {...}, "eval": {...}}: each step's memory analysis in bytes."""
     dataset, image_shape = DATASETS[model]
-    config = configuration.set_fields(configuration.build_config(dataset, "gedl"),
-                                      compute_dtype=dtype, batch_size=batch)
+    config = experiment.resolve_config(config_lib.set_fields(
+        config_lib.build_config(dataset, "gedl"), compute_dtype=dtype, batch_size=batch), 1)
     method = methods.from_config(config, methods.MethodSetup(
         config.num_classes, (1,) * config.num_classes, image_shape))
     tx = optimizer.make_optimizer(config, total_steps=1000)

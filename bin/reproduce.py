@@ -55,17 +55,18 @@ import time
 
 import jax
 
-from gedl_jax import cli, configuration, data, evaluation, files, methods, train
+from gedl_jax import cli, config, data, evaluation, files, methods, train
+from gedl_jax.configs import build_config
 from gedl_jax.evaluation import against_paper
 from gedl_jax.paper import MAIN_METHODS, PAPER
 from gedl_jax.run import lock, numerics, preemption, rundir
 
 STUDIES = {
-    # Every method of the paper's tables that the toolkit has (configuration.VARIANTS), the
+    # Every method of the paper's tables that the toolkit has (config.VARIANTS), the
     # EDL family first, and the plain softmax classifier (the base of the post-hoc OOD scores
     # and of `laplace`, which evaluates from its runs: `evaluate --as_method=laplace`);
     # "ensemble" is a deep ensemble of 5 softmax networks.
-    "main": lambda: [(v, v, {}) for v in MAIN_METHODS if v in configuration.VARIANTS]
+    "main": lambda: [(v, v, {}) for v in MAIN_METHODS if v in config.VARIANTS]
                     + [("ensemble", "ensemble", {})],
     "ablation": lambda: [(v, v, {}) for v in ("ablation_base", "ablation_kl_all",
                                               "ablation_kl_all_tau", "ablation_full")],
@@ -312,10 +313,10 @@ def _override(c, item: str) -> None:
     if not eq or key not in c:
         raise ValueError(f"--override={item!r}: expected field=value with a config field "
                          f"(e.g. --override=num_epochs=5); the fields are in "
-                         f"gedl_jax/configuration.py")
+                         f"`python -m gedl_jax.train --helpfull`")
     try:
-        if key in configuration.LIST_FIELDS:
-            c[key] = configuration.as_tuple(key, value)
+        if key in config.LIST_FIELDS:
+            c[key] = config.as_tuple(key, value)
         elif isinstance(c[key], bool):
             c[key] = value.lower() in ("1", "true", "yes")
         else:
@@ -356,7 +357,7 @@ def choose_ood_sets(args: argparse.Namespace, c) -> tuple[tuple[str, ...], list[
     """(the OOD sets every run evaluates, the candidates left out because they do not load
     without the network) for `--ood_sets`."""
     if args.ood_sets not in ("auto", "preset"):
-        return configuration.as_tuple("ood_datasets", args.ood_sets), []
+        return config.as_tuple("ood_datasets", args.ood_sets), []
     preset = tuple(c.ood_datasets)
     overridden = any(item.partition("=")[0] == "ood_datasets" for item in args.override)
     if args.ood_sets == "preset" or overridden or not args.dataset.startswith("cifar"):
@@ -385,7 +386,7 @@ def plan(args: argparse.Namespace) -> tuple[list[int], list[tuple[str, object]]]
         runs = [r for r in runs if r[0] in wanted]
     configs = []
     for name, variant, fields in runs:
-        c = configuration.build_config(args.dataset, variant)
+        c = build_config(args.dataset, variant)
         for k, v in {**SETTINGS[args.setting], **fields}.items():
             c[k] = v
         if args.dry_run:
@@ -396,7 +397,7 @@ def plan(args: argparse.Namespace) -> tuple[list[int], list[tuple[str, object]]]
         if args.data_dir:
             c.data_dir = args.data_dir
         c.ood_datasets, args.ood_left_out = choose_ood_sets(args, c)
-        configuration.validate_config(c)
+        config.validate(c)
         configs.append((name, c))
     return seeds, configs
 
@@ -470,7 +471,8 @@ def _study(args: argparse.Namespace, argv, seeds: list[int], configs, out: pathl
         if c.ensemble_size:   # each seed: N members trained, scored as one model
             for seed in pending:
                 print(f"=== {name} seed {seed} ===", flush=True)
-                train.train_ensemble(configuration.with_seed(c, seed), run_dir / f"seed_{seed}")
+                train.train_ensemble(config.set_fields(c.copy_and_resolve_references(),
+                                                       seed=seed), run_dir / f"seed_{seed}")
         elif args.vmap_seeds and len(pending) > 1:
             print(f"=== {name} seeds {pending} (vmap) ===", flush=True)
             c.seeds = tuple(pending)

@@ -3,7 +3,7 @@ that jax really uses the GPU a runtime has (a silent CPU fallback is the classic
 
     from gedl_jax import notebook
     print(notebook.check_accelerator())   # raises if there is an NVIDIA GPU but jax runs on CPU
-    config = configuration.build_config("mnist", "gedl")
+    config = configs.build_config("mnist", "gedl")
     if notebook.smoke_mode():
         notebook.shrink(config)
 
@@ -21,7 +21,8 @@ import subprocess
 import jax
 import ml_collections
 
-from gedl_jax import configuration
+from gedl_jax import config as config_lib
+from gedl_jax import configs
 
 SMOKE_ENV = "GEDL_NOTEBOOK_SMOKE"
 
@@ -50,9 +51,9 @@ def shrink(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     examples, every evaluation set cut to a few hundred evenly spaced examples, small batches (so an
     epoch still has several steps), no warm-up."""
     family = "mnist" if config.dataset in ("mnist", "fashion_mnist") else "cifar"
-    if not configuration.is_custom_dataset(config.dataset):   # your own data: all of it
+    if not config_lib.is_custom_dataset(config.dataset):   # your own data: all of it
         for key, value in SMOKE_EXAMPLES[family].items():
-            configuration.set_fields(config, **{key: value})
+            config_lib.set_fields(config, **{key: value})
     config.num_epochs = 1
     config.warmup_epochs = 0
     config.batch_size = 64
@@ -104,18 +105,19 @@ def check_accelerator(expect_gpu: bool | None = None, backend: str | None = None
 def experiment_config(dataset: str, variant: str = "gedl", *, num_epochs: int, seed: int = 0,
                       data_dir: str | os.PathLike = "", smoke: bool | None = None,
                       **overrides) -> ml_collections.ConfigDict:
-    """`configuration.build_config(dataset, variant)` (what --config=configs/<dataset>.py:<variant>
+    """`configs.build_config(dataset, variant)` (what --config=configs/<dataset>.py:<variant>
     builds) with the given epochs, seed, data folder and field overrides, shrunk to the smoke
     setting when `smoke` (None: `smoke_mode()`). Validated."""
-    config = configuration.build_config(dataset, variant)
+    config = configs.build_config(dataset, variant)
     config.num_epochs = num_epochs
     config.seed = seed
     config.data_dir = str(data_dir)
     for key, value in overrides.items():
         if key not in config:
-            raise ValueError(f"config has no field {key!r}; see gedl_jax/configuration.py")
-        configuration.set_fields(config, **{key: value})
+            raise ValueError(f"config has no field {key!r}; `python -m gedl_jax.train "
+                             f"--helpfull` lists them")
+        config_lib.set_fields(config, **{key: value})
     if smoke_mode() if smoke is None else smoke:
         shrink(config)
-    configuration.validate_config(config)
+    config_lib.validate(config)
     return config

@@ -44,9 +44,7 @@ if __name__ == "__main__":   # first: the imports below take seconds (run/startu
 
 from gedl_jax import cli, configs, configuration, data  # noqa: E402
 from gedl_jax.run import (  # noqa: E402
-    experiment,
     heartbeat,
-    lock,
     numerics,
     preemption,
     training,
@@ -56,45 +54,22 @@ from gedl_jax.run.heartbeat import log  # noqa: E402
 from gedl_jax.run.progress import NonFiniteLossError  # noqa: E402
 from gedl_jax.run.rundir import ConfigMismatchError  # noqa: E402
 
-__all__ = ["ConfigMismatchError", "NonFiniteLossError", "main", "run", "train_and_evaluate",
-           "train_and_evaluate_vmapped", "train_ensemble"]
+__all__ = ["ConfigMismatchError", "NonFiniteLossError", "main", "run", "train",
+           "train_and_evaluate", "train_and_evaluate_vmapped", "train_ensemble"]
+
+
+# The engine's entries (each resolves the config once, checks it before anything is written and
+# holds the workdir from its first write), importable from here as before.
+train_and_evaluate = training.train_and_evaluate
+train_and_evaluate_vmapped = training.train_and_evaluate_vmapped
+train_ensemble = training.train_ensemble
+train = training.train
 
 
 def run(config, workdir) -> list[dict]:
-    """`training.run` (one run per seed of config.seeds, or one run in `workdir`) with the whole
-    config checked first (every list field without repeats, every field in range: nothing is
-    trained or written before that) and `workdir` held by this process from its first write
-    (`lock.holding`)."""
-    import jax
-
-    # the GPU flags before the device count below starts the backend (run/numerics.py)
-    numerics.configure_process(bool(config.get("deterministic", True)), workdir)
-    config = experiment.resolve_config(config, jax.device_count())
-    with lock.holding(workdir, create=False):
-        return training.run(config, workdir)
-
-
-def train_and_evaluate(config, workdir, *, stop_after_steps: int | None = None) -> dict:
-    """`training.train_and_evaluate` (one seed into `workdir`) with `workdir` held by this
-    process from its first write (`lock.holding`)."""
-    with lock.holding(workdir, create=False):
-        return training.train_and_evaluate(config, workdir, stop_after_steps=stop_after_steps)
-
-
-def train_and_evaluate_vmapped(config, workdir, seeds: list[int], *,
-                               stop_after_steps: int | None = None) -> list[dict]:
-    """`training.train_and_evaluate_vmapped` (seeds together, into workdir/seed_<s>) with
-    `workdir` held by this process from its first write (`lock.holding`)."""
-    with lock.holding(workdir, create=False):
-        return training.train_and_evaluate_vmapped(config, workdir, seeds,
-                                                   stop_after_steps=stop_after_steps)
-
-
-def train_ensemble(config, workdir) -> dict:
-    """`training.train_ensemble` (a deep ensemble into `workdir`) with `workdir` held by this
-    process from its first write (`lock.holding`)."""
-    with lock.holding(workdir, create=False):
-        return training.train_ensemble(config, workdir)
+    """`training.train`: one run per seed of config.seeds, or one run in `workdir` (the old
+    name; `run` names the package)."""
+    return training.train(config, workdir)
 
 
 def presets_help() -> str:
@@ -151,7 +126,7 @@ def main(argv=None) -> int:
             log(f"workdir: {workdir} (the default for this config; --workdir=DIR to choose)")
         preemption.install(prompt=True)   # a signal while compiling acts at once
         with heartbeat.compilations_announced():
-            results = run(config, workdir)
+            results = training.train(config, workdir)
         status = _exit_status(config, results)
         log(results_line(workdir, results))
         return status

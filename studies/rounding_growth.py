@@ -25,7 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from gedl_jax import EvidentialObjective, configuration, data
+from gedl_jax import EvidentialObjective, data
+from gedl_jax import config as config_lib
 from gedl_jax.run import experiment, optimizer
 
 SEED, N, BATCH = 0, 256, 32
@@ -68,8 +69,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=20)
     args = parser.parse_args()
-    config = configuration.build_config("mnist", "gedl")
-    config.batch_size, config.num_epochs = BATCH, 3
+    config = experiment.resolve_config(config_lib.set_fields(
+        config_lib.build_config("mnist", "gedl"), batch_size=BATCH, num_epochs=3), 1)
     train = generated_mnist()
     steps_per_epoch = N // BATCH
     tx = optimizer.make_optimizer(config, steps_per_epoch * config.num_epochs)

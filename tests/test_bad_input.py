@@ -13,7 +13,8 @@ import pytest
 from data_fixtures import write_idx, write_npz
 from training_fixtures import TINY_FIELDS, checkpoint_steps, write_tiny_mnist
 
-from gedl_jax import configuration, data, train
+from gedl_jax import config as config_lib
+from gedl_jax import configs, data, train
 from gedl_jax.run import experiment, steps
 
 
@@ -23,11 +24,11 @@ def data_dir(tmp_path):
 
 
 def config(data_dir, tmp_path, **fields):
-    c = configuration.build_config("mnist", "gedl")
+    c = configs.build_config("mnist", "gedl")
     for k, v in {**TINY_FIELDS, "train_examples": 64, "val_examples": 32, "num_epochs": 1,
                  "data_dir": str(data_dir), "cache_dir": str(tmp_path / "cache"),
                  **fields}.items():
-        configuration.set_fields(c, **{k: v})
+        config_lib.set_fields(c, **{k: v})
     return c
 
 
@@ -53,7 +54,7 @@ def config(data_dir, tmp_path, **fields):
 ])
 def test_bad_config_fields(data_dir, tmp_path, fields, message):
     with pytest.raises(ValueError, match=re.escape(message)):
-        configuration.validate_config(config(data_dir, tmp_path, **fields))
+        config_lib.validate(config(data_dir, tmp_path, **fields))
 
 
 def test_list_fields_are_echoed_as_written_and_ood_sets_compared_by_real_path(tmp_path,
@@ -62,7 +63,7 @@ def test_list_fields_are_echoed_as_written_and_ood_sets_compared_by_real_path(tm
     one OOD file or folder under two spellings (`a.npz`, `x/../a.npz`, a link) is one set
     listed twice (the check compared the strings)."""
     with pytest.raises(ValueError) as refused:
-        configuration.as_tuple("seeds", ("1,x",))   # what the command line hands over
+        config_lib.as_tuple("seeds", ("1,x",))   # what the command line hands over
     assert str(refused.value).startswith("config.seeds=1,x must be a list of integers")
     (tmp_path / "x").mkdir()
     (tmp_path / "sets").mkdir()
@@ -76,13 +77,13 @@ def test_list_fields_are_echoed_as_written_and_ood_sets_compared_by_real_path(tm
              "lists images:linked (= images:"),
             ({"ood_datasets": "kmnist,npz:./a.npz", "extra_ood": "npz:a.npz"},
              "npz:a.npz (= npz:./a.npz) is in both config.ood_datasets and config.extra_ood")]:
-        c = configuration.build_config("mnist", "gedl")
-        configuration.set_fields(c, **fields)
+        c = configs.build_config("mnist", "gedl")
+        config_lib.set_fields(c, **fields)
         with pytest.raises(ValueError, match=re.escape(message)):
-            configuration.validate_config(configuration.normalize_lists(c))
-    c = configuration.build_config("mnist", "gedl")
-    configuration.set_fields(c, extra_ood="npz:a.npz,npz:b.npz")   # two files: two sets
-    configuration.validate_config(configuration.normalize_lists(c))
+            config_lib.validate(config_lib.normalize_lists(c))
+    c = configs.build_config("mnist", "gedl")
+    config_lib.set_fields(c, extra_ood="npz:a.npz,npz:b.npz")   # two files: two sets
+    config_lib.validate(config_lib.normalize_lists(c))
 
 
 def test_a_workdir_holds_one_run_or_a_seeds_commands_runs_not_both(data_dir, tmp_path):

@@ -18,7 +18,8 @@ import pytest
 from scipy import stats
 from training_fixtures import REPO, TINY_FIELDS, subprocess_env, write_tiny_mnist
 
-from gedl_jax import configuration, train
+from gedl_jax import config as config_lib
+from gedl_jax import configs, train
 from gedl_jax.evaluation import bootstrap, core, metrics, report
 from compile_mode import fast_compilation
 
@@ -291,8 +292,8 @@ def test_calibrated_predictions_get_their_own_intervals_on_the_same_draws():
 
 def test_a_run_and_the_evaluate_flag_write_the_intervals(tmp_path):
     data_dir = write_tiny_mnist(tmp_path / "data")
-    c = configuration.build_config("mnist", "gedl")
-    configuration.set_fields(c, **{**TINY_FIELDS, "num_epochs": 1, "evaluate_at_end": True,
+    c = configs.build_config("mnist", "gedl")
+    config_lib.set_fields(c, **{**TINY_FIELDS, "num_epochs": 1, "evaluate_at_end": True,
                                    "data_dir": str(data_dir), "cache_dir": str(tmp_path / "c"),
                                    "bootstrap_samples": 30})
     with fast_compilation():
@@ -313,11 +314,11 @@ def test_a_run_and_the_evaluate_flag_write_the_intervals(tmp_path):
     assert "40 replicates, basic method" in (tmp_path / "again" / "eval_table.md").read_text()
     assert again["id"] == trained["id"]   # the same predictions: only the intervals changed
     with pytest.raises(ValueError, match="bootstrap_samples=1 must be 0"):
-        configuration.set_fields(c, bootstrap_samples=1)
-        configuration.validate_config(c)
+        config_lib.set_fields(c, bootstrap_samples=1)
+        config_lib.validate(c)
     with pytest.raises(ValueError, match="bootstrap_interval='bca' must be one of"):
-        configuration.set_fields(c, bootstrap_samples=2, bootstrap_interval="bca")
-        configuration.validate_config(c)
+        config_lib.set_fields(c, bootstrap_samples=2, bootstrap_interval="bca")
+        config_lib.validate(c)
 
 
 def _predictions(rng, n, m, k, noise):

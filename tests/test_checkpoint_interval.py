@@ -17,7 +17,8 @@ import pytest
 from test_train import STEPS_PER_EPOCH, _fast, data_dir, tiny_config  # noqa: F401
 from training_fixtures import checkpoint_steps, saved_state
 
-from gedl_jax import configuration, train
+from gedl_jax import config as config_lib
+from gedl_jax import configs, train
 from gedl_jax.run import checkpointing, training
 from gedl_jax.run.progress import MetricsBuffer
 
@@ -165,7 +166,7 @@ def test_a_run_stopped_between_saves_resumes_to_the_same_end(data_dir, tmp_path,
 
 
 def test_the_interval_must_not_be_negative():
-    c = configuration.build_config("mnist", "gedl")
-    configuration.set_fields(c, checkpoint_interval_seconds=-1.0)
+    c = configs.build_config("mnist", "gedl")
+    config_lib.set_fields(c, checkpoint_interval_seconds=-1.0)
     with pytest.raises(ValueError, match="checkpoint_interval_seconds=-1.0 must be >= 0"):
-        configuration.validate_config(c)
+        config_lib.validate(c)

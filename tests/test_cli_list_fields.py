@@ -16,10 +16,11 @@ from training_fixtures import REPO, cli_args, subprocess_env, write_tiny_mnist
 PARSE_ONLY = """
 import sys
 from absl import flags
-from gedl_jax import configs, configuration
+from gedl_jax import config as config_lib
+from gedl_jax import configs
 configs.define_config_flag("config")
 flags.FLAGS(["prog", "--config=mnist:gedl", *sys.argv[1:]])
-config = configuration.normalize_lists(flags.FLAGS.config)
+config = config_lib.normalize_lists(flags.FLAGS.config)
 print(repr((config.seeds, config.ood_datasets, config.extra_ood)))
 """
 

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import pytest
 from training_fixtures import REPO, subprocess_env
 
-from gedl_jax import cli, configuration, data, train
+from gedl_jax import cli, configs, data, train
 from gedl_jax.run import heartbeat
 
 
@@ -80,8 +80,8 @@ def test_a_warning_of_gedl_jax_is_one_line(capsys):
 
 
 def test_quick_runs_warn_at_chance_instead_of_failing():
-    assert configuration.build_config("mnist", "gedl,quick").allow_chance
-    assert not configuration.build_config("mnist", "gedl").allow_chance
+    assert configs.build_config("mnist", "gedl,quick").allow_chance
+    assert not configs.build_config("mnist", "gedl").allow_chance
 
 
 def test_evaluate_help_shows_the_npz_form_of_ood(tmp_path):
@@ -210,7 +210,7 @@ def test_the_first_tweak_trains_the_main_job_with_it(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"config: {train.MAIN_JOB_CONFIG} (the main job" in proc.stdout, proc.stdout
     saved = json.loads((tmp_path / "w" / "config.json").read_text())
-    main_job = configuration.build_config("mnist", "gedl")
+    main_job = configs.build_config("mnist", "gedl")
     assert (saved["dataset"], saved["variant"], saved["learning_rate"]) == ("mnist", "gedl", 0.003)
     assert saved["num_epochs"] == 1 and main_job.num_epochs == 200
 
@@ -325,7 +325,7 @@ def test_the_chance_line_names_the_option_only_where_it_is_not_set(capsys):
             (False, cli.EXIT_DIVERGED,
              f"error: {message}, or --config.allow_chance=True if this is intended"),
             (True, cli.EXIT_OK, f"warning: {message}")):
-        c = configuration.build_config("mnist", "gedl")
+        c = configs.build_config("mnist", "gedl")
         c.allow_chance = allowed
         assert train._exit_status(c, results) == status
         assert capsys.readouterr().err == line + "\n"

@@ -11,7 +11,8 @@ import sys
 import pytest
 from training_fixtures import REPO, subprocess_env
 
-from gedl_jax import configs, configuration
+from gedl_jax import config as config_lib
+from gedl_jax import configs
 
 PACKAGED = REPO / "gedl_jax" / "configs"
 PRESETS = sorted(p.stem for p in PACKAGED.glob("*.py") if not p.name.startswith("_"))
@@ -30,33 +31,33 @@ def test_the_documented_path_from_the_repository_root(name, arg, monkeypatch):
     """`--config=configs/<name>.py[:arg]`, the README's form, run where a clone puts you."""
     monkeypatch.chdir(REPO)
     assert configs.resolve(f"configs/{name}.py") == ("file", str(PACKAGED / f"{name}.py"))
-    assert configs.load(f"configs/{name}.py{arg}").to_dict() == configuration.build_config(
+    assert configs.load(f"configs/{name}.py{arg}").to_dict() == configs.build_config(
         name, arg[1:] or None).to_dict()
 
 
 def test_every_dataset_and_packaged_file_is_a_name():
     names = configs.config_names()
-    assert set(configuration.DATASET_DEFAULTS) <= set(names)
+    assert set(config_lib.DATASET_DEFAULTS) <= set(names)
     assert set(PRESETS) <= set(names)
 
 
 @pytest.mark.parametrize("spec", ["mnist:gedl,quick", "configs/mnist.py:gedl,quick"])
 def test_name_and_clone_path_give_the_preset_from_any_directory(spec, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)   # no configs/ here: the packaged file is used
-    assert configs.load(spec).to_dict() == configuration.build_config(
+    assert configs.load(spec).to_dict() == configs.build_config(
         "mnist", "gedl,quick").to_dict()
 
 
 def test_a_dataset_without_a_file_builds_its_default(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert configs.resolve("fashion_mnist") == ("dataset", "fashion_mnist")
-    assert configs.load("fashion_mnist:edl").to_dict() == configuration.build_config(
+    assert configs.load("fashion_mnist:edl").to_dict() == configs.build_config(
         "fashion_mnist", "edl").to_dict()
 
 
 def test_a_users_file_wins_over_a_name(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "mnist").write_text("from gedl_jax.configuration import build_config\n\n"
+    (tmp_path / "mnist").write_text("from gedl_jax.configs import build_config\n\n"
                                     "def get_config(arg=None):\n"
                                     "    c = build_config('mnist', arg)\n"
                                     "    c.seed = 7\n    return c\n")
@@ -95,7 +96,7 @@ def test_what_is_wrong_in_a_users_config_file_is_said(tmp_path, text, message):
         configs._checked_config_file(
             str(path), lambda: config_flags.ConfigFileFlagParser("config").parse(str(path)))
     good = tmp_path / "good.py"
-    good.write_text("from gedl_jax.configuration import build_config\n\n"
+    good.write_text("from gedl_jax.configs import build_config\n\n"
                     "def get_config(arg=None):\n    return build_config('mnist', arg)\n")
     loaded = configs._checked_config_file(
         str(good), lambda: config_flags.ConfigFileFlagParser("config").parse(f"{good}:edl"))
@@ -106,7 +107,7 @@ def test_a_second_config_file_in_one_process_keeps_nothing_of_the_first(tmp_path
     """ml_collections runs every config file in one module object: a file without get_config
     loaded after one with it got the first file's config."""
     first, second = tmp_path / "first.py", tmp_path / "second.py"
-    first.write_text("from gedl_jax.configuration import build_config\n\n"
+    first.write_text("from gedl_jax.configs import build_config\n\n"
                      "def get_config(arg=None):\n    return build_config('mnist', arg)\n")
     second.write_text("x = 1\n")
     assert configs.load(f"{first}:edl").variant == "edl"

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from data_fixtures import specs_for, write_npz
 
-from gedl_jax import configuration, data, evaluate, evaluation
+from gedl_jax import configs, data, evaluate, evaluation
 from gedl_jax.data import regenerate, registry
 from gedl_jax.run import ensemble, experiment, workdir
 
 
 def test_the_method_uses_the_training_label_frequencies():
-    config = configuration.build_config("cifar10", "gedl")
+    config = configs.build_config("cifar10", "gedl")
     labels = np.array([0] * 6 + [1] * 3 + [2] * 1, np.int32)
     split = data.Split(np.zeros((10, 32, 32, 3), np.uint8), labels, "cifar10/train")
     assert experiment.build_method(config, split).spec.base_rate is None  # uniform 1/K
@@ -38,7 +38,7 @@ def test_corruption_study_scores_the_trained_alpha_and_names_its_source(tmp_path
                                       specs_for(root / "cifar10", ["test.npz"])):
         regenerate.regenerate_cifar10c(root, corruptions=["snow", "pixelate"], seed=4)
 
-    config = configuration.build_config("cifar10", "gedl")
+    config = configs.build_config("cifar10", "gedl")
     config.base_rate = "label_frequency"
     config.data_dir, config.tfds_data_dir = str(root), str(tmp_path / "tfds")
     ensemble_config = config.copy_and_resolve_references()

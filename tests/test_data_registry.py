@@ -5,7 +5,8 @@ import pathlib
 
 import pytest
 
-from gedl_jax import configuration, data
+from gedl_jax import config as config_lib
+from gedl_jax import data
 from gedl_jax.data import registry
 
 pytestmark = pytest.mark.usefixtures("no_network", "isolated_env")
@@ -37,22 +38,22 @@ def test_default_ood_sets_follow_the_protocol():
 DATASET_FACTS = ("num_classes", "val_fraction", "ood_datasets")
 
 
-@pytest.mark.parametrize("name", sorted(set(configuration.DATASET_DEFAULTS) - {"custom"}))
+@pytest.mark.parametrize("name", sorted(set(config_lib.DATASET_DEFAULTS) - {"custom"}))
 def test_the_config_defaults_are_the_registry_facts(name):
     """K, the validation fraction and the OOD sets a config starts from are the registry's, for
     every dataset a config knows (the registry is the one place they are written)."""
     info = data.DATASETS[name]
     expected = {"num_classes": info.num_classes, "val_fraction": info.val_fraction,
                 "ood_datasets": info.default_ood}
-    assert {k: configuration.DATASET_DEFAULTS[name][k] for k in DATASET_FACTS} == expected
-    config = configuration.default_config(name)
+    assert {k: config_lib.DATASET_DEFAULTS[name][k] for k in DATASET_FACTS} == expected
+    config = config_lib.default_config(name)
     assert (config.num_classes, config.val_fraction, tuple(config.ood_datasets)) == (
         info.num_classes, info.val_fraction, info.default_ood)
 
 
 def test_configuration_writes_no_dataset_fact_of_its_own():
     """No registered dataset's entry in configuration's protocol table spells a fact itself."""
-    tree = ast.parse(pathlib.Path(configuration.__file__).read_text())
+    tree = ast.parse(pathlib.Path(config_lib.presets.__file__).read_text())
     table = next(node.value for node in ast.walk(tree) if isinstance(node, ast.AnnAssign)
                  and getattr(node.target, "id", "") == "_PROTOCOL_SETTINGS")
     spelled = {}
@@ -60,12 +61,12 @@ def test_configuration_writes_no_dataset_fact_of_its_own():
         name = ast.literal_eval(key)
         if name in data.DATASETS:
             spelled[name] = {k.arg for k in value.keywords} & set(DATASET_FACTS)
-    assert set(spelled) == set(configuration.DATASET_DEFAULTS) - {"custom"}
+    assert set(spelled) == set(config_lib.DATASET_DEFAULTS) - {"custom"}
     assert not any(spelled.values()), spelled
 
 
 def test_own_data_defaults_to_the_registry_validation_fraction():
-    assert configuration.default_config("npz:/x.npz").val_fraction == (
+    assert config_lib.default_config("npz:/x.npz").val_fraction == (
         registry.OWN_DATA_VAL_FRACTION)
 
 

@@ -19,7 +19,8 @@ from data_fixtures import specs_for, write_cifar10_tar, write_generated_data
 
 from compile_mode import fast_compilation
 
-from gedl_jax import configuration, data
+from gedl_jax import config as config_lib
+from gedl_jax import configs, data
 from gedl_jax.data import registry
 from gedl_jax.evaluation import (
     EvaluationOptions,
@@ -259,8 +260,8 @@ def test_preflight_obtains_the_source_of_a_derived_ood_set(monkeypatch):
 
     wanted = []
     monkeypatch.setattr(data, "ensure_available", lambda w, **kw: wanted.extend(w))
-    c = configuration.build_config("mnist", "gedl")
-    configuration.set_fields(c, ood_datasets=("kmnist", "cifar10_gray28"))
+    c = configs.build_config("mnist", "gedl")
+    config_lib.set_fields(c, ood_datasets=("kmnist", "cifar10_gray28"))
     experiment.obtain_inputs(c)
     assert ("cifar10", "test") in wanted and ("kmnist", "test") in wanted
     assert not any(name == "cifar10_gray28" for name, _ in wanted)
@@ -279,8 +280,8 @@ def run(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("run")
     with fast_compilation(), generated.registered(), registry.override_file_specs(
             "cifar10", "official", specs_for(root / "cifar10", ["cifar-10-binary.tar.gz"])):
-        c = configuration.build_config("mnist", "gedl")
-        configuration.set_fields(
+        c = configs.build_config("mnist", "gedl")
+        config_lib.set_fields(
             c, data_dir=str(root), cache_dir=str(tmp_path_factory.mktemp("cache")),
             download="never", train_examples=256, val_examples=64, batch_size=32,
             num_epochs=1, log_every_steps=4, eval_batch_size=64, learning_rate=3e-3,

@@ -8,7 +8,8 @@ import pytest
 from absl.testing import parameterized
 from scipy import special
 
-from gedl_jax import configuration
+from gedl_jax import config as config_lib
+from gedl_jax import configs
 from gedl_jax import evidential as ev
 from gedl_jax.evidential import loss as losses
 from gedl_jax.methods.evidential import spec_from_config
@@ -54,7 +55,7 @@ def reference_loss(config, logits, labels, epoch):
     if config.prior_strength == "adaptive":  # Eq. weight_update
         w = (K + config.c_w * K * total) / (1 + K * total)
     else:
-        w = np.full(len(e), configuration.resolved_prior_strength(config))
+        w = np.full(len(e), config_lib.resolve(config).prior_strength_W)
     alpha = e + w[:, None] / K
     s = alpha.sum(-1)
     p = alpha / s[:, None]
@@ -81,10 +82,10 @@ def reference_loss(config, logits, labels, epoch):
     return loss
 
 
-@pytest.mark.parametrize("variant", sorted(configuration.VARIANTS))
+@pytest.mark.parametrize("variant", sorted(config_lib.VARIANTS))
 @pytest.mark.parametrize("dataset", ["mnist", "cifar10"])
 def test_variant_loss_matches_reference(variant, dataset):
-    config = configuration.build_config(dataset, variant)
+    config = configs.build_config(dataset, variant)
     spec = spec_from_config(config)
     rng = np.random.default_rng(0)
     logits = rng.normal(0, 3, size=(B, K)).astype(np.float32)
@@ -97,18 +98,18 @@ def test_variant_loss_matches_reference(variant, dataset):
 
 
 def test_variants_differ_in_the_documented_fields():
-    gedl = configuration.build_config("mnist", "gedl")
-    edl = configuration.build_config("mnist", "edl")
-    redl = configuration.build_config("mnist", "redl")
+    gedl = configs.build_config("mnist", "gedl")
+    edl = configs.build_config("mnist", "edl")
+    redl = configs.build_config("mnist", "redl")
     assert gedl.prior_strength == "adaptive" and edl.prior_strength == "fixed"
-    assert configuration.resolved_prior_strength(edl) == 10.0
-    assert configuration.resolved_prior_strength(redl) == pytest.approx(1.0)  # W = lambda K
+    assert config_lib.resolve(edl).prior_strength_W == 10.0
+    assert config_lib.resolve(redl).prior_strength_W == pytest.approx(1.0)  # W = lambda K
     assert gedl.kl_target == "all" and edl.kl_target == "masked"
 
 
 def test_gedl_with_fixed_w_and_annealing_is_edl_digamma_objective():
     """GEDL with W = K and EDL's annealing, masked KL: Sensoy's Eq. 4 objective."""
-    config = configuration.build_config("mnist", "ablation_base")
+    config = configs.build_config("mnist", "ablation_base")
     spec = spec_from_config(config)
     rng = np.random.default_rng(1)
     logits = rng.normal(0, 2, size=(B, K)).astype(np.float32)
@@ -125,7 +126,7 @@ def test_gedl_with_fixed_w_and_annealing_is_edl_digamma_objective():
 
 
 def test_warmup_uses_cross_entropy_and_freezes_tau():
-    config = configuration.build_config("cifar100", "gedl")
+    config = configs.build_config("cifar100", "gedl")
     assert config.warmup_epochs == 5
     spec = spec_from_config(config)
     logits = jnp.asarray(np.random.default_rng(2).normal(size=(4, 100)), jnp.float32)
@@ -142,7 +143,7 @@ def test_warmup_uses_cross_entropy_and_freezes_tau():
 
 
 def test_prior_strength_and_kl_weight_have_no_gradient():
-    config = configuration.build_config("mnist", "gedl")
+    config = configs.build_config("mnist", "gedl")
     spec = spec_from_config(config)
     logits = jnp.asarray(np.random.default_rng(3).normal(size=(8, K)), jnp.float32)
     labels = jnp.arange(8) % K
@@ -157,10 +158,10 @@ def test_prior_strength_and_kl_weight_have_no_gradient():
     np.testing.assert_array_equal(weight_grad, 0.0)
 
 
-@pytest.mark.parametrize("variant", sorted(configuration.VARIANTS))
+@pytest.mark.parametrize("variant", sorted(config_lib.VARIANTS))
 def test_loss_has_no_implicit_rank_promotion(variant):
     """A (B,) vs (B, K) broadcasting slip would raise here instead of silently broadcasting."""
-    spec = spec_from_config(configuration.build_config("mnist", variant))
+    spec = spec_from_config(configs.build_config("mnist", variant))
     with jax.numpy_rank_promotion("raise"):
         loss_B, _, _ = losses.per_example_loss(spec, jnp.ones((4, K)), jnp.arange(4),
                                                ev.tau_init(), jnp.int32(1))
@@ -178,7 +179,7 @@ class LossChexTest(chex.TestCase):
     # test_variant_loss_matches_reference; eager op-by-op dispatch costs seconds per variant).
     @parameterized.parameters("gedl", "red")
     def test_loss_matches_reference_with_shapes_and_dtypes(self, variant):
-        config = configuration.build_config("mnist", variant)
+        config = configs.build_config("mnist", variant)
         spec = spec_from_config(config)
         rng = np.random.default_rng(4)
         logits = rng.normal(0, 3, size=(B, K)).astype(np.float32)
@@ -200,7 +201,7 @@ class LossChexTest(chex.TestCase):
     @chex.variants(with_jit=True)
     @parameterized.parameters("gedl", "edl", "iedl", "redl", "red")
     def test_gradients_are_finite_at_extreme_logits(self, variant):
-        spec = spec_from_config(configuration.build_config("mnist", variant))
+        spec = spec_from_config(configs.build_config("mnist", variant))
         logits = jnp.array([[200.0, -200.0] + [0.0] * (K - 2),   # exp(200) overflows float32
                             [-200.0] * K,
                             [1e-3] * K,
@@ -218,7 +219,7 @@ class LossChexTest(chex.TestCase):
         chex.assert_tree_all_finite(grads)
 
     def test_one_trace_for_every_epoch_and_batch(self):
-        spec = spec_from_config(configuration.build_config("mnist", "gedl"))
+        spec = spec_from_config(configs.build_config("mnist", "gedl"))
 
         @jax.jit
         @chex.assert_max_traces(n=1)

@@ -22,7 +22,8 @@ from training_fixtures import (
     write_tiny_mnist,
 )
 
-from gedl_jax import configuration, train
+from gedl_jax import config as config_lib
+from gedl_jax import configs, train
 
 
 def _one_error_line(proc: subprocess.CompletedProcess, *expected: str) -> str:
@@ -66,8 +67,8 @@ def test_read_only_workdir_results_folder_and_data_cache(tmp_path):
 
 def test_a_finished_run_started_again_writes_nothing_it_need_not(tmp_path, fast_compile):
     data_dir = write_tiny_mnist(tmp_path / "data")
-    c = configuration.build_config("mnist", "gedl")
-    configuration.set_fields(c, train_examples=64, val_examples=32, batch_size=32, num_epochs=1,
+    c = configs.build_config("mnist", "gedl")
+    config_lib.set_fields(c, train_examples=64, val_examples=32, batch_size=32, num_epochs=1,
                              eval_batch_size=64, evaluate_at_end=False, plots=False,
                              ood_datasets="", data_dir=str(data_dir),
                              cache_dir=str(tmp_path / "cache"))

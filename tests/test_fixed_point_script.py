@@ -17,7 +17,7 @@ import pytest
 from scipy import optimize, special
 
 import evidential_reference as ref
-from gedl_jax import configuration
+from gedl_jax import configs
 from gedl_jax.evidential import loss as loss_lib
 from gedl_jax.evidential import schedules
 from training_fixtures import load_script
@@ -131,7 +131,7 @@ def test_bad_arguments_are_refused():
 
 def _gedl_config(**overrides) -> dict:
     """The config.json a GEDL run writes (the real config's fields, so a rename fails here)."""
-    config = configuration.build_config("mnist", "gedl")
+    config = configs.build_config("mnist", "gedl")
     config.update(overrides)
     return json.loads(config.to_json_best_effort())
 

@@ -2,8 +2,8 @@
 for CUDA through `jax.export` on this CPU, so nothing host-only or CPU-only sits inside a step
 program we ship for GPUs. Lowering only (no compile, no run): abstract shapes, a tiny batch.
 
-A preset is a variant of `configuration.VARIANTS`, and `<variant>,source` where the method has a
-source recipe (`configuration.SOURCE_RECIPES`; it can change the model). The other modifiers
+A preset is a variant of `config_lib.VARIANTS`, and `<variant>,source` where the method has a
+source recipe (`Method.source_recipe`; it can change the model). The other modifiers
 (quick, ensemble) change sizes and counts, not the step program. Each network is reached through
 the dataset whose preset selects it (`NETWORKS`); a network a config field selects is one more
 entry there (ResNet-18: `"resnet18": ("cifar10", {"model": "resnet18"})`). The VGG16 and
@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 from jax import export
 
-from gedl_jax import configuration, methods
+from gedl_jax import config as config_lib
+from gedl_jax import configs, methods
 from gedl_jax.run import experiment, optimizer, sharding, steps
 
 # network -> (dataset whose presets select it, extra config fields)
@@ -35,9 +36,9 @@ BATCH = 8
 
 
 def presets() -> list[str]:
-    variants = list(configuration.VARIANTS)
+    variants = list(config_lib.VARIANTS)
     return variants + [f"{v},source" for v in variants
-                       if configuration.VARIANTS[v].get("method") in configuration.SOURCE_RECIPES]
+                       if config_lib.VARIANTS[v].get("method") in methods.source_recipes()]
 
 
 def _cases():
@@ -86,7 +87,7 @@ def _lower(config, network: str) -> tuple[export.Exported, export.Exported]:
 
 @pytest.mark.parametrize("network,dataset,fields,preset", list(_cases()))
 def test_train_and_eval_steps_lower_for_cuda(network, dataset, fields, preset):
-    config = configuration.set_fields(configuration.build_config(dataset, preset), **fields)
+    config = config_lib.set_fields(configs.build_config(dataset, preset), **fields)
     if network != "convnet" or fields:   # the preset really runs the network named
         assert config.model == network
     if network == "resnet18" and config.method == "mc_dropout":
@@ -105,7 +106,7 @@ def test_train_and_eval_steps_lower_for_cuda(network, dataset, fields, preset):
 def test_the_cases_cover_every_variant_and_network():
     ids = {p.id for p in _cases()}
     for network in NETWORKS:
-        for variant in configuration.VARIANTS:
+        for variant in config_lib.VARIANTS:
             assert f"{network}-{variant}" in ids
 
 

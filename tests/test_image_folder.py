@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from gedl_jax import configuration, data
+from gedl_jax import config as config_lib
+from gedl_jax import configs, data
 from gedl_jax.data import image_folder
 from gedl_jax.run import experiment
 
@@ -328,12 +329,12 @@ def test_the_run_engine_trains_on_an_image_folder_and_resizes_an_ood_folder(tmp_
     rng = np.random.default_rng(7)
     for i in range(5):
         _save(tmp_path / "far" / f"{i}.jpg", _rgb(rng, 30 + i, 20))
-    c = configuration.build_config("custom", "gedl")
-    configuration.set_fields(c, dataset=f"images:{root}", model="mlp", batch_size=8,
+    c = configs.build_config("custom", "gedl")
+    config_lib.set_fields(c, dataset=f"images:{root}", model="mlp", batch_size=8,
                              ood_datasets=f"images:{tmp_path / 'far'}",
                              cache_dir=str(tmp_path / "cache"), image_resize="stretch")
     experiment.resolve_own_data(c)
-    configuration.validate_config(c)
+    config_lib.validate(c)
     assert c.num_classes == 3
     official = experiment.OfficialData.load(c)
     far = official.ood[f"images:{tmp_path / 'far'}"]
@@ -342,7 +343,7 @@ def test_the_run_engine_trains_on_an_image_folder_and_resizes_an_ood_folder(tmp_
         tmp_path / "far" / "0.jpg", 1, (12, 12), "stretch"))
     run = official.for_seed(c, 0)
     assert (len(run.train), len(run.validation), len(run.test)) == (24, 6, 6)
-    configuration.set_fields(c, image_resize="fit")
+    config_lib.set_fields(c, image_resize="fit")
     with pytest.raises(ValueError, match="image_resize"):
-        configuration.validate_config(c)
+        config_lib.validate(c)
 

@@ -143,13 +143,14 @@ def test_sigterm_checkpoints_at_next_step_and_same_command_resumes(tmp_path, uni
 def test_preemption_request_in_process_stops_with_a_checkpoint(tmp_path, fast_compile):
     """Library callers: `preemption.request()` (what the signal handler does) ends
     `train_and_evaluate` with `Preempted` after saving the current step."""
-    from gedl_jax import configuration, train
+    from gedl_jax import config as config_lib
+    from gedl_jax import configs, train
 
     data_dir = write_tiny_mnist(tmp_path / "data")
-    c = configuration.build_config("mnist", "gedl")
+    c = configs.build_config("mnist", "gedl")
     fields = {**TINY_FIELDS, "data_dir": str(data_dir), "cache_dir": str(tmp_path / "c")}
     for k, v in fields.items():
-        configuration.set_fields(c, **{k: v})
+        config_lib.set_fields(c, **{k: v})
     preemption.request()
     try:
         with pytest.raises(preemption.Preempted, match="step 1 in"):
@@ -211,13 +212,14 @@ def test_checkpoint_cut_off_while_written_is_never_used(tmp_path, fast_compile):
     """A save interrupted before Orbax's final rename leaves `<step>.orbax-checkpoint-tmp-*`:
     resuming ignores it and continues from the newest complete checkpoint, ending bit-identical
     to an uninterrupted run."""
-    from gedl_jax import configuration, train
+    from gedl_jax import config as config_lib
+    from gedl_jax import configs, train
 
     data_dir = write_tiny_mnist(tmp_path / "data")
-    c = configuration.build_config("mnist", "gedl")
+    c = configs.build_config("mnist", "gedl")
     for k, v in {**TINY_FIELDS, "data_dir": str(data_dir), "cache_dir": str(tmp_path / "c"),
                  "checkpoint_every_steps": 3}.items():
-        configuration.set_fields(c, **{k: v})
+        config_lib.set_fields(c, **{k: v})
     full = train.train_and_evaluate(c, tmp_path / "full")
     workdir = tmp_path / "cut"
     train.train_and_evaluate(c, workdir, stop_after_steps=5)

@@ -21,7 +21,8 @@ from training_fixtures import (
     write_tiny_mnist,
 )
 
-from gedl_jax import configuration, methods
+from gedl_jax import config as config_lib
+from gedl_jax import configs, methods
 from gedl_jax.evaluation import laplace as closed_form
 from gedl_jax.methods import laplace as laplace_method
 
@@ -29,7 +30,7 @@ K, SHAPE = 10, (28, 28, 1)
 
 
 def _config(**method_args):
-    c = configuration.build_config("mnist", "laplace")
+    c = configs.build_config("mnist", "laplace")
     if method_args:
         c.method_args = json.dumps(method_args)
     return c
@@ -190,7 +191,7 @@ def userpkg(tmp_path, monkeypatch):
 
 def _user_laplace(model: str, k: int, shape: tuple[int, ...]) -> methods.Method:
     c = _config()
-    configuration.set_fields(c, model=model, num_classes=k)
+    config_lib.set_fields(c, model=model, num_classes=k)
     methods.check_config(c)
     setup = methods.MethodSetup.from_labels(np.arange(k).repeat(3), k, shape)
     return methods.from_config(c, setup)
@@ -229,7 +230,7 @@ def test_a_user_network_without_a_linear_last_layer_or_features_is_refused(userp
     with pytest.raises(ValueError, match=r"needs a last layer that computes the logits"):
         method.fit(variables, {}, [(x[:30], y[:30])], [(x[30:], y[30:])])
     c = _config()   # before the first step: the features contract
-    configuration.set_fields(c, model="userpkg.nets:NoFeatures", num_classes=3)
+    config_lib.set_fields(c, model="userpkg.nets:NoFeatures", num_classes=3)
     with pytest.raises(ValueError, match="features"):
         common.check_user_network(c, laplace_method.LastLayerLaplace, 3, (8, 8, 1))
 

@@ -15,7 +15,8 @@ import optax
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from gedl_jax import configuration, data, evaluation, methods, train
+from gedl_jax import config as config_lib
+from gedl_jax import configs, data, evaluation, methods, train
 from gedl_jax.run import inference, sharding, steps
 
 ARCHITECTURE = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
@@ -55,16 +56,16 @@ def test_worked_example_from_its_preset_through_training(generated_data_files, t
     words); then the trainer runs it from the preset like any built-in method."""
     example = _documented_example()
     monkeypatch.setitem(methods.METHODS, "tempered", example["Tempered"])
-    monkeypatch.setitem(configuration.VARIANTS, "tempered",
-                        configuration._variant(method="tempered"))
+    monkeypatch.setitem(config_lib.VARIANTS, "tempered",
+                        {"method": "tempered"})
     with generated_data_files.registered() as root:
-        c = configuration.build_config("mnist", "tempered")
+        c = configs.build_config("mnist", "tempered")
         for key, value in {"data_dir": str(root), "train_examples": 256, "val_examples": 64,
                            "batch_size": 32, "num_epochs": 2, "eval_batch_size": 64,
                            "eval_examples": 64, "ood_datasets": "kmnist", "plots": False,
                            "learning_rate": 3e-3}.items():
-            configuration.set_fields(c, **{key: value})
-        configuration.validate_config(c)
+            config_lib.set_fields(c, **{key: value})
+        config_lib.validate(c)
         summary = train.train_and_evaluate(c, tmp_path)
     assert summary["steps"] == 16
     results = json.loads((tmp_path / "eval_results.json").read_text())
@@ -113,13 +114,13 @@ def test_documented_worked_example_trains_and_evaluates():
 # One preset per method (the EDL presets share one method; tests/test_train.py trains every
 # preset end to end).
 _ONE_PER_METHOD = {}
-for _name, _fields in configuration.VARIANTS.items():
+for _name, _fields in config_lib.VARIANTS.items():
     _ONE_PER_METHOD.setdefault(_fields.get("method", "evidential"), _name)
 
 
 @pytest.mark.parametrize("preset", sorted(_ONE_PER_METHOD.values()))
 def test_every_preset_builds_a_method_whose_loss_and_predictions_fit_the_interface(preset):
-    config = configuration.build_config("mnist", preset)
+    config = configs.build_config("mnist", preset)
     method = methods.from_config(config, methods.MethodSetup(10, (5,) * 10, (28, 28, 1)))
     hash(method)                                       # static argument of jit: hashable
     variables = dict(method.init(jax.random.PRNGKey(0), (28, 28, 1)))
@@ -154,7 +155,7 @@ def test_every_preset_builds_a_method_whose_loss_and_predictions_fit_the_interfa
 
 
 def test_mc_dropout_passes_differ_and_p0_is_the_deterministic_net():
-    config = configuration.build_config("mnist", "mc_dropout")
+    config = configs.build_config("mnist", "mc_dropout")
     setup = methods.MethodSetup(10, (5,) * 10, (28, 28, 1))
     method = methods.from_config(config, setup)
     variables = method.init(jax.random.PRNGKey(0), (28, 28, 1))
@@ -165,7 +166,7 @@ def test_mc_dropout_passes_differ_and_p0_is_the_deterministic_net():
     again = method.predict(variables, {}, images, jax.random.PRNGKey(2))["probs_BxTxK"]
     np.testing.assert_array_equal(probs, again)                          # same key, same passes
     no_drop = dataclasses.replace(method, eval_model=method.eval_model.clone(dropout_rate=0.0))
-    deterministic = methods.from_config(configuration.build_config("mnist", "softmax"), setup)
+    deterministic = methods.from_config(configs.build_config("mnist", "softmax"), setup)
     p0 = no_drop.predict(variables, {}, images, jax.random.PRNGKey(2))["probs_BxTxK"]
     expected = deterministic.predict(variables, {}, images, None)["probs_BxK"]
     np.testing.assert_allclose(p0, jnp.repeat(expected[:, None], 10, axis=1), rtol=1e-6)
@@ -186,19 +187,20 @@ def test_ensemble_combines_member_probabilities_and_scores_their_disagreement():
     assert "um" not in combined.scores
 
 
-@pytest.mark.parametrize("preset", sorted(configuration.VARIANTS))
+@pytest.mark.parametrize("preset", sorted(config_lib.VARIANTS))
 def test_each_method_default_is_written_once_in_its_dataclass(preset):
     """A preset names its method and only what differs from the method's dataclass defaults;
     no method setting is a config field of its own."""
-    fields = configuration.VARIANTS[preset]
+    fields = config_lib.VARIANTS[preset]
     method = methods.METHODS[fields.get("method", "evidential")]
     defaults = method.settings()
-    given = configuration.method_args(configuration.set_fields(
-        configuration.default_config("mnist"), method_args=fields.get("method_args", "")))
+    given = config_lib.json_object(config_lib.set_fields(
+        config_lib.default_config("mnist"), method_args=fields.get("method_args", "")),
+        "method_args")
     assert set(given) <= set(defaults)
     assert [k for k in given if given[k] == defaults[k]] == []
-    assert not set(fields) & (set(defaults) | set(configuration.LEGACY_METHOD_FIELDS))
-    assert not set(configuration.default_config("mnist")) & set(configuration.LEGACY_METHOD_FIELDS)
+    assert not set(fields) & (set(defaults) | set(config_lib.LEGACY_METHOD_FIELDS))
+    assert not set(config_lib.default_config("mnist")) & set(config_lib.LEGACY_METHOD_FIELDS)
 
 
 def test_the_edl_familys_loss_spec_defaults_are_the_configs():
@@ -207,7 +209,8 @@ def test_the_edl_familys_loss_spec_defaults_are_the_configs():
     from gedl_jax.evidential.loss import LossSpec
     from gedl_jax.methods.evidential import spec_from_config
 
-    assert spec_from_config(configuration.default_config("mnist")) == LossSpec(num_classes=10)
+    assert spec_from_config(config_lib.resolve(config_lib.default_config("mnist"))) == \
+        LossSpec(num_classes=10)
 
 
 def test_the_documented_diff_of_adding_duq_is_the_code():
@@ -224,7 +227,7 @@ def test_the_documented_diff_of_adding_duq_is_the_code():
     assert len(added_lines) == 3
     for added in added_lines:
         where = table if "methods" in added or "duq.DUQ" in added else (
-            package / "configuration.py").read_text()
+            package / "config" / "presets.py").read_text()
         assert added in where, added
     assert methods.METHODS["duq"].settings() == {"length_scale": 0.1, "gamma": 0.999,
                                                   "gradient_penalty": 0.5}

@@ -19,7 +19,8 @@ import pytest
 from absl.testing import parameterized
 from scipy import special, stats
 
-from gedl_jax import configuration, networks
+from gedl_jax import config as config_lib
+from gedl_jax import configs, networks
 from gedl_jax import methods as methods_lib
 from gedl_jax import networks as models
 from gedl_jax.methods import StepContext, daedl, duq, fedl, postnet, prior_networks
@@ -207,7 +208,7 @@ def test_train_model_runs_inside_shard_map_with_the_mesh_axis():
     """The registered PostNet (its latent BatchNorm averages over the "data" axis) runs its loss
     inside shard_map, as the trainer does, with collectives through the StepContext."""
     mesh = jax.make_mesh((1,), ("data",))
-    config = configuration.build_config("mnist", "postnet")
+    config = configs.build_config("mnist", "postnet")
     setup = methods_lib.MethodSetup(10, (5,) * 10, (12, 12, 1))
     method = methods_lib.from_config(config, setup)
     variables = method.init(jax.random.PRNGKey(0), (12, 12, 1))
@@ -423,8 +424,8 @@ def test_spectral_norm_bounds_the_layers_singular_value():
 @pytest.mark.parametrize("dataset,shape", [("mnist", (28, 28, 1)), ("cifar10", (32, 32, 3))])
 @pytest.mark.parametrize("name", ["duq", "kl_pn", "rkl_pn", "postnet", "daedl", "fedl"])
 def test_every_preset_builds_its_method_with_the_protocol_backbone(dataset, shape, name):
-    config = configuration.build_config(dataset, name)
-    configuration.validate_config(config)
+    config = configs.build_config(dataset, name)
+    config_lib.validate(config)
     setup = methods_lib.MethodSetup(10, (4800,) * 10, shape)
     method = methods_lib.from_config(config, setup)
     assert method.name == name and "protocol reading" in method.describe()
@@ -445,35 +446,35 @@ def test_every_preset_builds_its_method_with_the_protocol_backbone(dataset, shap
 
 
 def test_source_modifier_sets_the_reading_and_the_reference_settings():
-    c = configuration.build_config("cifar10", "postnet,source")
-    configuration.validate_config(c)
+    c = configs.build_config("cifar10", "postnet,source")
+    config_lib.validate(c)
     assert (c.recipe, c.learning_rate, c.batch_size, c.variant) == ("source", 2.5e-4, 64,
                                                                     "postnet_source")
-    c = configuration.build_config("mnist", "fedl,source,quick")
+    c = configs.build_config("mnist", "fedl,source,quick")
     assert c.recipe == "source" and c.normalize and c.num_epochs == 2
     method = methods_lib.from_config(c, methods_lib.MethodSetup(10, (9,) * 10, (28, 28, 1)))
     assert "source reading" in method.describe()
     variables = jax.eval_shape(lambda: method.init(jax.random.PRNGKey(0), (28, 28, 1)))
     assert variables["params"]["backbone"]["dense2"]["kernel"].shape == (64, 10)  # MLP [64, 64]
-    c = configuration.build_config("cifar10", "fedl,source")
+    c = configs.build_config("cifar10", "fedl,source")
     method = methods_lib.from_config(c, methods_lib.MethodSetup(10, (9,) * 10, (32, 32, 3)))
     variables = jax.eval_shape(lambda: method.init(jax.random.PRNGKey(0), (32, 32, 3)))
     head = variables["params"]["alpha_head"]   # SN 512 -> 256 -> BN -> SN 256 -> K
     assert head["dense0"]["kernel"].shape == (512, 256) and "bn" in head
     assert "sn_conv12" in variables["batch_stats"]["backbone"]
     with pytest.raises(ValueError, match="no recipe for config.method='duq'"):
-        configuration.build_config("mnist", "duq,source")
-    c = configuration.build_config("mnist", "duq")
+        configs.build_config("mnist", "duq,source")
+    c = configs.build_config("mnist", "duq")
     c.recipe = "source"
     with pytest.raises(ValueError, match="recipe='source' is not available"):
-        configuration.validate_config(c)
+        config_lib.validate(c)
 
 
 def test_bad_recipe_names_the_field():
-    config = configuration.build_config("mnist", "kl_pn")
+    config = configs.build_config("mnist", "kl_pn")
     config.recipe = "sauce"
     with pytest.raises(ValueError, match=r"config.recipe=.*'protocol', 'source'"):
-        configuration.validate_config(config)
+        config_lib.validate(config)
 
 
 @pytest.mark.parametrize("preset,args,match", [
@@ -492,9 +493,9 @@ def test_bad_recipe_names_the_field():
     ("gedl", {"c_tau": 10}, r"names 'c_tau', not a setting of config.method='evidential'"),
 ])
 def test_bad_method_args_name_the_setting_the_value_and_what_is_allowed(preset, args, match):
-    config = configuration.build_config("mnist", preset)
+    config = configs.build_config("mnist", preset)
     config.method_args = json.dumps(args)
-    configuration.validate_config(config)   # the method's own settings are the method's
+    config_lib.validate(config)   # the method's own settings are the method's
     with pytest.raises(ValueError, match=match):
         methods_lib.check_config(config)
     with pytest.raises(ValueError, match=match):
@@ -502,7 +503,7 @@ def test_bad_method_args_name_the_setting_the_value_and_what_is_allowed(preset, 
 
 
 def test_method_args_must_be_a_json_object():
-    config = configuration.build_config("mnist", "duq")
+    config = configs.build_config("mnist", "duq")
     config.method_args = "length_scale=0.2"
     with pytest.raises(ValueError, match=r"config.method_args=.* is not JSON"):
-        configuration.validate_config(config)
+        config_lib.validate(config)

@@ -18,7 +18,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 from multidevice import run_script
 
-from gedl_jax import configuration, evidential as ev
+from gedl_jax import configs, evidential as ev
 from gedl_jax.evidential import loss as losses
 from gedl_jax.run import sharding
 from gedl_jax.methods import own_loop
@@ -45,7 +45,7 @@ def _batch(b=8, seed=0, scale=3.0):
 
 
 def _config(variant, dataset="mnist", **fields):
-    config = configuration.build_config(dataset, variant)
+    config = configs.build_config(dataset, variant)
     config.num_classes = K
     for key, value in fields.items():
         config[key] = value

@@ -31,7 +31,7 @@ import optax
 import pytest
 from compile_mode import fast_compilation
 
-from gedl_jax import configuration, data
+from gedl_jax import configs, data
 from gedl_jax.run import experiment
 from gedl_jax.run import optimizer
 from gedl_jax.run import programs
@@ -93,7 +93,7 @@ def test_init_tolerance_bounds_a_fused_multiply_add():
 def trainer_run():
     """The trainer's 20 steps: its state before each step and after the last, and its losses."""
     with fast_compilation():
-        config = configuration.build_config("mnist", "gedl")
+        config = configs.build_config("mnist", "gedl")
         config.batch_size = BATCH
         config.num_epochs = 3
         train = generated_mnist()

@@ -207,10 +207,10 @@ def _params_fingerprint(params) -> str:
 
 
 def _training_init(dataset, seed, shape, init="torch"):
-    from gedl_jax import configuration, methods
+    from gedl_jax import configs, methods
     from gedl_jax.run import experiment
 
-    config = configuration.build_config(dataset, "gedl")
+    config = configs.build_config(dataset, "gedl")
     config.init = init
     _, eval_model = methods.build_models(config)
     key = experiment.run_keys(seed)["init"]

@@ -480,11 +480,12 @@ def test_runs_in_the_builtin_method_and_train_step():
     EDL method and the trainer's shard_map step unchanged (train_model with the data axis,
     eval_model without), and predicts."""
     name = "NNXSyncCNN"
-    from gedl_jax import configuration
+    from gedl_jax import config as config_lib
+    from gedl_jax import configs
     from gedl_jax.methods.evidential import Evidential, spec_from_config
     from gedl_jax.run import sharding, steps
 
-    spec = spec_from_config(configuration.build_config("mnist", "gedl"))
+    spec = spec_from_config(config_lib.resolve(configs.build_config("mnist", "gedl")))
     train_net = user.load_network(f"{PKG}.nets:{name}", K, SHAPE, axis_name=sharding.AXIS)
     eval_net = user.load_network(f"{PKG}.nets:{name}", K, SHAPE)
     method = Evidential(train_net.module, eval_net.module, K, spec=spec)

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from gedl_jax import configuration, data, notebook
+from gedl_jax import config as config_lib
+from gedl_jax import configs, data, notebook
 from gedl_jax.data import corruptions
 
 
@@ -27,9 +28,9 @@ def test_smoke_mode_rejects_an_unclear_value(monkeypatch):
 @pytest.mark.parametrize("dataset, variant", [("mnist", "gedl"), ("mnist", "iedl"),
                                               ("cifar10", "gedl")])
 def test_shrink_gives_a_valid_tiny_config_of_the_same_variant(dataset, variant):
-    full = configuration.build_config(dataset, variant)
-    c = notebook.shrink(configuration.build_config(dataset, variant))
-    configuration.validate_config(c)
+    full = configs.build_config(dataset, variant)
+    c = notebook.shrink(configs.build_config(dataset, variant))
+    config_lib.validate(c)
     assert c.num_epochs == 1 and c.warmup_epochs == 0
     assert 0 < c.train_examples <= 512 and 0 < c.eval_examples <= 512
     assert c.train_examples // c.batch_size >= 4      # an epoch still has several steps

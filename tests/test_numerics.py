@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 from test_train import data_dir, tiny_config  # noqa: F401
 
-from gedl_jax import configuration, train
+from gedl_jax import config as config_lib
+from gedl_jax import configs, train
 from gedl_jax.run import numerics
 
 
@@ -35,7 +36,7 @@ def _inputs():
 
 @pytest.mark.parametrize("value,expected", [("highest", "HIGHEST"), ("default", "DEFAULT")])
 def test_the_configs_precision_is_what_the_traced_programs_ask_for(value, expected):
-    config = configuration.build_config("mnist", "gedl")
+    config = configs.build_config("mnist", "gedl")
     config.matmul_precision = value
     with numerics.precision(config):
         text = jax.jit(_conv_and_dot).lower(*_inputs()).as_text()
@@ -48,10 +49,10 @@ def test_the_configs_precision_is_what_the_traced_programs_ask_for(value, expect
 
 
 def test_an_unknown_precision_is_refused():
-    config = configuration.build_config("mnist", "gedl")
+    config = configs.build_config("mnist", "gedl")
     config.matmul_precision = "tf32"
     with pytest.raises(ValueError, match="matmul_precision"):
-        configuration.validate_config(config)
+        config_lib.validate(config)
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="a CPU fact: on a GPU 'default' "
@@ -130,7 +131,7 @@ def test_a_run_prints_and_records_its_numerics(data_dir, tmp_path, capsys):
     with pytest.raises(train.ConfigMismatchError, match="matmul_precision"):
         train.train_and_evaluate(tiny_config(data_dir, num_epochs=1, evaluate_at_end=True,
                                              eval_examples=20), tmp_path)
-    assert "deterministic" in configuration.RESUME_SAFE_FIELDS
+    assert "deterministic" in config_lib.RESUME_SAFE_FIELDS
 
 
 def test_the_host_cpu_is_described_from_cpuinfo():

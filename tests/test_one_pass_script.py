@@ -2,12 +2,12 @@
 only within), and it prints its table (a smoke run on the MLP, one round of one step)."""
 
 from studies import one_pass_step
-from gedl_jax import configuration
+from gedl_jax import configs
 from gedl_jax.methods import common
 
 
 def test_the_two_pass_build_wraps_the_network_for_two_passes_and_the_table_prints(capsys):
-    config = configuration.build_config("cifar10", "daedl")
+    config = configs.build_config("cifar10", "daedl")
     config.model = "mlp"
     assert common.backbone(config, 10, axis_name=None).one_pass
     with one_pass_step.two_pass_backbones():

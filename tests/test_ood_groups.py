@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from training_fixtures import REPO, TINY_FIELDS, subprocess_env, write_tiny_mnist
 
-from gedl_jax import configuration, data, evaluate, train
+from gedl_jax import config as config_lib
+from gedl_jax import configs, data, evaluate, train
 from gedl_jax.run import workdir as workdir_lib
 from compile_mode import fast_compilation
 
@@ -39,27 +40,27 @@ def test_a_declared_group_wins_over_the_registrys():
 
 
 def _config(**fields):
-    c = configuration.build_config("mnist", "gedl")
-    configuration.set_fields(c, **fields)
+    c = configs.build_config("mnist", "gedl")
+    config_lib.set_fields(c, **fields)
     return c
 
 
 def test_the_config_checks_its_groups_before_any_work():
     c = _config(ood_datasets="kmnist,npz:a.npz", ood_groups="far=npz:a.npz,far=kmnist")
     assert c.ood_groups == ("far=npz:a.npz", "far=kmnist")   # the command line's comma list
-    configuration.validate_config(c)
-    assert configuration.check_ood_groups(c, c.ood_datasets) == {"npz:a.npz": "far",
-                                                                 "kmnist": "far"}
+    config_lib.validate(c)
+    assert data.check_ood_groups(c.ood_groups, c.ood_datasets) == {"npz:a.npz": "far",
+                                                                    "kmnist": "far"}
     with pytest.raises(ValueError, match=r"'npz:b.npz', not among the OOD sets evaluated "
                                          r"\('kmnist', 'npz:a.npz'\)"):
-        configuration.check_ood_groups(_config(ood_groups="far=npz:b.npz"),
-                                       ("kmnist", "npz:a.npz"))
+        data.check_ood_groups(_config(ood_groups="far=npz:b.npz").ood_groups,
+                              ("kmnist", "npz:a.npz"))
     with pytest.raises(ValueError, match="config.ood_groups: OOD group 'outer=kmnist'"):
-        configuration.validate_config(_config(ood_datasets="kmnist", ood_groups="outer=kmnist"))
+        config_lib.validate(_config(ood_datasets="kmnist", ood_groups="outer=kmnist"))
     with pytest.raises(ValueError, match="lists far=kmnist twice"):
-        configuration.validate_config(_config(ood_datasets="kmnist",
+        config_lib.validate(_config(ood_datasets="kmnist",
                                               ood_groups="far=kmnist,far=kmnist"))
-    assert "ood_groups" in configuration.RESUME_SAFE_FIELDS   # evaluation only
+    assert "ood_groups" in config_lib.RESUME_SAFE_FIELDS   # evaluation only
 
 
 def test_evaluate_adds_its_groups_to_the_runs_own():
@@ -175,10 +176,11 @@ def test_tables_show_a_path_named_set_by_its_last_part_and_name_it_in_full_once(
 
 
 def test_the_command_line_gives_the_entries_with_their_equals_signs(tmp_path):
-    parse = ("import sys\nfrom absl import flags\nfrom gedl_jax import configs, configuration\n"
+    parse = ("import sys\nfrom absl import flags\nfrom gedl_jax import configs\n"
+             "from gedl_jax import config as config_lib\n"
              "configs.define_config_flag('config')\n"
              "flags.FLAGS(['prog', '--config=mnist:gedl', *sys.argv[1:]])\n"
-             "print(repr(configuration.normalize_lists(flags.FLAGS.config).ood_groups))\n")
+             "print(repr(config_lib.normalize_lists(flags.FLAGS.config).ood_groups))\n")
     proc = subprocess.run([sys.executable, "-c", parse,
                            "--config.ood_groups=far=images:/d/tex tures,near=npz:a=b.npz"],
                           cwd=REPO, capture_output=True, text=True, timeout=120,

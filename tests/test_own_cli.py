@@ -23,7 +23,7 @@ import pytest
 from own_fixtures import write_image_data, write_user_package, write_vector_data
 from training_fixtures import REPO, run_to_end, subprocess_env
 
-from gedl_jax import configuration
+from gedl_jax import config as config_lib
 from gedl_jax.run import preemption
 
 # 204 training examples (20% validate), batch 32: 6 steps per epoch, 3 epochs.
@@ -144,7 +144,7 @@ def _cifar_dir() -> pathlib.Path | None:
     return pathlib.Path(root) if root and (pathlib.Path(root) / "cifar10").is_dir() else None
 
 
-PRESETS = sorted(v for v in configuration.VARIANTS if v != "ablation_full")
+PRESETS = sorted(v for v in config_lib.VARIANTS if v != "ablation_full")
 
 
 # ~50-90 s of CPU per preset (ResNet-18's compile dominates): `extended` (pytest

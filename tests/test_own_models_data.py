@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from own_fixtures import write_image_data, write_user_package, write_vector_data
 
-from gedl_jax import configuration, data, methods
+from gedl_jax import config as config_lib
+from gedl_jax import configs, data, methods
 from gedl_jax.methods import common, prior_networks
 from gedl_jax.run import experiment
 
@@ -28,10 +29,10 @@ def userpkg(files, monkeypatch):
 
 
 def _config(preset: str, dataset, model: str = "", **fields):
-    c = configuration.build_config("custom", f"{preset},quick")
-    configuration.set_fields(c, dataset=f"npz:{dataset}", model=model, **fields)
+    c = configs.build_config("custom", f"{preset},quick")
+    config_lib.set_fields(c, dataset=f"npz:{dataset}", model=model, **fields)
     experiment.resolve_own_data(c)
-    configuration.validate_config(c)
+    config_lib.validate(c)
     return c
 
 
@@ -42,24 +43,24 @@ def _method(c):
 
 # ------------------------------------------------------------------------- configuration
 def test_model_accepts_builtins_and_module_specs_and_names_the_form_otherwise():
-    c = configuration.build_config("mnist", "gedl")
+    c = configs.build_config("mnist", "gedl")
     for model in ("convnet", "resnet18", "mlp", "pkg.nets:Net", "a:Outer.Inner"):
-        configuration.validate_config(configuration.set_fields(c, model=model))
+        config_lib.validate(config_lib.set_fields(c, model=model))
     with pytest.raises(ValueError, match="<importable.module>:<Name>"):
-        configuration.validate_config(configuration.set_fields(c, model="not a spec"))
+        config_lib.validate(config_lib.set_fields(c, model="not a spec"))
 
 
 def test_custom_config_needs_a_dataset_and_json_model_kwargs():
-    c = configuration.build_config("custom", "gedl")
+    c = configs.build_config("custom", "gedl")
     with pytest.raises(ValueError, match="npz:<path"):
-        configuration.validate_config(c)
-    configuration.set_fields(c, dataset="npz:x.npz", model="mlp", model_kwargs="[1]")
+        config_lib.validate(c)
+    config_lib.set_fields(c, dataset="npz:x.npz", model="mlp", model_kwargs="[1]")
     with pytest.raises(ValueError, match="JSON object"):
-        configuration.validate_config(c)
+        config_lib.validate(c)
 
 
 def test_quick_on_custom_data_uses_all_of_it():
-    c = configuration.build_config("custom", "edl,quick")
+    c = configs.build_config("custom", "edl,quick")
     assert (c.train_examples, c.val_examples, c.num_epochs) == (0, 0, 2)
     assert c.run_name == "custom_edl_quick"
 
@@ -73,11 +74,11 @@ def test_classes_and_default_model_come_from_the_data(userpkg):
 
 def test_images_need_a_named_model_and_vectors_no_augmentation(userpkg):
     _, (images, _), (vectors, _) = userpkg
-    c = configuration.build_config("custom", "gedl")
-    configuration.set_fields(c, dataset=f"npz:{images}")
+    c = configs.build_config("custom", "gedl")
+    config_lib.set_fields(c, dataset=f"npz:{images}")
     with pytest.raises(ValueError, match="name a network"):
         experiment.resolve_own_data(c)
-    configuration.set_fields(c, dataset=f"npz:{vectors}", augment=True)
+    config_lib.set_fields(c, dataset=f"npz:{vectors}", augment=True)
     with pytest.raises(ValueError, match="augment"):
         experiment.resolve_own_data(c)
 
@@ -201,11 +202,11 @@ def test_a_prepared_tfds_dataset_by_name(tmp_path, userpkg):
     own = data.load_own(f"tfds:{name}", tmp_path / "tfds")
     assert (own.num_classes, own.train.image_shape, len(own.train), len(own.test)) == \
         (3, (8, 8, 1), 60, 24)
-    c = configuration.build_config("custom", "gedl")
-    configuration.set_fields(c, dataset=f"tfds:{name}", tfds_data_dir=str(tmp_path / "tfds"),
+    c = configs.build_config("custom", "gedl")
+    config_lib.set_fields(c, dataset=f"tfds:{name}", tfds_data_dir=str(tmp_path / "tfds"),
                              model="userpkg.nets:NNXCNN", batch_size=8)
     experiment.resolve_own_data(c)
-    configuration.validate_config(c)
+    config_lib.validate(c)
     official = experiment.OfficialData.load(c)
     assert c.num_classes == 3 and len(official.test) == 24
     # as an OOD set (its test split) beside other training data of the same image shape
@@ -214,12 +215,12 @@ def test_a_prepared_tfds_dataset_by_name(tmp_path, userpkg):
     y = np.arange(40) % 3
     np.savez(tmp_path / "d.npz", train_images=x, train_labels=y, test_images=x[:8],
              test_labels=y[:8])
-    c = configuration.build_config("custom", "gedl")
-    configuration.set_fields(c, dataset=f"npz:{tmp_path / 'd.npz'}",
+    c = configs.build_config("custom", "gedl")
+    config_lib.set_fields(c, dataset=f"npz:{tmp_path / 'd.npz'}",
                              tfds_data_dir=str(tmp_path / "tfds"), model="userpkg.nets:NNXCNN",
                              ood_datasets=f"tfds:{name}", batch_size=8)
     experiment.resolve_own_data(c)
-    configuration.validate_config(c)
+    config_lib.validate(c)
     assert len(experiment.OfficialData.load(c).ood[f"tfds:{name}"]) == 24
     with pytest.raises(data.MissingDataError, match="not prepared"):
         data.load_own("tfds:no_such_dataset_here", tmp_path / "tfds")

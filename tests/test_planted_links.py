@@ -23,7 +23,8 @@ import pytest
 from compile_mode import fast_compilation
 from training_fixtures import REPO, cli_args, subprocess_env, write_tiny_mnist
 
-from gedl_jax import configuration, files, train
+from gedl_jax import config as config_lib
+from gedl_jax import configs, files, train
 from gedl_jax.run import lock, rundir
 
 SENTINEL = b"the user's own file: never to be written by gedl-jax\n"
@@ -132,8 +133,8 @@ TINY = {"train_examples": 64, "val_examples": 32, "batch_size": 32, "num_epochs"
 
 
 def _tiny_config(data_dir: pathlib.Path, cache_dir: pathlib.Path, **fields):
-    c = configuration.build_config("mnist", "gedl")
-    configuration.set_fields(c, **{**TINY, "data_dir": str(data_dir),
+    c = configs.build_config("mnist", "gedl")
+    config_lib.set_fields(c, **{**TINY, "data_dir": str(data_dir),
                                    "cache_dir": str(cache_dir), **fields})
     return c
 

@@ -13,7 +13,8 @@ import optax
 import pytest
 from own_fixtures import write_image_data, write_user_package
 
-from gedl_jax import configuration, data, evaluation
+from gedl_jax import config as config_lib
+from gedl_jax import configs, data, evaluation
 from gedl_jax.evaluation import posthoc
 from gedl_jax.run import experiment, sharding, steps, workdir
 
@@ -78,8 +79,8 @@ def userpkg(files, monkeypatch):
 
 def _evaluate(userpkg, model: str, out, preset: str = "gedl"):
     _, (images, ood) = userpkg
-    c = configuration.build_config("custom", f"{preset},quick")
-    configuration.set_fields(c, dataset=f"npz:{images}", model=f"userpkg.nets:{model}",
+    c = configs.build_config("custom", f"{preset},quick")
+    config_lib.set_fields(c, dataset=f"npz:{images}", model=f"userpkg.nets:{model}",
                              ood_datasets=f"npz:{ood}", batch_size=16, plots=False,
                              eval_batch_size=32,
                              # float32 products (the suite's own): the written scores are
@@ -87,7 +88,7 @@ def _evaluate(userpkg, model: str, out, preset: str = "gedl"):
                              # (a GPU's "default") moved them by up to 0.4 % on an H200
                              matmul_precision="highest")
     experiment.resolve_own_data(c)
-    configuration.validate_config(c)
+    config_lib.validate(c)
     exp = experiment.Experiment.from_config(c)
     out.mkdir(parents=True, exist_ok=True)
     mesh = sharding.make_mesh(jax.devices()[:1])

@@ -28,7 +28,8 @@ import numpy as np
 import pytest
 
 from gedl_jax.evaluation import posthoc
-from gedl_jax import configuration, data, pretrained, train
+from gedl_jax import config as config_lib
+from gedl_jax import configs, data, pretrained, train
 from gedl_jax.evaluate import evaluate_workdir
 from gedl_jax.pretrained import export, registry
 from compile_mode import fast_compilation
@@ -63,8 +64,8 @@ def exported(generated_data_files, tmp_path_factory):
     "tiny/gedl" in a registry of its own."""
     with fast_compilation(), generated_data_files.registered() as root:
         tmp = tmp_path_factory.mktemp("pretrained")
-        c = configuration.build_config("mnist", "gedl")
-        configuration.set_fields(c, data_dir=str(root), **TINY)
+        c = configs.build_config("mnist", "gedl")
+        config_lib.set_fields(c, data_dir=str(root), **TINY)
         train.train_and_evaluate(c, tmp / "run")
         models = tmp / "models"
         models.mkdir()
@@ -353,7 +354,7 @@ def test_evaluate_cli_unverified_weights_and_strict(exported, tmp_path):
 
 def test_every_shipped_models_config_loads_through_the_legacy_table():
     """The shipped files carry configs with the flat method settings of before
-    `config.method_args` (`configuration.LEGACY_METHOD_FIELDS`): each is read with its method's
+    `config.method_args` (`config_lib.LEGACY_METHOD_FIELDS`): each is read with its method's
     settings at the values it was trained with, and none of the old names is left."""
     from gedl_jax import methods
     from gedl_jax.pretrained import fileformat
@@ -364,12 +365,12 @@ def test_every_shipped_models_config_loads_through_the_legacy_table():
         path = registry.PACKAGE_REGISTRY.parent / entry["file"]
         saved = fileformat.from_bytes(path.read_bytes(), str(path))[0]["config"]
         config = workdir.config_from_saved(saved)
-        assert not set(configuration.LEGACY_METHOD_FIELDS) & set(config), name
-        configuration.validate_config(config)
+        assert not set(config_lib.LEGACY_METHOD_FIELDS) & set(config), name
+        config_lib.validate(config)
         methods.check_config(config)
         k = int(config.num_classes)
         method = methods.from_config(config, methods.MethodSetup(k, (5,) * k, (28, 28, 1)))
-        for old, (owners, key) in configuration.LEGACY_METHOD_FIELDS.items():
+        for old, (owners, key) in config_lib.LEGACY_METHOD_FIELDS.items():
             if old in saved:
                 seen_flat.add(old)
                 if config.method in owners:
@@ -728,7 +729,7 @@ def test_a_fitted_method_state_and_a_tuple_state_round_trip(tmp_path):
             ("daedl", {"means_KxD": rng.normal(size=(10, 4)).astype(np.float32),
                        "score_min": np.float32(-3.5)}),
             ("gedl", None)):
-        c = configuration.build_config("mnist", variant)
+        c = configs.build_config("mnist", variant)
         method = methods.from_config(c, setup)
         if state is None:
             state = jax.tree.map(lambda x: x + 7, method.init_method_state())

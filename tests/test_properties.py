@@ -18,7 +18,8 @@ import numpy as np
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from gedl_jax import configuration, evaluation
+from gedl_jax import config as config_lib
+from gedl_jax import configs, evaluation
 from gedl_jax import evidential as ev
 from gedl_jax.evidential import loss as losses
 from gedl_jax.methods.evidential import spec_from_config
@@ -32,7 +33,7 @@ LOGIT = st.floats(-1e4, 1e4, allow_nan=False, width=32)
 ROWS = 6  # fixed, so eager execution reuses its compiled primitives across examples
 # Every preset (MNIST protocol), RED under the CIFAR protocol (exp clip 10 instead of 80), and
 # the options no preset uses, on GEDL.
-SPECS = ([(v, "mnist", {}) for v in sorted(configuration.VARIANTS)] + [("red", "cifar10", {})]
+SPECS = ([(v, "mnist", {}) for v in sorted(config_lib.VARIANTS)] + [("red", "cifar10", {})]
          + [("gedl", "mnist", extra) for extra in (
              {"likelihood": "log"}, {"evidence": "relu"}, {"evidence": "exp"},
              {"tau_reading": "step"}, {"warmup_epochs": 1}, {"base_rate": "label_frequency"})])
@@ -61,7 +62,7 @@ def problems(draw):
 
 
 def _spec(variant, dataset, extra, k):
-    c = configuration.build_config(dataset, variant)
+    c = configs.build_config(dataset, variant)
     c.num_classes = k
     for field, value in extra.items():
         c[field] = value

@@ -15,7 +15,8 @@ import optax
 import pytest
 from scipy import linalg, special
 
-from gedl_jax import configuration, methods
+from gedl_jax import config as config_lib
+from gedl_jax import configs, methods
 from gedl_jax import evidential as ev
 from gedl_jax.methods import MethodSetup, daedl, duq, fedl, postnet, prior_networks
 from gedl_jax.run.optimizer import make_optimizer
@@ -174,10 +175,10 @@ def test_the_exact_kl_reference_agrees_with_the_closed_form_where_that_is_accura
 
 # ----------------------------------------------------------------- Prior Networks: KL epsilon
 def _pn_config(method, **fields):
-    config = configuration.build_config("mnist", method)
+    config = configs.build_config("mnist", method)
     for key, value in fields.items():
         config[key] = value
-    configuration.validate_config(config)
+    config_lib.validate(config)
     return config
 
 
@@ -388,7 +389,7 @@ def test_daedl_logit_clip_lowers_the_loss_by_3_to_33_percent_for_logits_in_30_40
 
 
 def test_daedl_logit_clip_is_a_method_setting_zero_meaning_none():
-    c = configuration.build_config("mnist", "daedl")
+    c = configs.build_config("mnist", "daedl")
     assert daedl.DAEDL.settings()["logit_clip"] == 30.0
     setup = MethodSetup(10, (5,) * 10, (28, 28, 1))
     assert daedl.DAEDL.build(c, setup).logit_clip == 30.0
@@ -402,7 +403,7 @@ def test_daedl_logit_clip_is_a_method_setting_zero_meaning_none():
 
 # ------------------------------------------------- DAEDL: scores, normalisation, sanitising
 def _daedl_method():
-    return daedl.DAEDL.build(configuration.build_config("mnist", "daedl"),
+    return daedl.DAEDL.build(configs.build_config("mnist", "daedl"),
                              MethodSetup(10, (5,) * 10, (28, 28, 1)))
 
 
@@ -553,8 +554,8 @@ def test_sensoy_exp_evidence_divides_the_logit_by_ten():
 def test_red_exp_evidence_clip_80_on_mnist_10_on_cifar():
     # pandeydeep9/EvidentialResearch2023: MainMnistExperiment/losses.py exp(o), unclamped;
     # MainCifar10Experiments/utilFiles/losses.py exp(clamp(o, -10, 10)).
-    assert configuration.build_config("mnist", "red").exp_clip == 80.0
-    assert configuration.build_config("cifar10", "red").exp_clip == 10.0
+    assert configs.build_config("mnist", "red").exp_clip == 80.0
+    assert configs.build_config("cifar10", "red").exp_clip == 10.0
     logits = np.array([-100.0, -5.0, 0.0, 40.0, 79.9, 90.0])
     ours = np.asarray(ev.exp_evidence(logits, clip=80.0))
     np.testing.assert_allclose(ours[1:5], np.exp(logits[1:5]), rtol=1e-14)
@@ -569,7 +570,7 @@ def test_red_exp_evidence_clip_80_on_mnist_10_on_cifar():
 def test_red_preset_uses_the_mse_loss_where_the_red_code_defaults_to_log():
     # pandeydeep9/EvidentialResearch2023 get_args.py: --unc_type default "log", i.e.
     # sum_k y_k (log S - log alpha_k); our "red" preset: EDL's MSE (likelihood="mse").
-    assert configuration.build_config("mnist", "red").likelihood == "mse"
+    assert configs.build_config("mnist", "red").likelihood == "mse"
     alpha, labels = np.array([[5.0, 1.0, 2.0], [1.5, 30.0, 1.0]]), np.array([0, 2])
     y = np.eye(3)[labels]
     s = alpha.sum(-1, keepdims=True)
@@ -602,10 +603,10 @@ def test_batch_sum_and_mean_give_the_same_adam_steps_without_weight_decay():
         (w, _), _ = jax.lax.scan(step, (w0, optimizer.init(w0)), None, length=20)
         return np.asarray(w)
 
-    source = configuration.build_config("cifar10", "daedl,source")   # Adam 1e-3, no decay
+    source = configs.build_config("cifar10", "daedl,source")   # Adam 1e-3, no decay
     adam = make_optimizer(source, 20)
     np.testing.assert_allclose(run(jnp.sum, adam), run(jnp.mean, adam), rtol=2e-6)
-    protocol = configuration.build_config("cifar10", "daedl")         # L2 weight decay 5e-4
+    protocol = configs.build_config("cifar10", "daedl")         # L2 weight decay 5e-4
     protocol.weight_decay, protocol.learning_rate = 5.0, 1e-2          # visible on a toy
     with_decay = make_optimizer(protocol, 20)
     assert _rel(run(jnp.sum, with_decay), run(jnp.mean, with_decay)).max() > 0.01

@@ -19,7 +19,8 @@ from training_fixtures import (
     write_tiny_mnist,
 )
 
-from gedl_jax import configuration, train
+from gedl_jax import config as config_lib
+from gedl_jax import configs, train
 from compile_mode import fast_compilation
 
 
@@ -29,11 +30,11 @@ def data_dir(tmp_path):
 
 
 def config(data_dir, tmp_path, **fields):
-    c = configuration.build_config("mnist", "gedl")
+    c = configs.build_config("mnist", "gedl")
     for k, v in {**TINY_FIELDS, "train_examples": 64, "val_examples": 32, "num_epochs": 1,
                  "data_dir": str(data_dir), "cache_dir": str(tmp_path / "cache"),
                  **fields}.items():
-        configuration.set_fields(c, **{k: v})
+        config_lib.set_fields(c, **{k: v})
     return c
 
 
@@ -107,7 +108,7 @@ def test_debug_shows_the_traceback(tmp_path):
 def test_help_exits_0_and_lists_every_preset(tmp_path):
     proc = cli("--help", tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    for name in [*configuration.VARIANTS, *configuration.MODIFIERS]:
+    for name in [*config_lib.VARIANTS, *config_lib.MODIFIERS]:
         assert name in proc.stdout
     assert "--workdir" in proc.stdout
     assert "dataset_info" not in proc.stderr and "Variant folder" not in proc.stderr

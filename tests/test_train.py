@@ -25,7 +25,8 @@ import pytest
 from data_fixtures import SPECS_FILE, write_generated_cifar10
 from training_fixtures import checkpoint_steps, saved_state, subprocess_env
 
-from gedl_jax import configuration, methods, train
+from gedl_jax import config as config_lib
+from gedl_jax import configs, methods, train
 from gedl_jax.evidential import loss as losses
 from gedl_jax.run import preemption, rundir
 from gedl_jax.run import workdir as workdir_lib
@@ -61,9 +62,9 @@ def _fast(fast_compile):
 
 
 def tiny_config(data_dir, variant="gedl", **overrides):
-    c = configuration.build_config("mnist", variant)
+    c = configs.build_config("mnist", variant)
     for k, v in {**TINY, "data_dir": str(data_dir), **overrides}.items():
-        configuration.set_fields(c, **{k: v})
+        config_lib.set_fields(c, **{k: v})
     return c
 
 
@@ -132,8 +133,8 @@ def test_quick_run_trains_and_evaluates(tmp_path):
 # ------------------------------------------------------------------------ generated data
 # Presets with the same fields train the same program (ablation_full is gedl): one of each.
 _DISTINCT: dict[str, str] = {}
-for _name in sorted(configuration.VARIANTS, key=lambda n: (n.startswith("ablation"), n)):
-    _DISTINCT.setdefault(json.dumps(configuration.VARIANTS[_name], sort_keys=True), _name)
+for _name in sorted(config_lib.VARIANTS, key=lambda n: (n.startswith("ablation"), n)):
+    _DISTINCT.setdefault(json.dumps(config_lib.VARIANTS[_name], sort_keys=True), _name)
 PRESETS = sorted(_DISTINCT.values())
 # PostNet's flows learn slowly (its reference trains with lr 1e-4 for up to 200 epochs; a few
 # hundred steps reach ~78 % here): in a few dozen steps its check is a falling loss.
@@ -150,13 +151,13 @@ LEARNS_SLOWLY = ("postnet",)
 
 
 def test_preset_list_covers_every_variant():
-    for name, fields in configuration.VARIANTS.items():
-        assert any(configuration.VARIANTS[p] == fields for p in PRESETS), name
+    for name, fields in config_lib.VARIANTS.items():
+        assert any(config_lib.VARIANTS[p] == fields for p in PRESETS), name
 
 
 @pytest.mark.parametrize("variant", PRESETS)
 def test_every_preset_trains_and_evaluates(data_dir, tmp_path, variant):
-    """Each distinct preset of configuration.VARIANTS: two short epochs (a higher learning rate
+    """Each distinct preset of config_lib.VARIANTS: two short epochs (a higher learning rate
     than the protocol's, so that 16 steps suffice), then the evaluation on a cut of the test
     set and the OOD sets: accuracy well above chance (0.1), finite state, the files written."""
     full = variant == "gedl"   # plots and a second OOD set once (they cost seconds)
@@ -174,7 +175,7 @@ def test_every_preset_trains_and_evaluates(data_dir, tmp_path, variant):
     results = json.loads((tmp_path / "eval_results.json").read_text())
     assert results["id"]["accuracy"] == summary["evaluation"]["id"]["accuracy"]
     assert results["id"]["num_examples"] == 60  # eval_examples cuts the test set ...
-    assert sorted(results["ood"]) == sorted(configuration.parse_list(c.ood_datasets))
+    assert sorted(results["ood"]) == sorted(config_lib.parse_list(c.ood_datasets))
     for name in results["ood"]:  # ... and the OOD sets
         assert results["ood"][name]["num_examples"] == 60
     assert json.loads((tmp_path / "config.json").read_text())["method"] == c.method
@@ -301,10 +302,10 @@ def test_predictions_behind_the_evaluation_and_old_workdirs_restore(data_dir, tm
 
 
 def test_deep_ensemble_trains_members_and_is_scored_as_one_model(data_dir, tmp_path):
-    c = configuration.build_config("mnist", "ensemble")
+    c = configs.build_config("mnist", "ensemble")
     for k, v in {**TINY, "data_dir": str(data_dir), "ensemble_size": 2, "evaluate_at_end": True,
                  "ood_datasets": "kmnist", "eval_examples": 60, "seed": 1}.items():
-        configuration.set_fields(c, **{k: v})
+        config_lib.set_fields(c, **{k: v})
     summary = train.train_ensemble(c, tmp_path)
     members = sorted(p.name for p in (tmp_path / "members").iterdir())
     assert members == ["seed_2", "seed_3"]          # seed * N + m
@@ -517,8 +518,8 @@ def test_vgg16_seeds_vmapped_follow_their_sequential_runs(cifar10_dir, tmp_path)
     to 1e-4: measured within 1e-5, while a seed given another step's augmentation or dropout
     draws moves them by 3-4 %), and the final parameters to Adam's reach."""
     def config(vmap: bool, seeds: str):
-        c = configuration.build_config("cifar10", "gedl")
-        configuration.set_fields(
+        c = configs.build_config("cifar10", "gedl")
+        config_lib.set_fields(
             c, data_dir=str(cifar10_dir), seeds=seeds, vmap_seeds=vmap, train_examples=4,
             batch_size=4, num_epochs=2, log_every_steps=1, eval_batch_size=4,
             evaluate_at_end=False, plots=False, ood_datasets=(), checkpoint_interval_seconds=0,
@@ -603,7 +604,7 @@ def test_cifar10_vgg_end_to_end_on_tfds_mock_data(tmp_path):
     tfds.testing.mock_data: random images of the right spec, no files, no network."""
     import tensorflow_datasets as tfds
 
-    c = configuration.build_config("cifar10", "gedl")
+    c = configs.build_config("cifar10", "gedl")
     c.data_source = "tfds"
     c.data_dir = str(tmp_path / "no_data")
     c.cache_dir = str(tmp_path / "cache")
@@ -658,7 +659,7 @@ def test_workdir_with_the_old_flat_method_settings_resumes_and_restores(tmp_path
 def test_workdir_from_before_the_init_field_reads_as_torch_init(tmp_path):
     """A config.json written before `config.init` existed (no "init" key) is a torch-init run: it
     resumes with init="torch", refuses "flax" naming the field, and builds its models."""
-    config = configuration.build_config("mnist", "gedl")
+    config = configs.build_config("mnist", "gedl")
     config.init = "torch"
     old = json.loads(config.to_json_best_effort())
     del old["init"]
@@ -669,7 +670,7 @@ def test_workdir_from_before_the_init_field_reads_as_torch_init(tmp_path):
     config.init = "flax"
     with pytest.raises(train.ConfigMismatchError, match="init: 'torch' -> 'flax'"):
         rundir.check_or_write_config(config, tmp_path)
-    # Restored, it reads as torch-init (configuration.LEGACY_DEFAULTS, the one place of that
+    # Restored, it reads as torch-init (config_lib.LEGACY_DEFAULTS, the one place of that
     # default) and builds its models with that init.
     from gedl_jax.run.workdir import saved_config
 

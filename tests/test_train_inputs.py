@@ -8,7 +8,7 @@ import jax
 import pytest
 from jax.experimental import multihost_utils
 
-from gedl_jax import configuration, data
+from gedl_jax import configs, data
 from gedl_jax.run import experiment
 
 
@@ -28,7 +28,7 @@ def _processes(monkeypatch, count, index):
 
 
 def test_single_process_asks_for_the_id_splits_and_the_ood_test_splits(calls, monkeypatch):
-    config = configuration.build_config("mnist", "quick")
+    config = configs.build_config("mnist", "quick")
     config.extra_ood = ("/some/idx_folder",)  # a folder, checked when loaded: nothing to fetch
     with config.unlocked():
         config.data_mirror = "http://127.0.0.1:9/m"
@@ -43,7 +43,7 @@ def test_single_process_asks_for_the_id_splits_and_the_ood_test_splits(calls, mo
 @pytest.mark.parametrize("index,fetches", [(0, 1), (1, 0)])
 def test_under_several_processes_only_process_0_fetches(calls, monkeypatch, index, fetches):
     _processes(monkeypatch, 2, index)
-    experiment.obtain_inputs(configuration.build_config("cifar10", None))
+    experiment.obtain_inputs(configs.build_config("cifar10", None))
     assert len(calls["ensure"]) == fetches and calls["barrier"] == 1
 
 
@@ -55,5 +55,5 @@ def test_a_failure_on_process_0_still_meets_the_barrier_then_raises(calls, monke
 
     monkeypatch.setattr(data, "ensure_available", fail)
     with pytest.raises(data.MissingDataError, match="nothing here"):
-        experiment.obtain_inputs(configuration.build_config("mnist", None))
+        experiment.obtain_inputs(configs.build_config("mnist", None))
     assert calls["barrier"] == 1

@@ -24,20 +24,29 @@ import pathlib
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["config_names", "define_config_flag", "load", "packaged_file", "resolve"]
+__all__ = ["build_config", "config_names", "define_config_flag", "load", "packaged_file",
+           "resolve"]
 
 _HERE = pathlib.Path(__file__).resolve().parent
 
 
-def _dataset_names() -> tuple[str, ...]:
-    from gedl_jax import configuration
+def build_config(dataset: str, arg: str | None = None) -> Any:
+    """The config of `--config=configs/<dataset>.py[:<arg>]`: `gedl_jax.config.build_config`
+    with the methods' own `source` recipes (what every config file here calls)."""
+    from gedl_jax import config, methods
 
-    return tuple(configuration.DATASET_DEFAULTS)
+    return config.build_config(dataset, arg, methods.source_recipes())
+
+
+def _dataset_names() -> tuple[str, ...]:
+    from gedl_jax import config
+
+    return tuple(config.DATASET_DEFAULTS)
 
 
 def config_names() -> tuple[str, ...]:
     """Every name `--config=<name>[:arg]` accepts: the packaged config files and the datasets
-    `gedl_jax.configuration.DATASET_DEFAULTS` knows, sorted."""
+    `gedl_jax.config.DATASET_DEFAULTS` knows, sorted."""
     files = {p.stem for p in _HERE.glob("*.py") if not p.stem.startswith("_")}
     return tuple(sorted(files | set(_dataset_names())))
 
@@ -109,8 +118,6 @@ def load(spec_and_arg: str) -> Any:
     spec, _, arg = spec_and_arg.partition(":")
     kind, target = resolve(spec)
     if kind == "dataset":
-        from gedl_jax.configuration import build_config
-
         return build_config(target, arg or None)
     from ml_collections.config_flags import config_flags
 
@@ -137,7 +144,7 @@ def define_config_flag(name: str = "config", help_string: str = "") -> Any:
     class _ListFieldParser(tuple_parser.TupleParser):
         """The list fields on the command line (`--config.seeds=0,1,2`,
         `--config.ood_datasets=kmnist,npz:far.npz`): text that is not a Python tuple or list
-        literal stays one string, which `configuration.normalize_lists` splits at its commas
+        literal stays one string, which `config.normalize_lists` splits at its commas
         (ml_collections reads it as a Python literal, which `npz:a.npz,b` is not)."""
 
         def parse(self, argument):

@@ -10,7 +10,7 @@ Usage:
   python -m gedl_jax.train --config=configs/custom.py:gedl --config.dataset=images:my_images \
       --config.ood_datasets=images:textures --config.model=resnet18
 
-Defaults (configuration.DATASET_DEFAULTS["custom"]): the MNIST family's optimiser settings
+Defaults (config.DATASET_DEFAULTS["custom"]): the MNIST family's optimiser settings
 (Adam 1e-3, no weight decay, batch 128, 200 epochs, 20% of the training set validates unless the
 file has val_images), no augmentation, no OOD sets unless named; K from the labels. The model
 must be given (resnet18, mlp, or <importable.module>:<Name>); for vector data (N, D) it defaults
@@ -18,7 +18,7 @@ to the MLP. The `quick` modifier uses all the data for 2 epochs. docs/library.md
 format and the network contract.
 """
 
-from gedl_jax.configuration import build_config
+from gedl_jax.configs import build_config
 
 
 def get_config(arg=None):

@@ -11,10 +11,10 @@ By name, from any directory (`configs/mnist.py` names this file from anywhere to
 
 Variants: gedl, edl, iedl, redl, red, ablation_base, ablation_kl_all, ablation_kl_all_tau,
 ablation_full. Modifier: quick (2 epochs on a subset). Every field and its meaning:
-gedl_jax/configuration.py (default_config).
+`python -m gedl_jax.train --helpfull` (gedl_jax/config/fields.py).
 """
 
-from gedl_jax.configuration import build_config
+from gedl_jax.configs import build_config
 
 
 def get_config(arg=None):

@@ -70,6 +70,12 @@ class DatasetInfo:
         return tuple(self.num_examples)
 
     @property
+    def family(self) -> str:
+        """"mnist" for the 28x28 grayscale sets (MNIST, Fashion-MNIST, KMNIST), "cifar" for the
+        32x32 colour ones: which protocol network, quick subset and source recipe apply."""
+        return "mnist" if self.image_shape == (28, 28, 1) else "cifar"
+
+    @property
     def folder(self) -> str:
         """Subfolder of the data folder holding this dataset's files."""
         return self.name
@@ -305,6 +311,15 @@ def override_file_specs(name: str, kind: str, specs: Mapping[str, FileSpec]) -> 
             _OVERRIDES[key] = previous
 
 
+def dataset_family(name: str) -> str | None:
+    """The family of a registered dataset (`DatasetInfo.family`); None for your own data.
+
+    >>> dataset_family("fashion_mnist"), dataset_family("cifar100"), dataset_family("npz:x.npz")
+    ('mnist', 'cifar', None)
+    """
+    return DATASETS[name].family if name in DATASETS else None
+
+
 def default_ood_sets(name: str) -> tuple[str, ...]:
     """The OOD test sets of the protocol for in-distribution dataset `name` (the R-EDL code's,
     github.com/MengyuanChen21/ICLR2024-REDL, code_classical/configs/): mnist -> (kmnist,
@@ -425,6 +440,39 @@ def ood_group(id_dataset: str, ood_name: str, declared: Mapping[str, str] | None
         if ood_name in names:
             return group
     return None
+
+
+def check_ood_groups(entries, ood_names) -> dict[str, str]:
+    """`entries` ("GROUP=SET", a config's `ood_groups`) parsed (`parse_ood_groups`), every set
+    they group checked to be among `ood_names`, the OOD sets evaluated (a training run's:
+    config.ood_datasets and config.extra_ood; an evaluation's: those and its --ood sets): a
+    misspelt set would otherwise end in no group, silently. ValueError names the field.
+
+    >>> check_ood_groups(("far=a.npz",), ["a.npz", "kmnist"])
+    {'a.npz': 'far'}
+    """
+    try:
+        declared = parse_ood_groups(entries)
+    except ValueError as e:
+        raise ValueError(f"config.ood_groups: {e}") from None
+    missing = [name for name in declared if name not in ood_names]
+    if missing:
+        raise ValueError(f"config.ood_groups groups {', '.join(map(repr, missing))}, not among "
+                         f"the OOD sets evaluated ({', '.join(map(repr, ood_names)) or 'none'}):"
+                         f" name each set as config.ood_datasets, config.extra_ood or "
+                         f"evaluate --ood does")
+    return declared
+
+
+def add_ood_groups(entries, added) -> tuple[str, ...]:
+    """`entries` ("GROUP=SET") with the entries `added` (`evaluate --ood_group`): an added
+    set's group replaces the one `entries` gave it.
+
+    >>> add_ood_groups(("near=a.npz",), ("far=a.npz", "far=b"))
+    ('far=a.npz', 'far=b')
+    """
+    merged = {**parse_ood_groups(entries), **parse_ood_groups(added)}
+    return tuple(f"{group}={name}" for name, group in merged.items())
 
 
 def ood_sets_by_group(id_dataset: str) -> dict[str, tuple[str, ...]]:

@@ -9,11 +9,11 @@ MainCifar10Experiments/utilFiles/losses.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
-
-ACTIVATIONS = ("softplus", "relu", "exp")
 
 
 def softplus_evidence(logits: ArrayLike) -> jax.Array:
@@ -77,7 +77,7 @@ def exp_evidence(logits: ArrayLike, clip: float = 10.0) -> jax.Array:
 
 def evidence_from_logits(logits: ArrayLike, activation: str = "softplus",
                          exp_clip: float = 10.0) -> jax.Array:
-    """Dispatches on the activation name (a static Python string) in `ACTIVATIONS`.
+    """Dispatches on the activation name (a static Python string), a key of `EVIDENCE`.
 
     Args:
       logits: pre-activation network outputs, any shape.
@@ -97,10 +97,17 @@ def evidence_from_logits(logits: ArrayLike, activation: str = "softplus",
       >>> print(np.asarray(ev.evidence_from_logits(logits_BxK, 'softplus')).round(4))
       [[2.1269 0.3133 0.6931]]
     """
-    if activation == "softplus":
-        return softplus_evidence(logits)
-    if activation == "relu":
-        return relu_evidence(logits)
-    if activation == "exp":
-        return exp_evidence(logits, clip=exp_clip)
-    raise ValueError(f"unknown evidence activation {activation!r}; expected one of {ACTIVATIONS}")
+    if activation not in EVIDENCE:
+        raise ValueError(f"unknown evidence activation {activation!r}; expected one of "
+                         f"{ACTIVATIONS}")
+    return EVIDENCE[activation](logits, exp_clip)
+
+
+# config.evidence: the activations by name (the allowed values and the dispatch, one table),
+# each called as f(logits, exp_clip).
+EVIDENCE: dict[str, Callable[[ArrayLike, float], jax.Array]] = {
+    "softplus": lambda logits, clip: softplus_evidence(logits),
+    "relu": lambda logits, clip: relu_evidence(logits),
+    "exp": lambda logits, clip: exp_evidence(logits, clip=clip),
+}
+ACTIVATIONS = tuple(EVIDENCE)

@@ -69,6 +69,14 @@ class LossSpec:
 
 
 
+# config.prior_strength: W by name (Eq. weight_update or a constant), f(spec, evidence_BxK).
+PRIOR_STRENGTHS: dict[str, Callable[[LossSpec, jax.Array], jax.Array]] = {
+    "fixed": lambda spec, evidence_BxK: fixed_prior_strength(evidence_BxK,
+                                                             spec.prior_strength_value),
+    "adaptive": lambda spec, evidence_BxK: adaptive_prior_strength(evidence_BxK, spec.c_w),
+}
+
+
 class EvidentialOutputs(NamedTuple):
     """The Dirichlet the network predicts for a batch."""
 
@@ -97,41 +105,65 @@ def evidential_outputs(spec: LossSpec, logits_BxK: jax.Array) -> EvidentialOutpu
     """logits -> evidence -> W -> alpha (Eq. e2alpha, weight_update)."""
     logits_BxK = logits_BxK.astype(jnp.float32)
     evidence_BxK = evidence_from_logits(logits_BxK, spec.evidence, exp_clip=spec.exp_clip)
-    if spec.prior_strength == "adaptive":
-        w_B = adaptive_prior_strength(evidence_BxK, spec.c_w)
-    else:
-        w_B = fixed_prior_strength(evidence_BxK, spec.prior_strength_value)
+    if spec.prior_strength not in PRIOR_STRENGTHS:
+        raise ValueError(f"unknown prior_strength {spec.prior_strength!r}; allowed: "
+                         f"{list(PRIOR_STRENGTHS)}")
+    w_B = PRIOR_STRENGTHS[spec.prior_strength](spec, evidence_BxK)
     alpha_BxK = dirichlet_alpha(evidence_BxK, w_B, base_rate_K(spec))
     return EvidentialOutputs(evidence_BxK, w_B, alpha_BxK)
 
 
+# config.likelihood: the data terms by name (the allowed values and the dispatch, one table),
+# each f(alpha_BxK, labels_B) -> per-example values.
+LIKELIHOODS: dict[str, Callable[[jax.Array, jax.Array], jax.Array]] = {
+    "digamma": expected_nll,
+    "log": log_nll,
+    "mse": lambda alpha_BxK, labels_B: expected_mse(alpha_BxK, labels_B,
+                                                    include_variance=True),
+    "mse_novar": lambda alpha_BxK, labels_B: expected_mse(alpha_BxK, labels_B,
+                                                          include_variance=False),
+    "fisher_mse": lambda alpha_BxK, labels_B: (fisher_weighted_mse(alpha_BxK, labels_B)
+                                               + fisher_weighted_variance(alpha_BxK)),
+}
+
+
 def _likelihood_B(spec: LossSpec, alpha_BxK: jax.Array, labels_B: jax.Array) -> jax.Array:
-    if spec.likelihood == "digamma":
-        return expected_nll(alpha_BxK, labels_B)
-    if spec.likelihood == "log":
-        return log_nll(alpha_BxK, labels_B)
-    if spec.likelihood == "mse":
-        return expected_mse(alpha_BxK, labels_B, include_variance=True)
-    if spec.likelihood == "mse_novar":
-        return expected_mse(alpha_BxK, labels_B, include_variance=False)
-    if spec.likelihood == "fisher_mse":
-        return (fisher_weighted_mse(alpha_BxK, labels_B)
-                + fisher_weighted_variance(alpha_BxK))
-    raise ValueError(f"unknown likelihood {spec.likelihood!r}")
+    if spec.likelihood not in LIKELIHOODS:
+        raise ValueError(f"unknown likelihood {spec.likelihood!r}; allowed: {list(LIKELIHOODS)}")
+    return LIKELIHOODS[spec.likelihood](alpha_BxK, labels_B)
+
+
+# config.kl_target: the Dirichlet the KL pulls toward Dir(W a), by name, as
+# f(alpha_BxK, labels_B, prior_alpha_BxK) -> the KL's first argument; None: no KL.
+KL_TARGETS: dict[str, Callable[[jax.Array, jax.Array, jax.Array], jax.Array] | None] = {
+    "all": lambda alpha_BxK, labels_B, prior_alpha_BxK: alpha_BxK,   # Eq. elbo as derived
+    # EDL's "KL only on misleading evidence": the true class is reset to the prior value.
+    "masked": masked_kl_target,
+    "none": None,
+}
 
 
 def _kl_B(spec: LossSpec, out: EvidentialOutputs, labels_B: jax.Array) -> jax.Array:
-    if spec.kl_target == "none":
+    if spec.kl_target not in KL_TARGETS:
+        raise ValueError(f"unknown kl_target {spec.kl_target!r}; allowed: {list(KL_TARGETS)}")
+    target = KL_TARGETS[spec.kl_target]
+    if target is None:
         return jnp.zeros(labels_B.shape, jnp.float32)
     # The prior Dir(W a), per example; W is already stop-gradient.
     a_K = base_rate_K(spec)
     a_1xK = a_K.reshape((1,) * out.prior_strength_B.ndim + a_K.shape)  # no implicit rank promotion
     prior_alpha_BxK = out.prior_strength_B[..., None] * a_1xK
-    alpha_BxK = out.alpha_BxK
-    if spec.kl_target == "masked":
-        # EDL's "KL only on misleading evidence": the true class is reset to the prior value.
-        alpha_BxK = masked_kl_target(alpha_BxK, labels_B, prior_alpha_BxK)
-    return dirichlet_kl(alpha_BxK, prior_alpha_BxK)
+    return dirichlet_kl(target(out.alpha_BxK, labels_B, prior_alpha_BxK), prior_alpha_BxK)
+
+
+# config.kl_schedule: the KL weight 1/tau_t by name, as f(spec, cumulative strength, epoch).
+KL_SCHEDULES: dict[str, Callable[[LossSpec, jax.Array, jax.Array], jax.Array]] = {
+    "gedl_tau": lambda spec, cumulative, epoch: 1.0 / gedl_tau(cumulative, spec.c_tau,
+                                                               spec.tau_form),
+    "edl_anneal": lambda spec, cumulative, epoch: edl_annealing(epoch.astype(jnp.float32),
+                                                                spec.annealing_epochs),
+    "constant": lambda spec, cumulative, epoch: jnp.float32(1.0),
+}
 
 
 def kl_weight_and_tau_state(spec: LossSpec, tau_state: TauState, mean_strength: jax.Array,
@@ -145,14 +177,10 @@ def kl_weight_and_tau_state(spec: LossSpec, tau_state: TauState, mean_strength: 
     # During a non-evidential warm-up the accumulator does not move.
     new_state = jax.tree.map(lambda new, old: jnp.where(in_warmup, old, new), new_state,
                              tau_state)
-    if spec.kl_schedule == "gedl_tau":
-        weight = 1.0 / gedl_tau(cumulative, spec.c_tau, spec.tau_form)
-    elif spec.kl_schedule == "edl_anneal":
-        weight = edl_annealing(epoch.astype(jnp.float32), spec.annealing_epochs)
-    elif spec.kl_schedule == "constant":
-        weight = jnp.float32(1.0)
-    else:
-        raise ValueError(f"unknown kl_schedule {spec.kl_schedule!r}")
+    if spec.kl_schedule not in KL_SCHEDULES:
+        raise ValueError(f"unknown kl_schedule {spec.kl_schedule!r}; allowed: "
+                         f"{list(KL_SCHEDULES)}")
+    weight = KL_SCHEDULES[spec.kl_schedule](spec, cumulative, epoch)
     weight = spec.kl_weight * jnp.asarray(weight, jnp.float32)
     return jax.lax.stop_gradient(weight), new_state
 

@@ -20,7 +20,10 @@ trained as seeds and scored as one model (`ensemble`).
 
 from __future__ import annotations
 
-from gedl_jax import configuration
+from typing import Any
+
+from gedl_jax import config as config_lib
+from gedl_jax.config import ResolvedConfig
 from gedl_jax.evaluation.posthoc import PosthocOptions
 from gedl_jax.methods import daedl, duq, evidential, fedl, laplace, postnet, prior_networks, softmax
 from gedl_jax.methods.base import LossOutput, Method, MethodSetup, StepContext
@@ -29,10 +32,11 @@ from gedl_jax.methods.own_loop import EvidentialObjective, ObjectiveState
 
 __all__ = ["AXIS", "METHODS", "EvidentialObjective", "LossOutput", "Method", "MethodSetup",
            "ObjectiveState", "StepContext", "build_models", "check_config", "from_config",
-           "evaluated_as", "method_class", "register"]
+           "evaluated_as", "method_class", "register", "resolved", "settings_for",
+           "source_recipes"]
 
 # config.method -> its class (`Method.build(config, setup)` builds it): adding a method is its
-# file, one line here and its preset (configuration.VARIANTS).
+# file, one line here and its preset (config.VARIANTS).
 METHODS: dict[str, type[Method]] = {
     "evidential": evidential.Evidential,
     "softmax": softmax.Softmax,
@@ -74,21 +78,51 @@ def evaluated_as(name: str, trained_method: str) -> dict[str, str]:
     return {"method": name, "variant": name, "method_args": ""}
 
 
-def check_config(config) -> None:
-    """The method's own checks of the config (its `method_args`, the fields it needs), before
-    any work: ValueError naming the setting, its value and what is allowed."""
-    method_class(config).check_config(config)
+def source_recipes() -> dict[str, dict[str, dict[str, Any]]]:
+    """{method: its `source_recipe`} of every method that has one: what the `source` modifier
+    applies (`gedl_jax.configs.build_config` hands it to `config.build_config`)."""
+    return {name: cls.source_recipe for name, cls in METHODS.items() if cls.source_recipe}
+
+
+def settings_for(config: ResolvedConfig) -> dict[str, Any]:
+    """The method's own settings of a run (its defaults, `config.method_args` over them,
+    checked) after its checks of the config's other fields, before any work: ValueError naming
+    the setting, its value and what is allowed. `run.experiment.resolve_config` calls it once,
+    where the run's config is resolved, and the config keeps them (`config.method_settings`)."""
+    cls = method_class(config)
+    if config.recipe == "source" and not cls.source_recipe:
+        raise ValueError(f"config.recipe='source' is not available for config.method="
+                         f"{config.method!r} (sources exist for {sorted(source_recipes())}); "
+                         f"use config.recipe='protocol'")
+    cls.check_config(config)
+    settings = cls.resolved_settings(config.method_arguments, int(config.num_classes),
+                                     config.dataset)
     text = str(config.get("posthoc_scores", "auto") or "none").strip()
     if text not in ("auto", "none"):   # unknown names: one line listing the known ones
         try:
             PosthocOptions(tuple(n.strip() for n in text.split(",") if n.strip()))
         except ValueError as e:
             raise ValueError(f"config.posthoc_scores={text!r}: {e} Or 'auto' / 'none'.") from None
+    return settings
+
+
+def resolved(config) -> ResolvedConfig:
+    """`config` resolved with its method's settings (`config.resolve` with `settings_for`; a
+    resolved config as it is): how a config comes into the methods."""
+    return config_lib.resolve(config, method_settings=settings_for)
+
+
+def check_config(config) -> None:
+    """The method's checks of `config` (its settings and the fields it needs), before any
+    work: ValueError naming the setting, its value and what is allowed (`resolved`)."""
+    resolved(config)
 
 
 def from_config(config, setup: MethodSetup) -> Method:
-    """The method `config.method` with the config's settings."""
+    """The method `config.method` with the config's settings (`config` resolved if it is
+    not)."""
+    config = resolved(config)
     cls = method_class(config)
-    if configuration.is_user_model(config.model):
+    if config_lib.is_user_model(config.model):
         check_user_network(config, cls, setup.num_classes, setup.image_shape)
     return cls.build(config, setup)

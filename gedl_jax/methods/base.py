@@ -33,7 +33,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gedl_jax import configuration, networks
+from gedl_jax import networks
+from gedl_jax.config import ResolvedConfig
 from gedl_jax.networks import user
 from gedl_jax.evaluation.core import Predictions
 
@@ -137,6 +138,13 @@ class Method:
     reads_features: ClassVar[bool] = False
     # Whether it needs a user network's test-time `dropout` switch (MC Dropout).
     needs_dropout_switch: ClassVar[bool] = False
+    # The `source` modifier's recipe (`configs/mnist.py:postnet,source`): the original
+    # repository's training settings that this toolkit's trainer has, per dataset family
+    # ("mnist": MNIST / Fashion-MNIST, "cifar": CIFAR-10 / CIFAR-100); config.recipe="source"
+    # is set with them. What a reference does beyond these fields (SGD, step decays, its model
+    # selection) is not reproduced; the method's module docstring says what its "source"
+    # reading changes in the model itself. {}: no source reading.
+    source_recipe: ClassVar[dict[str, dict[str, Any]]] = {}
     # The post-hoc calibrator of `config.calibrate` (evaluation.calibration): "temperature"
     # (scaled logits) or "evidence_scale" (alpha = c e + W a, the EDL family).
     calibrator: ClassVar[str] = "temperature"
@@ -167,28 +175,31 @@ class Method:
         del settings, num_classes
 
     @classmethod
-    def resolved_settings(cls, config, num_classes: int) -> dict[str, Any]:
-        """The settings of a run: the defaults, `config.method_args` over them (known names
-        only, converted to the field's type), `fill_defaults`, then `check_settings`."""
+    def resolved_settings(cls, given: Mapping[str, Any], num_classes: int,
+                          dataset: str) -> dict[str, Any]:
+        """The settings of a run: the defaults, `given` over them (`config.method_args`
+        parsed; known names only, converted to the field's type), `fill_defaults`, then
+        `check_settings`. A run resolves them once, where its config is resolved
+        (`config.method_settings`)."""
         defaults = cls.settings()
-        given = configuration.parsed_method_args(config)
         unknown = sorted(set(given) - set(defaults))
         if unknown:
             raise ValueError(f"config.method_args names {', '.join(map(repr, unknown))}, not a "
-                             f"setting of config.method={config.method!r}; its settings (with "
+                             f"setting of config.method={cls.name!r}; its settings (with "
                              f"their defaults): {json.dumps(defaults)}")
         types = {f.name: f.type if isinstance(f.type, str) else getattr(f.type, "__name__",
                                                                           str(f.type))
                  for f in dataclasses.fields(cls)}
         settings = {**defaults, **{k: _typed(k, v, types[k]) for k, v in given.items()}}
-        settings = cls.fill_defaults(settings, num_classes, str(config.dataset))
+        settings = cls.fill_defaults(settings, num_classes, str(dataset))
         cls.check_settings(settings, num_classes)
         return settings
 
     @classmethod
-    def check_config(cls, config) -> None:
-        """Before any work: the method's settings and the config fields it needs (ValueError)."""
-        cls.resolved_settings(config, int(config.num_classes))
+    def check_config(cls, config: ResolvedConfig) -> None:
+        """Before any work: the config fields the method needs beyond its own settings
+        (ValueError)."""
+        del config
 
     @classmethod
     def output_width(cls, config, num_classes: int) -> int:
@@ -197,9 +208,10 @@ class Method:
         return num_classes
 
     @classmethod
-    def build(cls, config, setup: MethodSetup) -> Method:
-        """The method of a run: its models from `config`, its settings from
-        `resolved_settings(config, setup.num_classes)`. Every method implements it."""
+    def build(cls, config: ResolvedConfig, setup: MethodSetup) -> Method:
+        """The method of a run: its models from `config`, its settings
+        `config.method_settings` (resolved once, with the config). Every method implements
+        it."""
         raise NotImplementedError
 
     @property

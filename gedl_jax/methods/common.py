@@ -10,7 +10,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gedl_jax import configuration, networks
+from gedl_jax import config as config_lib
+from gedl_jax import networks
 from gedl_jax.networks import user
 from gedl_jax.evaluation.core import Predictions
 from gedl_jax.evaluation.scores import DIRICHLET_SCORE_NAMES, confidence_scores
@@ -79,7 +80,7 @@ def compute_dtype(config):
 def build_models(config) -> tuple[nn.Module, nn.Module]:
     """(train_model, eval_model) of the config, as logits: the same architecture and parameters,
     the training one averaging BatchNorm statistics over the data-parallel axis."""
-    if configuration.is_user_model(config.model):
+    if config_lib.is_user_model(config.model):
         return (user_network(config, config.num_classes, axis_name=AXIS).module,
                 user_network(config, config.num_classes, axis_name=None).module)
     kwargs = dict(dtype=compute_dtype(config), init=config.init,
@@ -98,7 +99,7 @@ def backbone(config, num_outputs: int, *, axis_name: str | None, spectral_norm: 
     its `features` method, as "encoder" and "hidden"; "logits": its output, built with
     num_classes = `num_outputs`); `spectral_norm`, `hidden` and `dropout_rate` shape only the
     protocol networks (a user network is taken as it is)."""
-    if configuration.is_user_model(config.model):
+    if config_lib.is_user_model(config.model):
         net = user_network(config, num_outputs or config.num_classes, axis_name=axis_name)
         return UserBackbone(net.module, with_features="features" in reads,
                             with_logits="logits" in reads and bool(num_outputs),
@@ -136,7 +137,7 @@ def user_network(config, num_outputs: int, *, axis_name: str | None,
     if config.dropout_rate > 0:
         offered["dropout_rate"] = float(config.dropout_rate)
     kwargs = {k: v for k, v in offered.items() if user.accepts(cls, k)}
-    kwargs.update(configuration.parsed_model_kwargs(config))
+    kwargs.update(config.model_arguments)
     return user.load_network(config.model, num_outputs, input_shape,
                              need_features=need_features, axis_name=axis_name, **kwargs)
 

@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -230,6 +230,12 @@ class DAEDL(Method):
     score_names: ClassVar[tuple[str, ...]] = DIRICHLET_SCORE_NAMES + ("log_density",)
     needs_fit: ClassVar[bool] = True
     run_fields: ClassVar[tuple[str, ...]] = ("recipe",)
+    # TaeseongYoon/DAEDL: Adam lr 1e-3, batch 64, 100 epochs; CIFAR inputs standardised.
+    source_recipe: ClassVar[dict[str, dict[str, Any]]] = {
+        "mnist": dict(learning_rate=1e-3, batch_size=64, lr_schedule="constant",
+                      weight_decay=0.0, num_epochs=100, normalize=False),
+        "cifar": dict(learning_rate=1e-3, batch_size=64, lr_schedule="constant",
+                      weight_decay=0.0, num_epochs=100, normalize=True)}
     reads_features: ClassVar[bool] = True
     score_captions: ClassVar[Mapping[str, str]] = {
         "um": "log alpha_0 (a constant W: ranks as -W/S)"}
@@ -243,7 +249,7 @@ class DAEDL(Method):
     @classmethod
     def build(cls, config, setup: MethodSetup) -> DAEDL:
         """`config.method="daedl"`: the spectrally normalised protocol backbone."""
-        settings = cls.resolved_settings(config, setup.num_classes)
+        settings = config.method_settings
         train_model, eval_model = (backbone(config, setup.num_classes, axis_name=axis,
                                             spectral_norm=True) for axis in (AXIS, None))
         clip = settings.pop("logit_clip")

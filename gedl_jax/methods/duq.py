@@ -226,7 +226,7 @@ class DUQ(Method):
                              "config.recipe='protocol' (its reference recipe needs a ResNet-18 or "
                              "a BN CNN and SGD with step decay, not built here)")
         k = setup.num_classes
-        settings = cls.resolved_settings(config, k)
+        settings = config.method_settings
         train_model, eval_model = (
             DUQNet(backbone(config, 0, axis_name=axis, reads=("features",)),
                    RBFHead(k, 0, settings["length_scale"])) for axis in (AXIS, None))

@@ -18,8 +18,8 @@ from typing import ClassVar
 import jax
 import numpy as np
 
+from gedl_jax import config as config_lib
 from gedl_jax import evidential as ev
-from gedl_jax import configuration
 from gedl_jax.evaluation.core import ModelOutputs, Predictions, dirichlet_predictions
 from gedl_jax.evaluation.scores import DIRICHLET_SCORE_NAMES
 from gedl_jax.evidential import loss as losses
@@ -59,7 +59,6 @@ class Evidential(Method):
     @classmethod
     def build(cls, config, setup: MethodSetup) -> Evidential:
         """`config.method="evidential"`: the variant the config's fields describe."""
-        cls.resolved_settings(config, setup.num_classes)   # method_args must be empty
         base_rate = setup.label_frequencies() if config.base_rate == "label_frequency" else None
         return cls(*build_models(config), setup.num_classes,
                    spec=spec_from_config(config, base_rate=base_rate))
@@ -104,9 +103,11 @@ class Evidential(Method):
 
 def spec_from_config(config, base_rate: tuple[float, ...] | None = None) -> losses.LossSpec:
     """The variant's `LossSpec` from the config's fields of the same names (docs:
-    gedl_jax/configuration.py); W as a number (`prior_strength_value` may be 'K' or '0.1K')."""
+    gedl_jax/config/fields.py); W as a number (`prior_strength_value` may be 'K' or '0.1K',
+    resolved with the config)."""
+    config = config_lib.resolve(config)   # a user's config (a run's is resolved already)
     derived = {"num_classes": int(config.num_classes), "base_rate": base_rate,
-               "prior_strength_value": configuration.prior_strength_number(config)}
+               "prior_strength_value": config.prior_strength_W}
     kinds = {"float": float, "int": int}
     return losses.LossSpec(**derived, **{
         f.name: kinds.get(str(f.type), lambda v: v)(config[f.name])

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -190,6 +190,12 @@ class FEDL(Method):
     recipe: str = "protocol"
 
     name: ClassVar[str] = "fedl"
+    # TaeseongYoon/F-EDL: Adam lr 5e-4, no weight decay, batch 64, 100 epochs, standardised.
+    source_recipe: ClassVar[dict[str, dict[str, Any]]] = {
+        "mnist": dict(learning_rate=5e-4, batch_size=64, lr_schedule="constant",
+                      weight_decay=0.0, num_epochs=100, normalize=True),
+        "cifar": dict(learning_rate=5e-4, batch_size=64, lr_schedule="constant",
+                      weight_decay=0.0, num_epochs=100, normalize=True)}
     score_names: ClassVar[tuple[str, ...]] = ("mp", "um", "neg_variance_sum", "neg_expected_gini")
     progress_logs: ClassVar[tuple[tuple[str, str, str], ...]] = (("mean_tau", "tau", ".3f"),)
     run_fields: ClassVar[tuple[str, ...]] = ("recipe",)
@@ -208,7 +214,7 @@ class FEDL(Method):
         """`config.method="fedl"`: the protocol backbone with F-EDL's heads
         (`recipe="source"`: the reference's spectrally normalised nets)."""
         k, recipe = setup.num_classes, check_recipe(config.recipe)
-        settings = cls.resolved_settings(config, k)
+        settings = config.method_settings
         hidden, dropout = settings["head_hidden"], settings["head_dropout"]
 
         def model(axis):

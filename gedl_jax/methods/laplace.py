@@ -149,7 +149,7 @@ class LastLayerLaplace(Softmax):
     @classmethod
     def build(cls, config, setup: MethodSetup) -> LastLayerLaplace:
         """`config.method="laplace"`: the softmax classifier's network and training."""
-        settings = cls.resolved_settings(config, setup.num_classes)
+        settings = config.method_settings
         return cls(*build_models(config), setup.num_classes, **settings)
 
     def fit(self, variables: Variables, method_state: PyTree,

@@ -41,7 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from gedl_jax import configuration
+from gedl_jax import config as config_lib
 from gedl_jax.evidential import loss as losses
 from gedl_jax.evidential import schedules
 from gedl_jax.methods.evidential import spec_from_config
@@ -50,8 +50,8 @@ from gedl_jax.methods.evidential import spec_from_config
 # arguments of their own).
 SETTINGS = tuple(f.name for f in dataclasses.fields(losses.LossSpec)
                  if f.name not in ("num_classes", "base_rate"))
-PROTOCOLS = tuple(configuration.DATASET_DEFAULTS)   # the dataset-dependent settings' source
-EDL_FAMILY = tuple(name for name, fields in configuration.VARIANTS.items()
+PROTOCOLS = tuple(config_lib.DATASET_DEFAULTS)   # the dataset-dependent settings' source
+EDL_FAMILY = tuple(name for name, fields in config_lib.VARIANTS.items()
                    if fields.get("method", "evidential") == "evidential")
 
 
@@ -119,10 +119,10 @@ class EvidentialObjective:
     def from_config(cls, config, steps_per_epoch: int,
                     base_rate: Sequence[float] | None = None,
                     axis_name: str | None = None) -> EvidentialObjective:
-        """The objective of a run config (`gedl_jax.configuration`), as the trainer builds its
-        loss: `methods.evidential.spec_from_config(config, base_rate)`. `base_rate`: the label
-        frequencies when config.base_rate == "label_frequency" (the trainer's
-        `MethodSetup.label_frequencies()`), else None (uniform)."""
+        """The objective of a run config (`gedl_jax.config`; resolved here if it is not), as
+        the trainer builds its loss: `methods.evidential.spec_from_config(config, base_rate)`.
+        `base_rate`: the label frequencies when config.base_rate == "label_frequency" (the
+        trainer's `MethodSetup.label_frequencies()`), else None (uniform)."""
         return cls(spec_from_config(
             config, base_rate=None if base_rate is None else tuple(map(float, base_rate))),
             steps_per_epoch, axis_name)
@@ -133,7 +133,7 @@ class EvidentialObjective:
                 axis_name: str | None = None, **settings: Any) -> EvidentialObjective:
         """A named variant of the EDL family with the toolkit's settings, optionally changed.
 
-        The settings are the preset's (`configuration.VARIANTS[name]`, the same the CLI's
+        The settings are the preset's (`config.VARIANTS[name]`, the same the CLI's
         `--config=configs/<dataset>.py:<name>` uses) with the few dataset-dependent values taken
         from `protocol`'s defaults (I-EDL's Fisher weight 0.005 on the MNIST family / 0.05 on
         CIFAR; RED's exp clip 80 / 10; CIFAR-100's 5 warm-up epochs), validated like a run's.
@@ -165,7 +165,7 @@ class EvidentialObjective:
         unknown = sorted(set(settings) - set(SETTINGS))
         if unknown:
             raise TypeError(f"unknown setting(s) {unknown}; the settings are {list(SETTINGS)}")
-        config = configuration.build_config(protocol, name)
+        config = config_lib.build_config(protocol, name)
         config.num_classes = int(num_classes)
         for key, value in settings.items():
             if key == "prior_strength_value" and isinstance(value, (int, float, np.number)):
@@ -174,7 +174,7 @@ class EvidentialObjective:
                 config[key] = value
             except TypeError as e:
                 raise TypeError(f"setting {key}={value!r}: {e}") from None
-        configuration.validate_config(config)
+        config = config_lib.resolve(config)   # checked like a run's
         if base_rate is not None:
             base_rate = _checked_base_rate(base_rate, int(num_classes))
         return cls.from_config(config, steps_per_epoch, base_rate, axis_name)

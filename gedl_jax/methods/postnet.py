@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -50,6 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from gedl_jax.data import registry
 from gedl_jax.evaluation.core import Predictions
 from gedl_jax.evaluation.scores import DIRICHLET_SCORE_NAMES
 from gedl_jax.evidential import differential_entropy, expected_nll
@@ -205,13 +206,19 @@ class PostNet(Method):
     progress_logs: ClassVar[tuple[tuple[str, str, str], ...]] = (
         ("mean_log_precision", "log_S", ".2f"),)
     run_fields: ClassVar[tuple[str, ...]] = ("class_counts", "recipe")
+    # sharpenb/Posterior-Network: Adam lr 1e-4 / 2.5e-4, batch 64, <= 200 epochs.
+    source_recipe: ClassVar[dict[str, dict[str, Any]]] = {
+        "mnist": dict(learning_rate=1e-4, batch_size=64, lr_schedule="constant",
+                      weight_decay=0.0, num_epochs=200),
+        "cifar": dict(learning_rate=2.5e-4, batch_size=64, lr_schedule="constant",
+                      weight_decay=0.0, num_epochs=200)}
     score_captions: ClassVar[Mapping[str, str]] = {
         "um": "log alpha_0 (a constant W: ranks as -W/S)"}
 
     @classmethod
     def fill_defaults(cls, settings, num_classes: int, dataset: str):
         if settings["entropy_weight"] is None:
-            weight = 1e-5 if dataset.startswith("cifar") else 1e-6
+            weight = 1e-5 if registry.dataset_family(dataset) == "cifar" else 1e-6
             settings = {**settings, "entropy_weight": weight}
         return settings
 
@@ -226,12 +233,12 @@ class PostNet(Method):
 
     @classmethod
     def output_width(cls, config, num_classes: int) -> int:
-        return int(cls.resolved_settings(config, num_classes)["latent_dim"])   # the latent z
+        return int(config.method_settings["latent_dim"])   # the latent z
 
     @classmethod
     def build(cls, config, setup: MethodSetup) -> PostNet:
         """`config.method="postnet"`: the protocol backbone to a latent z, one flow per class."""
-        settings = cls.resolved_settings(config, setup.num_classes)
+        settings = config.method_settings
         train_model, eval_model = (
             PostNetModel(backbone(config, settings["latent_dim"], axis_name=axis,
                                   reads=("logits",)),

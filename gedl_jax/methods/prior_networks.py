@@ -65,7 +65,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -246,6 +246,10 @@ class PriorNetwork(Method):
     progress_logs: ClassVar[tuple[tuple[str, str, str], ...]] = (
         ("kl_id", "kl_id", ".3f"), ("kl_ood", "kl_ood", ".3f"))
     run_fields: ClassVar[tuple[str, ...]] = ("recipe",)
+    # KaosEngineer/PriorNetworks: gradient-norm clip 10, inputs standardised, batch 128.
+    source_recipe: ClassVar[dict[str, dict[str, Any]]] = {
+        "mnist": dict(grad_clip_norm=10.0, normalize=True, batch_size=128),
+        "cifar": dict(grad_clip_norm=10.0, normalize=True, batch_size=128)}
     score_captions: ClassVar[Mapping[str, str]] = {
         "um": "log alpha_0 (a constant W: ranks as -W/S)"}
 
@@ -286,7 +290,7 @@ class PriorNetwork(Method):
     def build(cls, config, setup: MethodSetup) -> PriorNetwork:
         """`config.method="kl_pn"` (forward KL) or "rkl_pn" (reverse KL) to the Dirichlet
         targets."""
-        settings = cls.resolved_settings(config, setup.num_classes)
+        settings = config.method_settings
         if settings["ood"] == "noise_smoothed" and len(setup.image_shape) != 3:
             raise ValueError(f"config.method_args: ood='noise_smoothed' blurs images (H, W, C); "
                              f"the inputs have shape {setup.image_shape}: use "

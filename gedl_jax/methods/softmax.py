@@ -45,7 +45,6 @@ class Softmax(Method):
     @classmethod
     def build(cls, config, setup: MethodSetup) -> Softmax:
         """`config.method="softmax"`: cross-entropy on the logits."""
-        cls.resolved_settings(config, setup.num_classes)   # it has none: method_args empty
         return cls(*build_models(config), setup.num_classes)
 
     def loss(self, params, model_state: Variables, method_state, images_BxHxWxC: jax.Array,
@@ -97,7 +96,6 @@ class MCDropout(Softmax):
     def build(cls, config, setup: MethodSetup) -> MCDropout:
         """`config.method="mc_dropout"`: `config.mc_samples` test passes with dropout on; the
         ConvNet's `config.dropout_rate`, VGG16's own 0.5."""
-        cls.resolved_settings(config, setup.num_classes)   # it has none: method_args empty
         return cls(*build_models(config), setup.num_classes,
                    num_samples=int(config.mc_samples),
                    dropout_rate=0.5 if config.model == "vgg16" else float(config.dropout_rate))

@@ -17,7 +17,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from gedl_jax import configuration, data, files, methods
+from gedl_jax import config as config_lib
+from gedl_jax import data, files, methods
+from gedl_jax.config import ResolvedConfig
 from gedl_jax.run import heartbeat
 
 
@@ -201,17 +203,12 @@ def _fitting_batch(num_train: int) -> int:
     return 1 << (max(num_train, 1).bit_length() - 1)
 
 
-def resolve_config(config, num_devices: int) -> configuration.ResolvedConfig:
+def resolve_config(config, num_devices: int) -> ResolvedConfig:
     """The config a run reads, resolved once where the run starts (and where a workdir is
-    restored): `configuration.resolve` with the facts of your own data (`own_data_facts`), then
-    the method's own checks (`methods.check_config`). A resolved config is returned as it is;
-    `config` itself is not changed."""
-    if isinstance(config, configuration.ResolvedConfig):
-        return config
-    resolved = configuration.resolve(config, num_devices, own_data_facts(config))
-    methods.check_config(resolved)
-    return resolved
-
+    restored): `config.resolve` with the facts of your own data (`own_data_facts`) and the
+    method's own settings (`methods.settings_for`, checked and kept on the config). A resolved
+    config is returned as it is; `config` itself is not changed."""
+    return config_lib.resolve(config, num_devices, own_data_facts, methods.settings_for)
 
 def own_data_facts(config) -> dict[str, Any]:
     """For your own data (`config.dataset` "npz:<path>" / "tfds:<name>"), the fields the data
@@ -239,7 +236,7 @@ def own_data_facts(config) -> dict[str, Any]:
 
 def resolve_own_data(config) -> None:
     """`own_data_facts` set on `config`, in place (before validating it yourself)."""
-    configuration.set_fields(config, **own_data_facts(config))
+    config_lib.set_fields(config, **own_data_facts(config))
 
 
 def load_run_data(config) -> RunData:

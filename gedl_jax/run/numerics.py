@@ -43,9 +43,9 @@ import pathlib
 import platform
 from collections.abc import Iterator
 
-from gedl_jax import configuration
+from gedl_jax import config as config_lib
 
-PRECISIONS = configuration.ALLOWED["matmul_precision"]
+PRECISIONS = config_lib.ALLOWED["matmul_precision"]
 AUTOTUNE_FOLDER = "xla_autotune"   # inside a workdir
 _EXCLUDE_NONDETERMINISTIC = "--xla_gpu_exclude_nondeterministic_ops=true"
 DETERMINISTIC_OPS = "--xla_gpu_deterministic_ops=true"   # the stricter flag (module docstring)

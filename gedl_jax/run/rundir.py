@@ -15,7 +15,8 @@ import jax
 import ml_collections
 import numpy as np
 
-from gedl_jax import configuration, files, methods
+from gedl_jax import config as config_lib
+from gedl_jax import files, methods
 from gedl_jax.run import lock, numerics
 
 
@@ -68,7 +69,7 @@ def check_or_write_config(config, workdir: pathlib.Path) -> None:
                 f"is. Use a new --workdir, or restore that file.") from None
         if previous == current:   # the same run again: nothing to write
             return
-        previous = configuration.upgrade_saved(previous)   # old flat method settings
+        previous = config_lib.upgrade_saved(previous)   # old flat method settings
         unknown = sorted(set(previous) - set(current))
         if unknown:
             raise ConfigMismatchError(
@@ -79,11 +80,11 @@ def check_or_write_config(config, workdir: pathlib.Path) -> None:
         # A field added since that run was written counts as unchanged at the value runs had
         # before it existed: LEGACY_DEFAULTS where the default changed with the field (init:
         # "torch"), else its default (new fields default to the earlier behaviour).
-        defaults = {**_config_dict(configuration.default_config(config.dataset)),
-                    **configuration.LEGACY_DEFAULTS}
+        defaults = {**_config_dict(config_lib.default_config(config.dataset)),
+                    **config_lib.LEGACY_DEFAULTS}
         previous = {k: previous.get(k, defaults.get(k)) for k in current}
         before, after = _with_settings(previous), _with_settings(current)
-        safe = configuration.RESUME_SAFE_FIELDS
+        safe = config_lib.RESUME_SAFE_FIELDS
         changed = sorted(k for k in set(before) | set(after)
                          if k not in safe and before.get(k) != after.get(k))
         if changed:
@@ -107,7 +108,9 @@ def _with_settings(fields: dict[str, Any]) -> dict[str, Any]:
     view = ml_collections.ConfigDict({k: fields.get(k) for k in
                                       ("method", "method_args", "dataset", "num_classes")})
     try:
-        settings = methods.method_class(view).resolved_settings(view, int(view.num_classes))
+        settings = methods.method_class(view).resolved_settings(
+            config_lib.json_object(view, "method_args"), int(view.num_classes),
+            str(view.dataset))
     except (ValueError, TypeError):
         return fields
     return {**fields, "method_args": settings}

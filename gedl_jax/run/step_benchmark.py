@@ -14,7 +14,9 @@ from collections.abc import Callable
 import jax
 import numpy as np
 
-from gedl_jax import configuration, data, methods
+from gedl_jax import config as config_lib
+from gedl_jax import data, methods
+from gedl_jax.run import experiment
 from gedl_jax.run import optimizer, programs, sharding
 from gedl_jax.run import steps as steps_lib
 
@@ -27,10 +29,9 @@ def synthetic_program(model_name: str, batch: int, dtype: str, num_devices: int,
     ConvNet on MNIST-shaped ones, any other network on CIFAR-shaped ones. With `device_loop`,
     up to `steps` steps per call (`steps.multi_step`), else one."""
     dataset = "mnist" if model_name == "convnet" else "cifar10"
-    config = configuration.build_config(dataset, variant)
-    config.compute_dtype = dtype
-    config.batch_size = batch
-    config.model = model_name
+    config = experiment.resolve_config(config_lib.set_fields(
+        config_lib.build_config(dataset, variant), compute_dtype=dtype, batch_size=batch,
+        model=model_name), num_devices)
     image_shape = (28, 28, 1) if model_name == "convnet" else (32, 32, 3)
     mesh = sharding.make_mesh(jax.devices()[:num_devices])
     method = methods.from_config(config, methods.MethodSetup(10, (1,) * 10, image_shape))

@@ -20,12 +20,15 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-from gedl_jax import configuration, data, files
+from gedl_jax import config as config_lib
+from gedl_jax.config import ResolvedConfig
+from gedl_jax import data, files
 from gedl_jax.evaluation.core import evaluate_predictions
 from gedl_jax.run import (
     checkpointing,
     experiment,
     inference,
+    lock,
     numerics,
     optimizer,
     preemption,
@@ -40,7 +43,7 @@ from gedl_jax.run.heartbeat import log
 from gedl_jax.run.progress import MetricsBuffer, NonFiniteLossError
 from gedl_jax.run.rundir import ConfigMismatchError
 
-__all__ = ["ConfigMismatchError", "NonFiniteLossError", "SeedRun", "epoch_eval_summary", "run",
+__all__ = ["ConfigMismatchError", "NonFiniteLossError", "SeedRun", "epoch_eval_summary", "train",
            "train_and_evaluate", "train_and_evaluate_vmapped", "train_ensemble"]
 
 
@@ -71,6 +74,14 @@ class SeedRun:
                 "seed": self.seed}
 
 
+def _resolved(config, workdir) -> ResolvedConfig:
+    """The process set up for a run in `workdir` (`numerics.configure_process`: XLA's flags,
+    before anything starts jax's backend) and `config` resolved: what every public entry of
+    the engine does first, once."""
+    numerics.configure_process(bool(config.get("deterministic", True)), workdir)
+    return experiment.resolve_config(config, jax.device_count())
+
+
 def train_and_evaluate(config, workdir: str | pathlib.Path, *,
                        stop_after_steps: int | None = None) -> dict[str, Any]:
     """Train one seed into `workdir` (resuming if it holds a checkpoint), then evaluate.
@@ -78,8 +89,13 @@ def train_and_evaluate(config, workdir: str | pathlib.Path, *,
     `stop_after_steps` ends the loop early as if the process had been killed after that many
     steps (tests of resumption); checkpoints written before that point stay.
     """
-    numerics.configure_process(bool(config.get("deterministic", True)), workdir)
-    config = experiment.resolve_config(config, jax.device_count())
+    config = _resolved(config, workdir)
+    with lock.holding(workdir, create=False):
+        return _train_one(config, workdir, stop_after_steps)
+
+
+def _train_one(config: ResolvedConfig, workdir: str | pathlib.Path,
+               stop_after_steps: int | None = None) -> dict[str, Any]:
     run_ = SeedRun(experiment.Experiment.from_config(config), pathlib.Path(workdir))
     return _train_seeds([run_], stop_after_steps=stop_after_steps)[0]
 
@@ -95,12 +111,17 @@ def train_and_evaluate_vmapped(config, workdir: str | pathlib.Path, seeds: list[
     `vmap_seeds` is part of the recorded config. Killed and restarted, it resumes from the
     newest checkpoint step that every seed saved.
     """
-    numerics.configure_process(bool(config.get("deterministic", True)), workdir)
-    config = experiment.resolve_config(config, jax.device_count())
+    config = _resolved(config, workdir)
+    with lock.holding(workdir, create=False):
+        return _train_vmapped(config, workdir, seeds, stop_after_steps)
+
+
+def _train_vmapped(config: ResolvedConfig, workdir: str | pathlib.Path, seeds: list[int],
+                   stop_after_steps: int | None = None) -> list[dict[str, Any]]:
     official = experiment.OfficialData.load(config)
     runs = []
     for seed in seeds:
-        seeded = configuration.with_seed(config, seed)
+        seeded = config_lib.with_seed(config, seed)
         runs.append(SeedRun(experiment.Experiment.from_config(
             seeded, official.for_seed(seeded, seed)), pathlib.Path(workdir) / f"seed_{seed}"))
     return _train_seeds(runs, stop_after_steps=stop_after_steps, pool=official.train)
@@ -416,8 +437,8 @@ def _prepare_loop(runs: list[SeedRun], pool: data.Split | None, mesh) -> _Loop:
     num_train = len(runs[0].experiment.data.train.labels)
     for run_ in runs:   # everything checked before anything is written
         experiment.check_data_sizes(run_.config, run_.experiment.data)
-        configuration.check_ood_groups(   # the sets the run's end evaluates
-            run_.config, (*run_.config.ood_datasets, *run_.config.extra_ood))
+        data.check_ood_groups(   # the sets the run's end evaluates
+            run_.config.ood_groups, (*run_.config.ood_datasets, *run_.config.extra_ood))
     for run_ in runs:
         rundir.prepare(run_.workdir, run_.config)
     numerics.make_autotune_folder()
@@ -688,18 +709,19 @@ def _stop_for_preemption(runs: list[SeedRun], step: int) -> None:
     raise preemption.Preempted(step, str(_where(runs)))
 
 
-def _train_seed_list(config, workdir: pathlib.Path, seeds: list[int]) -> list[dict[str, Any]]:
+def _train_seed_list(config: ResolvedConfig, workdir: pathlib.Path,
+                     seeds: list[int]) -> list[dict[str, Any]]:
     """`seeds` into workdir/seed_<s>: together in one program (config.vmap_seeds) or one after
     another."""
     if config.vmap_seeds and len(seeds) > 1:
         log(f"=== seeds {','.join(map(str, seeds))} (vmap) ===")
-        return train_and_evaluate_vmapped(config, workdir, seeds)
+        return _train_vmapped(config, workdir, seeds)
     results = []
     for k, seed in enumerate(seeds):
         log(f"=== seed {seed} ===")
         try:
-            results.append(train_and_evaluate(configuration.with_seed(config, seed),
-                                              workdir / f"seed_{seed}"))
+            results.append(_train_one(config_lib.with_seed(config, seed),
+                                      workdir / f"seed_{seed}"))
         except preemption.EvaluationInterrupted as e:
             if k == len(seeds) - 1:
                 raise
@@ -714,11 +736,14 @@ def train_ensemble(config, workdir: str | pathlib.Path) -> dict[str, Any]:
     seed*N + m into workdir/members/seed_<seed*N + m>, then scored as one model into workdir
     (mean probabilities; the mutual information between prediction and member as the
     epistemic score "neg_mi")."""
-    workdir = pathlib.Path(workdir)
-    numerics.configure_process(bool(config.get("deterministic", True)), workdir)
-    config = experiment.resolve_config(config, jax.device_count())
+    config = _resolved(config, workdir)
+    with lock.holding(workdir, create=False):
+        return _train_ensemble(config, pathlib.Path(workdir))
+
+
+def _train_ensemble(config: ResolvedConfig, workdir: pathlib.Path) -> dict[str, Any]:
     size, seed = int(config.ensemble_size), int(config.seed)
-    members = configuration.ensemble_member_config(config)
+    members = config_lib.ensemble_member_config(config)
     log(f"=== ensemble of {size} ({config.variant}, seed {seed}): members seeds "
          f"{seed * size}..{seed * size + size - 1} ===")
     rundir.prepare(workdir, config)
@@ -747,21 +772,27 @@ def _check_one_kind_of_workdir(workdir: pathlib.Path, single_dir: bool) -> None:
             f"overwrite its table: resume it without config.seeds, or use a new --workdir")
 
 
-def run(config, workdir: str | pathlib.Path) -> list[dict[str, Any]]:
-    """One run per seed of `config.seeds` (workdir/seed_<s>), or a single run in `workdir`;
-    a deep ensemble per seed when `config.ensemble_size` is set."""
-    numerics.configure_process(bool(config.get("deterministic", True)), workdir)
-    config = experiment.resolve_config(config, jax.device_count())   # before any copy of it
-    seeds = configuration.parse_seeds(config)
-    workdir = pathlib.Path(workdir)
+def train(config, workdir: str | pathlib.Path) -> list[dict[str, Any]]:
+    """The engine's entry: one run per seed of `config.seeds` (workdir/seed_<s>), or a single
+    run in `workdir`; a deep ensemble per seed when `config.ensemble_size` is set. The config is
+    resolved here, once (every field checked: nothing is trained or written before that), and
+    every seed and member reads a copy of the resolved one; `workdir` is held by this process
+    from its first write (`lock.holding`)."""
+    config = _resolved(config, workdir)   # before any copy of it
+    with lock.holding(workdir, create=False):
+        return _train_resolved(config, pathlib.Path(workdir))
+
+
+def _train_resolved(config: ResolvedConfig, workdir: pathlib.Path) -> list[dict[str, Any]]:
+    seeds = config_lib.parse_seeds(config)
     single_dir = not config.seeds
     _check_one_kind_of_workdir(workdir, single_dir)
     if config.ensemble_size:
-        results = [train_ensemble(configuration.with_seed(config, s),
-                                  workdir if single_dir else workdir / f"seed_{s}")
+        results = [_train_ensemble(config_lib.with_seed(config, s),
+                                   workdir if single_dir else workdir / f"seed_{s}")
                    for s in seeds]
     elif single_dir:
-        return [train_and_evaluate(config, workdir)]
+        return [_train_one(config, workdir)]
     else:
         results = _train_seed_list(config, workdir, seeds)
     evaluations = [r["evaluation"] for r in results if "evaluation" in r]
@@ -772,3 +803,12 @@ def run(config, workdir: str | pathlib.Path) -> list[dict[str, Any]]:
         files.write_text(workdir / "eval_table.md", table + "\n")
         log(f"\n=== {len(evaluations)} seeds, mean ± std ===\n{table}")
     return results
+
+
+def run(config, workdir: str | pathlib.Path) -> list[dict[str, Any]]:
+    """Deprecated name of `train` (`run` names the package): kept for one release."""
+    import warnings
+
+    warnings.warn("gedl_jax.run.training.run is renamed train", DeprecationWarning,
+                  stacklevel=2)
+    return train(config, workdir)

@@ -17,7 +17,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from gedl_jax import configuration, data, files, networks
+from gedl_jax import config as config_lib
+from gedl_jax import data, files, networks
 from gedl_jax.evaluation import bootstrap, core, posthoc, report, saved, sections
 from gedl_jax.methods import common
 from gedl_jax.networks import user
@@ -210,7 +211,7 @@ def evaluation_options(exp: experiment.Experiment,
     (`Method.calibrator`: the evidence scale for the EDL family, whose alpha = e + W a;
     temperature scaling otherwise)."""
     config = exp.config
-    declared = configuration.check_ood_groups(config, tuple(ood_names))
+    declared = data.check_ood_groups(config.ood_groups, tuple(ood_names))
     groups = {name: data.ood_group(config.dataset, name, declared) for name in ood_names}
     return core.EvaluationOptions(
         conformal_alpha=float(config.get("conformal_alpha", 0.1)), conformal_seed=0,
@@ -427,7 +428,7 @@ def _write_plots(results_dir: pathlib.Path, id_pred: core.Predictions,
 
 def saved_config(workdir, overrides: dict[str, Any] | None = None):
     """The config a workdir was trained with (fields added since take their defaults, or the
-    value earlier runs used: `configuration.LEGACY_DEFAULTS`), with `overrides` applied."""
+    value earlier runs used: `config.LEGACY_DEFAULTS`), with `overrides` applied."""
     workdir = pathlib.Path(workdir)
     config_path = workdir / "config.json"
     if not config_path.exists():
@@ -443,14 +444,14 @@ def saved_config(workdir, overrides: dict[str, Any] | None = None):
 def config_from_saved(saved: dict[str, Any], overrides: dict[str, Any] | None = None):
     """A config from a saved config.json's fields (as `saved_config`; also the config a
     pretrained model file carries), old flat method settings moved into method_args
-    (`configuration.upgrade_saved`)."""
-    config = configuration.default_config(saved.get("dataset", "mnist"))
-    saved = {k: configuration.as_tuple(k, v) if k in configuration.LIST_FIELDS else v
+    (`config.upgrade_saved`)."""
+    config = config_lib.default_config(saved.get("dataset", "mnist"))
+    saved = {k: config_lib.as_tuple(k, v) if k in config_lib.LIST_FIELDS else v
              for k, v in saved.items()}   # runs saved before the list fields were tuples
-    config.update({**configuration.LEGACY_DEFAULTS, **configuration.upgrade_saved(saved)})
+    config.update({**config_lib.LEGACY_DEFAULTS, **config_lib.upgrade_saved(saved)})
     for key, value in (overrides or {}).items():
         if key == "ood_groups":   # `evaluate --ood_group`: added to the run's own declarations
-            value = configuration.add_ood_groups(config.get(key, ()), value)
+            value = data.add_ood_groups(config.get(key, ()), value)
         config[key] = value
     return config
 

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from gedl_jax import configuration
+from gedl_jax import configs
 from gedl_jax import networks as models
 from gedl_jax.methods.evidential import spec_from_config
 from gedl_jax.methods.evidential import Evidential
@@ -20,7 +20,7 @@ from gedl_jax.run import sharding, steps
 
 def main() -> None:
     assert jax.device_count() == 4, jax.devices()
-    config = configuration.build_config("mnist", "gedl")
+    config = configs.build_config("mnist", "gedl")
     spec = spec_from_config(config)
     rng = np.random.default_rng(0)
     n, batch = 64, 16

@@ -23,7 +23,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
-from gedl_jax import configuration  # noqa: E402
+from gedl_jax import configs  # noqa: E402
 from gedl_jax.run import sharding  # noqa: E402
 from gedl_jax import networks as models  # noqa: E402
 from gedl_jax.run import steps as steps_lib  # noqa: E402  (train steps)
@@ -60,7 +60,7 @@ def build_pair(model: str):
 
 def main(model: str) -> None:
     assert jax.device_count() == 4, jax.devices()
-    config = configuration.build_config("cifar10", "gedl")
+    config = configs.build_config("cifar10", "gedl")
     spec = spec_from_config(config)
     rng = np.random.default_rng(0)
     n, batch, seeds = 48, 8, 2
