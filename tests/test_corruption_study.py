@@ -52,7 +52,8 @@ def test_corruption_study_scores_the_trained_alpha_and_names_its_source(tmp_path
     mesh = types.SimpleNamespace(size=1)
 
     def restored(offset):
-        return workdir.RestoredRun(experiment.Experiment.from_config(config, run_data),
+        return workdir.RestoredRun(experiment.Experiment.from_config(
+            experiment.resolve_config(config, 1), run_data),
                                    types.SimpleNamespace(offset=offset), mesh)
 
     monkeypatch.setattr(workdir, "saved_config",

@@ -232,7 +232,8 @@ def test_a_user_network_without_a_linear_last_layer_or_features_is_refused(userp
     c = _config()   # before the first step: the features contract
     config_lib.set_fields(c, model="userpkg.nets:NoFeatures", num_classes=3)
     with pytest.raises(ValueError, match="features"):
-        common.check_user_network(c, laplace_method.LastLayerLaplace, 3, (8, 8, 1))
+        common.check_user_network(methods.resolved(c), laplace_method.LastLayerLaplace, 3,
+                                  (8, 8, 1))
 
 
 def test_only_a_run_of_the_method_it_trains_as_evaluates_as_it():

@@ -467,7 +467,7 @@ def test_source_modifier_sets_the_reading_and_the_reference_settings():
     c = configs.build_config("mnist", "duq")
     c.recipe = "source"
     with pytest.raises(ValueError, match="recipe='source' is not available"):
-        config_lib.validate(c)
+        methods_lib.check_config(c)
 
 
 def test_bad_recipe_names_the_field():

@@ -2,13 +2,14 @@
 only within), and it prints its table (a smoke run on the MLP, one round of one step)."""
 
 from studies import one_pass_step
+from gedl_jax import config as config_lib
 from gedl_jax import configs
 from gedl_jax.methods import common
 
 
 def test_the_two_pass_build_wraps_the_network_for_two_passes_and_the_table_prints(capsys):
-    config = configs.build_config("cifar10", "daedl")
-    config.model = "mlp"
+    config = config_lib.resolve(config_lib.set_fields(configs.build_config("cifar10", "daedl"),
+                                                      model="mlp"))
     assert common.backbone(config, 10, axis_name=None).one_pass
     with one_pass_step.two_pass_backbones():
         assert not common.backbone(config, 10, axis_name=None).one_pass

@@ -140,13 +140,15 @@ def test_what_each_method_reads_from_a_user_network(userpkg):
 def test_user_classes_get_only_the_settings_they_take_plus_model_kwargs(userpkg):
     _, _, (vectors, _) = userpkg
     c = _config("mc_dropout", vectors, "userpkg.nets:MLP", model_kwargs='{"width": 7}')
-    net = common.user_network(c, 3, axis_name=None, input_shape=(2,))   # no dropout_rate field
+    net = common.user_network(methods.resolved(c), 3, axis_name=None,
+                              input_shape=(2,))   # no dropout_rate field
     assert net.module.width == 7
     with pytest.raises(ValueError, match="MC Dropout needs"):
         methods.from_config(c, methods.MethodSetup(3, (1, 1, 1), (2,)))
-    builtin = common.user_network(c, 3, axis_name=None)
+    builtin = common.user_network(methods.resolved(c), 3, axis_name=None)
     c2 = _config("mc_dropout", vectors, "mlp")
-    assert common.user_network(c2, 3, axis_name=None).module.dropout_rate == 0.5
+    assert common.user_network(methods.resolved(c2), 3,
+                               axis_name=None).module.dropout_rate == 0.5
     assert builtin.spec == "userpkg.nets:MLP"
 
 

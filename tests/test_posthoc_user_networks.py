@@ -87,9 +87,7 @@ def _evaluate(userpkg, model: str, out, preset: str = "gedl"):
                              # checked against float64 ones from float32 features, and TF32's
                              # (a GPU's "default") moved them by up to 0.4 % on an H200
                              matmul_precision="highest")
-    experiment.resolve_own_data(c)
-    config_lib.validate(c)
-    exp = experiment.Experiment.from_config(c)
+    exp = experiment.Experiment.from_config(experiment.resolve_config(c, 1))
     out.mkdir(parents=True, exist_ok=True)
     mesh = sharding.make_mesh(jax.devices()[:1])
     state = jax.device_put(steps.init_train_state(exp.method, optax.adam(1e-3),

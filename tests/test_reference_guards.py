@@ -207,16 +207,20 @@ def test_pn_kl_epsilon_matches_the_reference_formula_and_zero_is_the_closed_form
     np.testing.assert_allclose(closed_grad, smoothed_grad, rtol=1e-8)
 
 
+def _pn_resolved(*args, **kwargs):
+    return methods.resolved(_pn_config(*args, **kwargs))
+
+
 def test_pn_kl_epsilon_is_a_validated_method_setting_the_builder_passes():
     assert prior_networks.PriorNetwork.settings()["kl_epsilon"] == 0.0
     setup = MethodSetup(10, (5,) * 10, (28, 28, 1))
     method = prior_networks.RKLPriorNetwork.build(
-        _pn_config("rkl_pn", method_args='{"kl_epsilon": 1e-8}'), setup)
+        _pn_resolved("rkl_pn", method_args='{"kl_epsilon": 1e-8}'), setup)
     assert method.kl_epsilon == 1e-8 and "KL epsilon 1e-08" in method.describe()
-    assert prior_networks.KLPriorNetwork.build(_pn_config("kl_pn"), setup).kl_epsilon == 0.0
+    assert prior_networks.KLPriorNetwork.build(_pn_resolved("kl_pn"), setup).kl_epsilon == 0.0
     with pytest.raises(ValueError, match=r"method_args: kl_epsilon=-1e-08 .* must be >= 0"):
         prior_networks.RKLPriorNetwork.build(
-            _pn_config("rkl_pn", method_args='{"kl_epsilon": -1e-8}'), setup)
+            _pn_resolved("rkl_pn", method_args='{"kl_epsilon": -1e-8}'), setup)
 
 
 @pytest.mark.parametrize("alpha_min,documented", [(1e-3, (1.3e-5, 3.4e-5)),
@@ -392,9 +396,9 @@ def test_daedl_logit_clip_is_a_method_setting_zero_meaning_none():
     c = configs.build_config("mnist", "daedl")
     assert daedl.DAEDL.settings()["logit_clip"] == 30.0
     setup = MethodSetup(10, (5,) * 10, (28, 28, 1))
-    assert daedl.DAEDL.build(c, setup).logit_clip == 30.0
+    assert daedl.DAEDL.build(methods.resolved(c), setup).logit_clip == 30.0
     c.method_args = '{"logit_clip": 0}'
-    method = daedl.DAEDL.build(c, setup)
+    method = daedl.DAEDL.build(methods.resolved(c), setup)
     assert method.logit_clip == np.inf and "logits unclipped" in method.describe()
     c.method_args = '{"logit_clip": -1.0}'
     with pytest.raises(ValueError, match=r"method_args: logit_clip=-1.0 .* must be >= 0"):
@@ -403,7 +407,7 @@ def test_daedl_logit_clip_is_a_method_setting_zero_meaning_none():
 
 # ------------------------------------------------- DAEDL: scores, normalisation, sanitising
 def _daedl_method():
-    return daedl.DAEDL.build(configs.build_config("mnist", "daedl"),
+    return daedl.DAEDL.build(methods.resolved(configs.build_config("mnist", "daedl")),
                              MethodSetup(10, (5,) * 10, (28, 28, 1)))
 
 

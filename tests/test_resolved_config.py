@@ -159,7 +159,7 @@ def test_the_json_fields_and_w_are_parsed_once_when_resolved(calls):
 def test_a_config_resolved_without_its_method_settings_says_how_to_resolve_it():
     resolved = config_lib.resolve(configs.build_config("mnist", "duq"))
     with pytest.raises(ValueError, match="run.experiment.resolve_config"):
-        resolved.method_settings
+        _ = resolved.method_settings
 
 
 def test_a_bad_json_field_is_refused_when_resolved():

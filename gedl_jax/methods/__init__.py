@@ -31,7 +31,7 @@ from gedl_jax.methods.common import AXIS, build_models, check_user_network
 from gedl_jax.methods.own_loop import EvidentialObjective, ObjectiveState
 
 __all__ = ["AXIS", "METHODS", "EvidentialObjective", "LossOutput", "Method", "MethodSetup",
-           "ObjectiveState", "StepContext", "build_models", "check_config", "from_config",
+           "ObjectiveState", "StepContext", "build", "build_models", "check_config", "from_config",
            "evaluated_as", "method_class", "register", "resolved", "settings_for",
            "source_recipes"]
 
@@ -120,8 +120,13 @@ def check_config(config) -> None:
 
 def from_config(config, setup: MethodSetup) -> Method:
     """The method `config.method` with the config's settings (`config` resolved if it is
-    not)."""
-    config = resolved(config)
+    not: `resolved`, then `build`)."""
+    return build(resolved(config), setup)
+
+
+def build(config: ResolvedConfig, setup: MethodSetup) -> Method:
+    """The method of a resolved config (what a run builds: its settings are the config's
+    `method_settings`)."""
     cls = method_class(config)
     if config_lib.is_user_model(config.model):
         check_user_network(config, cls, setup.num_classes, setup.image_shape)

@@ -110,7 +110,7 @@ def from_file(path: PathLike, name: str | None = None,
     setup = methods.MethodSetup(int(metadata["setup"]["num_classes"]),
                                 tuple(int(c) for c in metadata["setup"]["class_counts"]),
                                 tuple(int(s) for s in metadata["setup"]["image_shape"]))
-    method = methods.from_config(config, setup)
+    method = methods.build(config, setup)
     _check_variables(method, setup.image_shape, variables, name or path.name)
     norm = metadata.get("normalization")
     normalization = (tuple(norm[0]), tuple(norm[1])) if norm else (None, None)

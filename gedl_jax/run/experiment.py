@@ -257,7 +257,7 @@ def build_method(config, train: data.Split) -> methods.Method:
     """The config's method; its base rate / class counts come from the training split."""
     setup = methods.MethodSetup.from_labels(train.labels, config.num_classes,
                                             train.images.shape[1:])
-    return methods.from_config(config, setup)
+    return methods.build(config, setup)
 
 
 def run_keys(seed: int) -> dict[str, jax.Array]:
@@ -283,7 +283,9 @@ class Experiment:
     normalization: tuple[tuple[float, ...] | None, tuple[float, ...] | None]
 
     @classmethod
-    def from_config(cls, config, run_data: RunData | None = None) -> Experiment:
+    def from_config(cls, config: ResolvedConfig, run_data: RunData | None = None) -> Experiment:
+        """A run's setup from its resolved config (`resolve_config`): its data loaded (or
+        `run_data`), its method built."""
         run_data = run_data if run_data is not None else load_run_data(config)
         return cls(config, run_data, build_method(config, run_data.train),
                    normalization_stats(config, run_data.train))

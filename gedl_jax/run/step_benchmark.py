@@ -34,7 +34,7 @@ def synthetic_program(model_name: str, batch: int, dtype: str, num_devices: int,
         model=model_name), num_devices)
     image_shape = (28, 28, 1) if model_name == "convnet" else (32, 32, 3)
     mesh = sharding.make_mesh(jax.devices()[:num_devices])
-    method = methods.from_config(config, methods.MethodSetup(10, (1,) * 10, image_shape))
+    method = methods.build(config, methods.MethodSetup(10, (1,) * 10, image_shape))
     tx = optimizer.make_optimizer(config, total_steps=10 * steps)
     settings = steps_lib.StepSettings(steps_per_epoch=steps, batch_size=batch,
                                       augment=config.augment, normalize_mean=None,
