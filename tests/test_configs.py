@@ -117,7 +117,7 @@ def test_a_second_config_file_in_one_process_keeps_nothing_of_the_first(tmp_path
 def test_an_unknown_nested_field_is_named():
     import ml_collections
 
-    from gedl_jax import cli
+    from gedl_jax.commands import cli
 
     with pytest.raises(KeyError) as raised:   # what --config.foo.bar=1 meets
         ml_collections.ConfigDict({"seed": 0})["foo"]

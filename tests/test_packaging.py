@@ -46,7 +46,7 @@ def test_data_files_under_the_package_ship_in_the_wheel():
 
 def test_the_sdist_holds_what_the_tests_read():
     manifest = (REPO / "MANIFEST.in").read_text()
-    for folder in ("tests", "requirements", "notebooks", "bin", "studies", "docs"):
+    for folder in ("tests", "requirements", "notebooks", "bin", "tools", "studies", "docs"):
         assert re.search(rf"^graft {folder}$", manifest, re.M), folder
     # but not the studies' committed results (9 MB of run logs, tables and plots)
     assert re.search(r"^prune docs/results$", manifest, re.M)

@@ -231,7 +231,7 @@ def test_reexport_records_the_weights_checksum_with_the_weights_unchanged(export
     registry's weights_sha256; it refuses a file whose weights that does not vouch for."""
     from flax import serialization
 
-    from gedl_jax.pretrained.__main__ import main as pretrained_main
+    from gedl_jax.commands.pretrained import main as pretrained_main
 
     reg = _without_weights_record(exported, tmp_path / "m", registry_too=False)
     before = serialization.msgpack_restore((tmp_path / "m" / "tiny_gedl.msgpack").read_bytes())

@@ -17,7 +17,9 @@ absl-flag CLIs (train, evaluate) call `run`; argparse ones (`python -m gedl_jax.
 `bin/reproduce.py`, `bin/report.py`) build an `ArgumentParser` from here and call
 `run_argparse`: the same one-line errors and exit statuses.
 
-Imports nothing from gedl_jax: each CLI passes its own error classes.
+Imports nothing from gedl_jax but `files` (which errors are a full disk or memory that ran
+out): each CLI passes its own error classes. (Its old name `gedl_jax.cli` still works for one
+release, with a DeprecationWarning.)
 """
 
 from __future__ import annotations
