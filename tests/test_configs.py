@@ -1,5 +1,5 @@
 """Configs from anywhere: `--config=<name>[:arg]` finds the packaged config from any directory
-(and from a wheel install: bin/check_wheel.sh), `configs/<name>.py` keeps working (from the
+(and from a wheel install: tools/check_wheel.sh), `configs/<name>.py` keeps working (from the
 repository's root too, where the presets are not copied), a user's own config file works, an
 unknown name is one `error:` line with exit 2."""
 

@@ -1,7 +1,7 @@
 """Packaging: one version, a license and citation that agree with pyproject.toml, data files that
 ship in the wheel, an sdist manifest that holds the tests' inputs; and (marked `network`: run
 with --run-network) the `cuda12` and `cuda13` extras resolve against the tested dependency set.
-Building and installing the wheel itself is bin/check_wheel.sh (CI runs it after the suite)."""
+Building and installing the wheel itself is tools/check_wheel.sh (CI runs it after the suite)."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ from gedl_jax import configuration, data, pretrained, train
 from gedl_jax.evaluate import evaluate_workdir
 from gedl_jax.pretrained import export, registry
 from compile_mode import fast_compilation
-from training_fixtures import load_script, needs_committed_results
+from training_fixtures import needs_committed_results
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 COMMITTED = REPO / "docs" / "results" / "gedl_convergence" / "gedl_seed0" / "eval_results.json"
@@ -474,7 +474,9 @@ def test_the_mirror_serves_models_and_a_wrong_file_is_not_kept(exported, tmp_pat
 
 # ------------------------------------------------------------------------------ shipped
 def _export_script():
-    return load_script("bin/export_pretrained.py", "export_pretrained")
+    from bin import export_pretrained
+
+    return export_pretrained
 
 
 ENVIRONMENT = {"commit": "abc1234", "dirty": True, "device": "NVIDIA H100 80GB HBM3",

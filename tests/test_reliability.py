@@ -14,7 +14,6 @@ from training_fixtures import (
     REPO,
     TINY_FIELDS,
     checkpoint_steps,
-    load_script,
     subprocess_env,
     write_tiny_mnist,
 )
@@ -646,7 +645,9 @@ def test_sigterm_while_compiling_stops_within_seconds(tmp_path):
 
 
 def _load_reproduce():
-    return load_script("bin/reproduce.py", "reproduce")
+    from bin import reproduce
+
+    return reproduce
 
 
 def _one_error_line(capsys, *needles: str) -> None:

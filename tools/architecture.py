@@ -235,7 +235,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         return 0
     if wanted != current:
-        DOCUMENT.write_text(wanted)
+        from gedl_jax import files
+
+        files.write_text(DOCUMENT, wanted)
         print(f"wrote {DOCUMENT.relative_to(REPO)}")
     return 0
 
