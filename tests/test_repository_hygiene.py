@@ -287,6 +287,17 @@ def test_no_script_loads_another_by_its_file_path(checkout):
     assert not found, f"load these as modules instead: {found}"
 
 
+def test_the_top_level_configs_is_the_packages_folder(checkout):
+    """The documented `--config=configs/<name>.py` names a real path from a clone's root: the
+    top-level `configs` is a relative link to gedl_jax/configs (the presets written once, in the
+    package, which the wheel ships), tracked as a link, not a folder of copies."""
+    listed = _git(REPO, "ls-files", "-s", "configs").stdout.split()
+    assert listed[:1] == ["120000"] and listed[-1] == "configs", f"configs is {listed}"
+    assert _git(REPO, "cat-file", "-p", listed[1]).stdout == "gedl_jax/configs"
+    assert (REPO / "configs" / "mnist.py").resolve() == (
+        REPO / "gedl_jax" / "configs" / "mnist.py").resolve()
+
+
 def test_no_lock_file_is_tracked(checkout):
     """A lock file belongs to the process that holds it (a workdir's `.gedl_jax.lock`, a tool's
     turn-taking), never to the repository."""

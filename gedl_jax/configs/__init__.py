@@ -5,8 +5,9 @@ any directory and from a wheel install:
     python -m gedl_jax.train --config=configs/mnist.py:gedl     # the same, the documented form
     python -m gedl_jax.train --config=my_experiment.py:edl      # a user's own config file
 
-Each preset is written once, here (`<name>.py`); the documented form `--config=configs/<name>.py`
-names the same file from a clone, from any other directory and from a wheel install (rule 3).
+Each preset is written once, here (`<name>.py`). The documented form `--config=configs/<name>.py`
+names the same file from a clone's root, whose top-level `configs` is a link to this folder
+(rule 1), and from any other directory and a wheel install (rule 3).
 
 How `--config=SPEC[:ARG]` is resolved (`resolve`):
 1. SPEC is an existing file: that file (as ml_collections always did);
