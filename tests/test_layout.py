@@ -357,8 +357,8 @@ def test_no_import_by_computed_name_outside_the_known_places():
 # Where a method's name may stand outside gedl_jax/methods/: the tables that name methods (the
 # presets, the source recipes, the old flat settings' owners, the default method and the
 # ensemble's member preset: configuration.py) and the old module names of gedl_jax/__init__.py.
-# bin/reproduce.py lists the methods it runs. Everything else asks the method (its class
-# attributes: reads_features, output_width, calibrator, score_captions, ...).
+# bin/reproduce.py lists the methods it runs. Everything else (tools/ too) asks the method (its
+# class attributes: reads_features, output_width, calibrator, score_captions, ...).
 NAME_TABLES = {"configuration.py": {"VARIANTS", "SOURCE_RECIPES", "LEGACY_METHOD_FIELDS",
                                     "DEFAULT_METHOD", "ENSEMBLE_PRESET"},
                "__init__.py": {"_MOVED"},
@@ -366,6 +366,7 @@ NAME_TABLES = {"configuration.py": {"VARIANTS", "SOURCE_RECIPES", "LEGACY_METHOD
                "paper.py": {"PAPER", "PAPER_STD", "CALIBRATION", "CALIBRATION_STD",
                             "MAIN_METHODS"}}
 BIN = PACKAGE.parent / "bin"
+TOOLS = PACKAGE.parent / "tools"
 
 
 def _method_names_and_types() -> tuple[set[str], set[str]]:
@@ -426,7 +427,8 @@ def test_no_method_name_or_method_type_check_outside_methods():
     assert {"duq", "evidential"} <= names and {"Evidential", "PostNet", "KLPriorNetwork"} <= types
     files = [p for p in sorted(PACKAGE.rglob("*.py")) if "methods" not in
              p.relative_to(PACKAGE).parts] + [p for p in sorted(BIN.glob("*.py"))
-                                              if p.name != "reproduce.py"]
+                                              if p.name != "reproduce.py"] + sorted(
+        TOOLS.glob("*.py"))
     found = []
     for path in files:
         tables = NAME_TABLES.get(str(path.relative_to(PACKAGE)), set()) \
