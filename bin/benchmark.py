@@ -17,7 +17,7 @@ beside its one-seed row: "5 seeds: X ms/step = Y x one seed's step", below the t
 `step_over_one_seed` in the JSON.
 
 The data is synthetic uint8 resident on device, so this measures the model step (input cost is
-measured separately by bin/input_throughput.py). By default the step is timed as the training
+measured separately by tools/input_throughput.py). By default the step is timed as the training
 loop runs it on this platform: on an accelerator `--steps` steps in one compiled call
 (`steps.multi_step`, the device-side loop of `config.steps_per_dispatch`), on a CPU one call per
 step; `--device_loop=true/false` chooses.
@@ -154,7 +154,7 @@ def seed_ratio_lines(rows: list[dict]) -> list[str]:
 
 
 def environment() -> dict:
-    # GEDL_COMMIT names the tree of a copy whose git metadata is not its own (bin/gpu_check.sh)
+    # GEDL_COMMIT names the tree of a copy whose git metadata is not its own (tools/gpu_check.sh)
     commit = os.environ.get("GEDL_COMMIT", "")
     try:
         commit = commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"],

@@ -6,12 +6,13 @@ bootstrap of every metric's difference A - B, with its interval and how often A 
 
 RUN_A and RUN_B are results folders of `python -m gedl_jax.evaluate` or `gedl_jax.train`
 (their predictions.npz) on the same test set, folders of seed_* runs, or several run folders
-joined by commas; gedl_jax/evaluation/compare.py says what the numbers mean.
+joined by commas; gedl_jax/evaluation/compare.py says what the numbers mean (the command line:
+gedl_jax/commands/compare.py).
 """
 
 import sys
 
-from gedl_jax.evaluation.compare import main
+from gedl_jax.commands.compare import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -54,7 +54,7 @@ The tables need "id.accuracy", "id.misclassification.mp.aupr" and
 
 import sys
 
-from gedl_jax.evaluation.report import main
+from gedl_jax.commands.report import main
 
 if __name__ == "__main__":
     sys.exit(main())

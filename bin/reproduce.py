@@ -55,7 +55,8 @@ import time
 
 import jax
 
-from gedl_jax import cli, config, data, evaluation, files, methods, train
+from gedl_jax import config, data, evaluation, files, methods, train
+from gedl_jax.commands import cli
 from gedl_jax.configs import build_config
 from gedl_jax.evaluation import against_paper
 from gedl_jax.paper import MAIN_METHODS, PAPER
@@ -417,7 +418,7 @@ def ood_lines(configs, left_out: list[str]) -> list[str]:
 
 def main(argv=None) -> int:
     """Bad input (an unknown study, setting or run name, bad seeds, an override that is not a
-    field) is one `error:` line and exit 2 before anything is written (gedl_jax.cli)."""
+    field) is one `error:` line and exit 2 before anything is written (gedl_jax.commands.cli)."""
     return cli.run_argparse(_parser(), lambda args: _main(args, argv), argv, codes=[
         ((preemption.Preempted, preemption.EvaluationInterrupted), cli.EXIT_INTERRUPTED)])
 

@@ -7,7 +7,8 @@ Layers, each importing only the ones above it (docs/architecture.md):
 - `networks`: the Flax networks; `methods`: every method (its math, its `Method`, its builder);
 - `data`: datasets (download, verification, loading);
 - `run`: the run engine (setup, compiled steps, training loop, checkpoints, run evaluation);
-- `train`, `evaluate`: the command lines.
+- `pretrained`: registered trained models; `train`, `evaluate`: the engine's entry points for code;
+- `commands`: the command lines (`python -m gedl_jax.train` and the others forward to them).
 """
 
 import importlib
@@ -34,6 +35,7 @@ _MOVED = {
     "gedl_jax.methods.networks": "gedl_jax.networks",
     "gedl_jax.evidential.objectives": "gedl_jax.evidential.loss_terms",
     "gedl_jax.methods.objective": "gedl_jax.methods.own_loop",
+    "gedl_jax.cli": "gedl_jax.commands.cli",
 }
 
 

@@ -176,7 +176,7 @@ def main(argv=None) -> int:
                    help="the PyTorch columns to measure (the others read 'not measured')")
     p.add_argument("--jax_json", default=None,
                    help="our side from this bin/benchmark.py --out file of the same machine and "
-                        "settings instead of running it again (bin/gpu_check.sh: its bench part)")
+                        "settings instead of running it again (tools/gpu_check.sh: its bench part)")
     p.add_argument("--table_only", action="store_true",
                    help="rewrite OUT/vs_torch.md from OUT's jax.json and torch.json, running "
                         "nothing")

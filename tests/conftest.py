@@ -180,7 +180,7 @@ def generated_data(generated_data_files, monkeypatch) -> Iterator[Path]:
 
 def pytest_runtest_logreport(report) -> None:
     """With $GEDL_TEST_FAILURE_LOG set, each failure's report (its traceback) is appended to that
-    file as it happens, in the controlling process (bin/gpu_check.sh: a suite stopped by a time
+    file as it happens, in the controlling process (tools/gpu_check.sh: a suite stopped by a time
     limit still has the tracebacks pytest prints only at its end)."""
     path = os.environ.get("GEDL_TEST_FAILURE_LOG")
     if path and report.failed and "PYTEST_XDIST_WORKER" not in os.environ:

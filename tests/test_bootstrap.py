@@ -460,6 +460,7 @@ def test_pairing_narrows_the_interval_of_a_shared_difficulty():
 
 
 def test_compare_runs_reads_two_evaluated_folders_and_prints_one_table(tmp_path, capsys):
+    from gedl_jax.commands import compare as command
     from gedl_jax.evaluation import compare, saved
 
     rng = np.random.default_rng(10)
@@ -470,7 +471,7 @@ def test_compare_runs_reads_two_evaluated_folders_and_prints_one_table(tmp_path,
                                {"far": run["ood/far"]})
         (tmp_path / name / "eval_results.json").write_text(json.dumps({"variant": name}))
     out = tmp_path / "cmp.json"
-    assert compare.main([str(tmp_path / "gedl"), str(tmp_path / "edl"), "--samples=200",
+    assert command.main([str(tmp_path / "gedl"), str(tmp_path / "edl"), "--samples=200",
                          f"--out={out}"]) == 0
     text = capsys.readouterr().out
     assert text.startswith("> Paired bootstrap: A = gedl") and "B = edl" in text
@@ -478,9 +479,9 @@ def test_compare_runs_reads_two_evaluated_folders_and_prints_one_table(tmp_path,
     numbers = json.loads(out.read_text())
     assert numbers["settings"]["samples"] == 200 and numbers["settings"]["paired"]
     assert list(numbers["ood"]["far"]) == ["mp"]   # neg_entropy is not a default score
-    assert compare.main([str(tmp_path / "gedl"), str(tmp_path / "nowhere")]) == 2
+    assert command.main([str(tmp_path / "gedl"), str(tmp_path / "nowhere")]) == 2
     assert "no predictions.npz" in capsys.readouterr().err
-    assert compare.main([str(tmp_path / "gedl"), str(tmp_path / "edl"), "--scores=um"]) == 2
+    assert command.main([str(tmp_path / "gedl"), str(tmp_path / "edl"), "--scores=um"]) == 2
     assert "score(s) ['um'] are not in every run" in capsys.readouterr().err
     # the post-hoc scores an evaluation saved can be compared too (by name, beside MP)
     energies = {}
@@ -497,12 +498,13 @@ def test_compare_runs_reads_two_evaluated_folders_and_prints_one_table(tmp_path,
         energies["gedl"]["test"]["energy"], energies["gedl"]["ood/far"]["energy"])["auroc"])
     assert list(compare.compare_runs(tmp_path / "gedl", tmp_path / "edl",
                                      samples=10)["ood"]["far"]) == ["mp"]   # not a default
-    assert compare.main([str(tmp_path / "gedl"), str(tmp_path / "edl"), "--samples=50",
+    assert command.main([str(tmp_path / "gedl"), str(tmp_path / "edl"), "--samples=50",
                          "--interval=basic"]) == 0
     assert "95% basic interval over 50 replicates" in capsys.readouterr().out
 
 
 def test_compare_runs_takes_a_folder_of_seeds_or_runs_joined_by_commas(tmp_path, capsys):
+    from gedl_jax.commands import compare as command
     from gedl_jax.evaluation import compare, saved
 
     rng = np.random.default_rng(13)
@@ -519,7 +521,7 @@ def test_compare_runs_takes_a_folder_of_seeds_or_runs_joined_by_commas(tmp_path,
                                                      for s in range(3)]
     edl = f"{tmp_path / 'edl' / 'seed_0'},{tmp_path / 'edl' / 'seed_1'}"
     out = tmp_path / "cmp.json"
-    assert compare.main([str(tmp_path / "gedl5"), edl, "--samples=100", f"--out={out}"]) == 0
+    assert command.main([str(tmp_path / "gedl5"), edl, "--samples=100", f"--out={out}"]) == 0
     text = capsys.readouterr().out
     assert text.startswith(f"> Paired bootstrap: A = gedl ({tmp_path / 'gedl5'}, 3 runs)")
     assert f"B = edl ({edl}, 2 runs)" in text
@@ -573,6 +575,7 @@ def test_compare_runs_calibrated_compares_each_runs_calibrated_predictions(tmp_p
     """--calibrated fits each run's own calibrator (its evaluation's) on the validation
     predictions its predictions.npz holds and compares what it makes of the test and OOD sets:
     the same numbers as the paired bootstrap of `core.calibrated_predictions`' outputs."""
+    from gedl_jax.commands import compare as command
     from gedl_jax.evaluation import compare, saved
 
     rng = np.random.default_rng(21)
@@ -592,7 +595,7 @@ def test_compare_runs_calibrated_compares_each_runs_calibrated_predictions(tmp_p
                                                      "base_rate": None}}))
     out = tmp_path / "cmp.json"
     args = [str(tmp_path / "gedl"), str(tmp_path / "softmax"), "--samples=80", "--scores=mp"]
-    assert compare.main(args + ["--calibrated", f"--out={out}"]) == 0
+    assert command.main(args + ["--calibrated", f"--out={out}"]) == 0
     text = capsys.readouterr().out
     assert "Calibrated predictions" in text
     assert "(A: evidence scaling; B: temperature scaling)" in text
@@ -648,14 +651,14 @@ def test_compare_runs_calibrated_compares_each_runs_calibrated_predictions(tmp_p
         metrics.ood_detection(entropy["test"], entropy["ood/far"])["auroc"])
 
     # --calibrator for every run; evidence scaling needs Dirichlet predictions
-    assert compare.main(args + ["--calibrated", "--calibrator=temperature"]) == 0
+    assert command.main(args + ["--calibrated", "--calibrator=temperature"]) == 0
     assert "(A: temperature scaling; B: temperature scaling)" in capsys.readouterr().out
-    assert compare.main(args + ["--calibrated", "--calibrator=evidence_scale"]) == 2
+    assert command.main(args + ["--calibrated", "--calibrator=evidence_scale"]) == 2
     assert "needs Dirichlet predictions" in capsys.readouterr().err
-    assert compare.main(args + ["--calibrator=temperature"]) == 2
+    assert command.main(args + ["--calibrator=temperature"]) == 2
     assert "add --calibrated" in capsys.readouterr().err
     # a run saved without validation predictions: one line saying how to get them
     saved.save_predictions(tmp_path / "softmax" / "predictions.npz", runs["softmax"]["test"],
                            {"far": runs["softmax"]["ood/far"]})
-    assert compare.main(args + ["--calibrated"]) == 2
+    assert command.main(args + ["--calibrated"]) == 2
     assert "holds no validation predictions" in capsys.readouterr().err

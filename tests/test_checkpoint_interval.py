@@ -7,7 +7,6 @@ The loop's clock is replaced by one that reads the number of steps dispatched (o
 step), so which epoch ends save does not depend on this machine's speed. Generated data
 (tests/conftest.py)."""
 
-import importlib.util
 import json
 import pathlib
 
@@ -124,16 +123,15 @@ def test_an_interval_skips_epoch_end_saves_and_changes_nothing_else(
         _, meta = saved_state(tmp_path / "spaced", "last", step)
         assert meta["best_step"] <= checkpoint_steps(tmp_path / "spaced", "best")[0]
 
-    # The log says where the saves went; bin/gpu_report.py reads those lines.
+    # The log says where the saves went; tools/gpu_report.py reads those lines.
     lines = [line for line in out.splitlines() if "checkpoints saving" in line]
     assert lines == [
         f"epoch 3: checkpoints saving in {(tmp_path / 'spaced').absolute()}/checkpoints: "
         f"last (step {3 * e}), best (step {2 * e})",
         f"epoch 4: checkpoints saving in {(tmp_path / 'spaced').absolute()}/checkpoints: "
         f"last (step {4 * e})" + (f", best (step {4 * e})" if len(kinds_steps) == 4 else "")]
-    spec = importlib.util.spec_from_file_location("gpu_report", REPO / "bin" / "gpu_report.py")
-    report = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(report)
+    from tools import gpu_report as report
+
     # validated epoch ends 2 and 4: none saved at 2, `last` (and a best if 4 improved) at 4
     assert report.saves_per_epoch_end(out) == [0, len(kinds_steps) - 2]
 

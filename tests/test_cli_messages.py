@@ -16,7 +16,9 @@ import jax.numpy as jnp
 import pytest
 from training_fixtures import REPO, subprocess_env
 
-from gedl_jax import cli, configs, data, train
+from gedl_jax import configs, data
+from gedl_jax.commands import cli
+from gedl_jax.commands import train as command
 from gedl_jax.run import heartbeat
 
 
@@ -49,11 +51,11 @@ def test_a_compilation_is_announced_with_its_time(capsys):
 def test_the_last_line_names_the_results():
     evaluated = [{"workdir": "runs/a/seed_0", "evaluation": {}},
                  {"workdir": "runs/a/seed_1", "evaluation": {}}]
-    assert train.results_line("runs/a", evaluated[:1]) == \
+    assert command.results_line("runs/a", evaluated[:1]) == \
         "results: runs/a/seed_0/eval_results.json"
-    assert train.results_line("runs/a", evaluated).endswith(
+    assert command.results_line("runs/a", evaluated).endswith(
         "the 2 seeds' table: runs/a/eval_table.md")
-    assert train.results_line("runs/b", [{"workdir": "runs/b"}]).startswith(
+    assert command.results_line("runs/b", [{"workdir": "runs/b"}]).startswith(
         "checkpoints in runs/b (no evaluation")
 
 
@@ -184,14 +186,14 @@ def test_a_training_run_out_of_memory_exits_2_with_one_line(tmp_path):
 
 
 def test_without_config_the_train_command_trains_the_main_jobs_config():
-    main = train.MAIN_JOB_CONFIG
+    main = command.MAIN_JOB_CONFIG
     assert main == "configs/mnist.py"
-    assert train.with_default_config(["train"]) == ["train", f"--config={main}"]
-    assert train.with_default_config(["train", "--config.learning_rate=0.003", "--workdir=w"]) \
+    assert command.with_default_config(["train"]) == ["train", f"--config={main}"]
+    assert command.with_default_config(["train", "--config.learning_rate=0.003", "--workdir=w"]) \
         == ["train", f"--config={main}", "--config.learning_rate=0.003", "--workdir=w"]
     for named in (["train", "--config=mnist:edl"], ["train", "--config", "cifar10"],
                   ["train", "--workdir=w", "--config=x.py", "--config.seed=1"]):
-        assert train.with_default_config(named) == named
+        assert command.with_default_config(named) == named
 
 
 def test_the_first_tweak_trains_the_main_job_with_it(tmp_path):
@@ -208,7 +210,7 @@ def test_the_first_tweak_trains_the_main_job_with_it(tmp_path):
                           env=subprocess_env(tmp_path / "cache"), capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"config: {train.MAIN_JOB_CONFIG} (the main job" in proc.stdout, proc.stdout
+    assert f"config: {command.MAIN_JOB_CONFIG} (the main job" in proc.stdout, proc.stdout
     saved = json.loads((tmp_path / "w" / "config.json").read_text())
     main_job = configs.build_config("mnist", "gedl")
     assert (saved["dataset"], saved["variant"], saved["learning_rate"]) == ("mnist", "gedl", 0.003)
@@ -327,7 +329,7 @@ def test_the_chance_line_names_the_option_only_where_it_is_not_set(capsys):
             (True, cli.EXIT_OK, f"warning: {message}")):
         c = configs.build_config("mnist", "gedl")
         c.allow_chance = allowed
-        assert train._exit_status(c, results) == status
+        assert command._exit_status(c, results) == status
         assert capsys.readouterr().err == line + "\n"
     import types
 

@@ -1,10 +1,11 @@
 """Configs from anywhere: `--config=<name>[:arg]` finds the packaged config from any directory
-(and from a wheel install: bin/check_wheel.sh), `configs/<name>.py` keeps working (from the
-repository's root too, where the presets are not copied), a user's own config file works, an
-unknown name is one `error:` line with exit 2."""
+(and from a wheel install: tools/check_wheel.sh), `configs/<name>.py` works from the repository's
+root (where `configs` is the package's own folder, a link: the presets are not copied) and from
+anywhere else, a user's own config file works, an unknown name is one `error:` line with exit 2."""
 
 from __future__ import annotations
 
+import pathlib
 import subprocess
 import sys
 
@@ -19,18 +20,24 @@ PRESETS = sorted(p.stem for p in PACKAGED.glob("*.py") if not p.name.startswith(
 
 
 def test_each_preset_is_written_once():
-    """The presets live in gedl_jax/configs/ only: no copy at the repository's top (where they
-    were copied before; a copy would need a test to keep it equal)."""
-    copies = sorted(name for name in PRESETS if (REPO / "configs" / f"{name}.py").exists())
-    assert not copies, f"copies of the packaged presets in configs/: {copies}"
+    """The presets live in gedl_jax/configs/ only. The repository's top-level configs/ is that
+    folder itself (a relative link; a clone's, not the sdist's), no copy (a copy would need a
+    test to keep it equal)."""
+    top = REPO / "configs"
+    if top.exists() or top.is_symlink():
+        assert top.is_symlink() and top.readlink() == pathlib.Path("gedl_jax", "configs"), \
+            "configs/ must be the link to gedl_jax/configs, not a folder of copies"
+        assert top.resolve() == PACKAGED.resolve()
 
 
 @pytest.mark.parametrize("name", PRESETS)
 @pytest.mark.parametrize("arg", ["", ":quick", ":gedl,quick"])
 def test_the_documented_path_from_the_repository_root(name, arg, monkeypatch):
-    """`--config=configs/<name>.py[:arg]`, the README's form, run where a clone puts you."""
+    """`--config=configs/<name>.py[:arg]`, the README's form, run where a clone puts you: the
+    packaged file (through the top-level link; in the sdist, which has no link, by name)."""
     monkeypatch.chdir(REPO)
-    assert configs.resolve(f"configs/{name}.py") == ("file", str(PACKAGED / f"{name}.py"))
+    kind, path = configs.resolve(f"configs/{name}.py")
+    assert kind == "file" and pathlib.Path(path).resolve() == (PACKAGED / f"{name}.py").resolve()
     assert configs.load(f"configs/{name}.py{arg}").to_dict() == configs.build_config(
         name, arg[1:] or None).to_dict()
 
@@ -118,7 +125,7 @@ def test_a_second_config_file_in_one_process_keeps_nothing_of_the_first(tmp_path
 def test_an_unknown_nested_field_is_named():
     import ml_collections
 
-    from gedl_jax import cli
+    from gedl_jax.commands import cli
 
     with pytest.raises(KeyError) as raised:   # what --config.foo.bar=1 meets
         ml_collections.ConfigDict({"seed": 0})["foo"]

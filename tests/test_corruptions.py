@@ -320,13 +320,15 @@ def test_regenerated_layout_is_read_back_by_the_release_reader(cifar10_root, tmp
 
 @pytest.mark.usefixtures("no_network", "isolated_env")
 def test_cli_regenerates_and_reports_errors(cifar10_root, capsys):
+    from gedl_jax.commands import regenerate as command
+
     root, images, _ = cifar10_root
-    assert regenerate.main([f"--data_dir={root}", "--corruptions=brightness",
+    assert command.main([f"--data_dir={root}", "--corruptions=brightness",
                             "--num_examples=2"]) == 0
     folder = C.regenerated_folder(root)
     np.testing.assert_array_equal(np.load(folder / "brightness.npy")[2:4],
                                   C.corrupt(images[[0, 3]], "brightness", 2))
-    assert regenerate.main([f"--data_dir={root}", "--corruptions=frost"]) == 2
+    assert command.main([f"--data_dir={root}", "--corruptions=frost"]) == 2
     assert "frost photographs" in capsys.readouterr().err
 
 

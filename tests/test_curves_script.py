@@ -5,12 +5,13 @@ import pathlib
 
 import numpy as np
 import pytest
-from training_fixtures import load_script
 
 
 @pytest.fixture(scope="module")
 def curves():
-    return load_script("bin/curves.py", "curves")
+    from bin import curves
+
+    return curves
 
 
 def _write_run(path: pathlib.Path, seed: int, steps_per_epoch: int = 4, epochs: int = 3):

@@ -376,17 +376,19 @@ def test_loaders_download_what_is_missing(online, served, tmp_path):
 
 
 def test_fetch_cli_lists_and_fetches(online, served, tmp_path, capsys):
+    from gedl_jax.commands import fetch as command
+
     server, _ = served
     target = tmp_path / "data"
-    assert fetch.main(["kmnist:test", "--data_dir", str(target), "--mirror", server.url]) == 0
+    assert command.main(["kmnist:test", "--data_dir", str(target), "--mirror", server.url]) == 0
     lines = []
-    assert fetch.main(["--list", "--data_dir", str(target)], printer=lines.append) == 0
+    assert command.main(["--list", "--data_dir", str(target)], printer=lines.append) == 0
     table = lines[0]
     row = next(r for r in table.splitlines() if r.startswith("kmnist") and "t10k-images" in r)
     assert row.rstrip().endswith("verified")
     row = next(r for r in table.splitlines() if r.startswith("kmnist") and "train-images" in r)
     assert row.rstrip().endswith("missing")
-    assert fetch.main(["kmnist:nope", "--data_dir", str(target)]) == 2
+    assert command.main(["kmnist:nope", "--data_dir", str(target)]) == 2
     assert "not 'nope'" in capsys.readouterr().err
 
 

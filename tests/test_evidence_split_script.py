@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 
 from gedl_jax.evidential import prior
-from training_fixtures import load_script
 
-split = load_script("studies/gedl_convergence/evidence_split.py", "evidence_split")
+from studies.gedl_convergence import evidence_split as split
 
 
 def _predictions(evidence_NxK):

@@ -167,7 +167,7 @@ def test_only_write_failure_tracebacks_are_held_back():
     import io
     import logging
 
-    from gedl_jax import cli
+    from gedl_jax.commands import cli
 
     other = "Traceback (most recent call last):\n  File \"x.py\", line 1\nKeyError: 'a'\n"
     closed = ("Traceback (most recent call last):\n  File \"base_events.py\", line 874\n"
@@ -216,7 +216,7 @@ def test_after_a_failed_write_the_librarys_leftovers_stay_quiet():
     import io
     import logging
 
-    from gedl_jax import cli
+    from gedl_jax.commands import cli
 
     asyncio_logger = logging.getLogger("asyncio")
     records = io.StringIO()

@@ -20,9 +20,9 @@ import evidential_reference as ref
 from gedl_jax import configs
 from gedl_jax.evidential import loss as loss_lib
 from gedl_jax.evidential import schedules
-from training_fixtures import load_script
+from studies.gedl_convergence import fixed_point
 
-fixed_point = load_script("studies/gedl_convergence/fixed_point.py", "fixed_point")
+
 
 
 def _log_beta(beta):

@@ -1,4 +1,4 @@
-"""bin/gpu_check.sh refuses, before any work, what would fail the suite minutes into a lent GPU's
+"""tools/gpu_check.sh refuses, before any work, what would fail the suite minutes into a lent GPU's
 time: a data folder whose SHA256SUMS lists files it does not hold (the suite checks every
 listed file; a list of only the files present passes), and an interpreter without the dev extra."""
 
@@ -9,11 +9,11 @@ import sys
 from training_fixtures import REPO
 
 
-def _check(data_dir, tmp_path):
+def _check(data_dir, tmp_path, script="tools/gpu_check.sh"):
     env = {**os.environ, "PYTHON": sys.executable, "GEDL_DATA_DIR": str(data_dir),
            "JAX_PLATFORMS": "cpu"}
     return subprocess.run(
-        ["bash", "bin/gpu_check.sh", "--dry-run", "--parts=tests", f"--out={tmp_path / 'out'}",
+        ["bash", script, "--dry-run", "--parts=tests", f"--out={tmp_path / 'out'}",
          "--tests=--collect-only -q tests/test_numerics.py"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
@@ -29,10 +29,20 @@ def test_a_sha256sums_listing_absent_files_is_refused_before_any_work(tmp_path):
     assert "lists 2 file(s) absent from $GEDL_DATA_DIR (first: cifar10/test.npz)" in proc.stderr
     assert "=== tests" not in proc.stdout   # nothing ran
 
+    # the old name forwards, with a line that says so
+    old = _check(data, tmp_path, "bin/gpu_check.sh")
+    assert old.stderr.startswith("bin/gpu_check.sh moved to tools/gpu_check.sh; the old name "
+                                 "goes in the next release\n"), old.stderr
+    assert (old.returncode, old.stderr.splitlines()[1:]) == (2, proc.stderr.splitlines())
+
     (data / "SHA256SUMS").write_text(f"{'0' * 64}  {listed[0]}\n")
     proc = _check(data, tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "=== tests" in proc.stdout
+    # its wall times written, and no lock file left among the results
+    out = tmp_path / "out"
+    assert (out / "wall_times.json").is_file() and (out / "README.md").is_file()
+    assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []
 
 
 def test_an_interpreter_without_part_of_the_dev_extra_is_refused_before_any_work(tmp_path):
@@ -55,7 +65,7 @@ def test_an_interpreter_without_part_of_the_dev_extra_is_refused_before_any_work
     env = {**os.environ, "PYTHON": str(python), "JAX_PLATFORMS": "cpu"}
     env.pop("GEDL_DATA_DIR", None)
     proc = subprocess.run(
-        ["bash", "bin/gpu_check.sh", "--dry-run", "--parts=tests", f"--out={tmp_path / 'out'}",
+        ["bash", "tools/gpu_check.sh", "--dry-run", "--parts=tests", f"--out={tmp_path / 'out'}",
          "--tests=--collect-only -q tests/test_numerics.py"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stdout + proc.stderr

@@ -111,11 +111,10 @@ def test_the_cases_cover_every_variant_and_network():
 
 
 def test_memory_analysis_script_prints_the_table(capsys):
-    """bin/memory_analysis.py (the numbers in docs/performance.md), on the ConvNet at a tiny
+    """tools/memory_analysis.py (the numbers in docs/performance.md), on the ConvNet at a tiny
     size: one row per step, the peak = arguments + outputs + temporaries - aliased."""
-    from training_fixtures import load_script
+    from tools import memory_analysis as script
 
-    script = load_script("bin/memory_analysis.py", "gedl_jax_bin_memory_analysis")
     assert script.main(["--models=convnet", "--batches=8", "--train_examples=64"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines()
             if line.startswith("| convnet |")]

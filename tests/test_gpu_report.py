@@ -1,4 +1,4 @@
-"""bin/gpu_report.py: the README of a bin/gpu_check.sh folder says what its files hold.
+"""tools/gpu_report.py: the README of a tools/gpu_check.sh folder says what its files hold.
 
 A hand-made folder: pytest's log cut by a time limit (verbose and quiet forms), a benchmark with
 the ConvNet step, and a training loop's metrics records whose times give a known rate, so every
@@ -8,9 +8,9 @@ number the report prints is known in advance.
 import json
 import tempfile
 
-from training_fixtures import load_script
+from tools import gpu_report as report
 
-report = load_script("bin/gpu_report.py", "gedl_jax_bin_gpu_report")
+
 
 
 def _folder(tmp_path, tests_log: str):

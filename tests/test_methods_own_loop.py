@@ -289,7 +289,7 @@ def test_a_bad_label_under_jit_is_reported_as_the_eager_one_line_with_exit_2(cap
     error" with the message at the end of a traceback, after jax logged that traceback: a
     command (`cli.guarded`) reports it as the eager call's one line, exit 2, and drops the
     log record."""
-    from gedl_jax import cli
+    from gedl_jax.commands import cli
 
     obj = EvidentialObjective.gedl(num_classes=K, steps_per_epoch=2)
     logits, labels = jnp.zeros((3, K)), jnp.array([0, K, 1])

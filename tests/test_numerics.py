@@ -4,7 +4,7 @@ override the user's, and a run records both.
 
 A CPU computes float32 products whatever the precision, so these tests check what the programs
 ask for (the precision in the lowered StableHLO) and that on a CPU the two settings give the same
-numbers; what TF32 changes on a GPU is measured by bin/gpu_check.sh.
+numbers; what TF32 changes on a GPU is measured by tools/gpu_check.sh.
 """
 
 import json

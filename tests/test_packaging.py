@@ -1,7 +1,7 @@
 """Packaging: one version, a license and citation that agree with pyproject.toml, data files that
 ship in the wheel, an sdist manifest that holds the tests' inputs; and (marked `network`: run
 with --run-network) the `cuda12` and `cuda13` extras resolve against the tested dependency set.
-Building and installing the wheel itself is bin/check_wheel.sh (CI runs it after the suite)."""
+Building and installing the wheel itself is tools/check_wheel.sh (CI runs it after the suite)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def test_data_files_under_the_package_ship_in_the_wheel():
 
 def test_the_sdist_holds_what_the_tests_read():
     manifest = (REPO / "MANIFEST.in").read_text()
-    for folder in ("tests", "requirements", "notebooks", "bin", "studies", "docs"):
+    for folder in ("tests", "requirements", "notebooks", "bin", "tools", "studies", "docs"):
         assert re.search(rf"^graft {folder}$", manifest, re.M), folder
     # but not the studies' committed results (9 MB of run logs, tables and plots)
     assert re.search(r"^prune docs/results$", manifest, re.M)

@@ -285,28 +285,29 @@ def test_the_data_cache_and_the_download_lock_never_write_through_a_link(tmp_pat
 
 # ------------------------------------------------------------------------------ the package
 def test_bin_reproduce_replaces_a_link_planted_at_its_plot(tmp_path):
-    from training_fixtures import load_script
+    from bin import reproduce
 
     sentinel = _sentinel(tmp_path / "user")
     run = {"id": {"accuracy": 0.9, "misclassification": {"mp": {"aupr": 0.95}}}, "ood": {}}
     grouped = {f"gedl_cw{w}": [run, run] for w in (0.5, 1.0)}
     path = _plant(tmp_path / "out" / "sensitivity.png", sentinel)
-    load_script("bin/reproduce.py", "reproduce_planted").sensitivity_plot(grouped, path)
+    reproduce.sensitivity_plot(grouped, path)
     assert sentinel.read_bytes() == SENTINEL
     _assert_replaced(path)
 
 
 def test_every_writer_of_the_package_and_the_scripts_goes_through_files():
-    """No module of gedl_jax and no script of bin/ opens a file to write by itself: each whole
-    file goes through `files.atomic_file` (or `write_text` / `write_with`), each file written
+    """No module of gedl_jax and no script of bin/ or tools/ opens a file to write by itself: each
+    whole file goes through `files.atomic_file` (or `write_text` / `write_with`), each file written
     in place through `files.open_in_place`. A new writer that opens its file directly fails
-    here. (bin/gpu_check.sh's Python writes its own scratch files in its output folder.)"""
+    here. (tools/gpu_check.sh's Python writes its own scratch files in its output folder.)"""
     import re
 
     direct = re.compile(r"open\([^)]*[\"'](w|a|x|wb|ab|xb|w\+|r\+)[\"']|\.write_text\(|"
                         r"\.write_bytes\(|savefig\((path|tmp)|json\.dump\(")
     found = []
-    for path in sorted([*(REPO / "gedl_jax").rglob("*.py"), *(REPO / "bin").glob("*.py")]):
+    for path in sorted([*(REPO / "gedl_jax").rglob("*.py"), *(REPO / "bin").glob("*.py"),
+                        *(REPO / "tools").glob("*.py")]):
         if path.name == "files.py":
             continue
         for number, line in enumerate(path.read_text().splitlines(), 1):

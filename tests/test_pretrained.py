@@ -33,7 +33,7 @@ from gedl_jax import configs, data, pretrained, train
 from gedl_jax.evaluate import evaluate_workdir
 from gedl_jax.pretrained import export, registry
 from compile_mode import fast_compilation
-from training_fixtures import load_script, needs_committed_results
+from training_fixtures import needs_committed_results
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 COMMITTED = REPO / "docs" / "results" / "gedl_convergence" / "gedl_seed0" / "eval_results.json"
@@ -232,7 +232,7 @@ def test_reexport_records_the_weights_checksum_with_the_weights_unchanged(export
     registry's weights_sha256; it refuses a file whose weights that does not vouch for."""
     from flax import serialization
 
-    from gedl_jax.pretrained.__main__ import main as pretrained_main
+    from gedl_jax.commands.pretrained import main as pretrained_main
 
     reg = _without_weights_record(exported, tmp_path / "m", registry_too=False)
     before = serialization.msgpack_restore((tmp_path / "m" / "tiny_gedl.msgpack").read_bytes())
@@ -475,7 +475,9 @@ def test_the_mirror_serves_models_and_a_wrong_file_is_not_kept(exported, tmp_pat
 
 # ------------------------------------------------------------------------------ shipped
 def _export_script():
-    return load_script("bin/export_pretrained.py", "export_pretrained")
+    from bin import export_pretrained
+
+    return export_pretrained
 
 
 ENVIRONMENT = {"commit": "abc1234", "dirty": True, "device": "NVIDIA H100 80GB HBM3",

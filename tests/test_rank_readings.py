@@ -3,11 +3,12 @@ MNIST row, on a results.json whose numbers are known."""
 
 import json
 
-from training_fixtures import load_script
 
 
 def _load():
-    return load_script("studies/gedl_convergence/rank_readings.py", "rank_readings")
+    from studies.gedl_convergence import rank_readings
+
+    return rank_readings
 
 
 def _aggregate(acc, conf, k_mp, k_um, f_mp, f_um):

@@ -14,7 +14,6 @@ from training_fixtures import (
     REPO,
     TINY_FIELDS,
     checkpoint_steps,
-    load_script,
     subprocess_env,
     write_tiny_mnist,
 )
@@ -293,7 +292,7 @@ def test_no_checkpoint_restores_is_one_error_and_nothing_is_renamed(finished, tm
                        match=r"(?s)cannot resume from .*checkpoints/last/16: .* no older "
                              r"checkpoint restores either \(2 tried\)") as raised:
         train.train_and_evaluate(c, workdir)
-    from gedl_jax import cli
+    from gedl_jax.commands import cli
 
     first, *details = cli.error_text(raised.value).split("\n")   # as the command prints it
     assert first.endswith("use a new --workdir, or the version that wrote it"), first
@@ -311,7 +310,8 @@ def test_a_checkpoint_that_runs_out_of_memory_is_not_set_aside_as_damaged(
 
     import jax.numpy as jnp
 
-    from gedl_jax import cli, evaluate
+    from gedl_jax import evaluate
+    from gedl_jax.commands import cli
     from gedl_jax.run import checkpointing
 
     try:   # a real out-of-memory error: an allocation no machine has
@@ -495,7 +495,7 @@ def test_full_disk_at_each_write_site_loses_nothing(finished, tmp_path, fast_com
     import jax
     from training_fixtures import assert_same_tree
 
-    from gedl_jax import cli
+    from gedl_jax.commands import cli
     from gedl_jax.run import checkpointing, rundir, training
     from gedl_jax.run import workdir as workdir_eval
 
@@ -537,7 +537,7 @@ def test_full_disk_at_each_write_site_loses_nothing(finished, tmp_path, fast_com
 
 # --------------------------------------------------------------- 6. and the table itself
 def test_report_names_a_corrupted_results_file(tmp_path, capsys):
-    from gedl_jax.evaluation import report
+    from gedl_jax.commands import report
 
     bad = tmp_path / "runs" / "gedl_seed0" / "eval_results.json"
     bad.parent.mkdir(parents=True)
@@ -646,7 +646,9 @@ def test_sigterm_while_compiling_stops_within_seconds(tmp_path):
 
 
 def _load_reproduce():
-    return load_script("bin/reproduce.py", "reproduce")
+    from bin import reproduce
+
+    return reproduce
 
 
 def _one_error_line(capsys, *needles: str) -> None:
@@ -657,10 +659,10 @@ def _one_error_line(capsys, *needles: str) -> None:
 
 
 def test_fetch_report_and_reproduce_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
-    """The argparse CLIs share gedl_jax/cli.py: `error: ...`, exit 2, nothing written; --help
-    exits 0 and lists what can be named."""
-    from gedl_jax.data import fetch
-    from gedl_jax.evaluation import report
+    """The argparse CLIs share gedl_jax/commands/cli.py: `error: ...`, exit 2, nothing written;
+    --help exits 0 and lists what can be named."""
+    from gedl_jax.commands import fetch, report
+    from gedl_jax.data.registry import DATASETS
 
     assert fetch.main(["nope", "--data_dir", str(tmp_path / "d")]) == 2
     _one_error_line(capsys, "unknown dataset 'nope'", "known datasets")
@@ -672,7 +674,7 @@ def test_fetch_report_and_reproduce_bad_input_is_one_line_and_exit_2(tmp_path, c
     _one_error_line(capsys, "name at least one dataset")
     assert fetch.main(["--help"]) == 0
     text = capsys.readouterr().out
-    assert all(name in text for name in fetch.DATASETS)
+    assert all(name in text for name in DATASETS)
     assert report.main([str(tmp_path)]) == 2
     _one_error_line(capsys, f"no eval_results.json under {tmp_path}")
     assert report.main([str(tmp_path / "absent")]) == 2

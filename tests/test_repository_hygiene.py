@@ -15,9 +15,9 @@ read, and the test fails naming `file:line` for:
        from instead, or state the fact;
     2. a relative markdown link `[text](path)` (in .md files and notebooks) whose target, taken
        relative to the linking file, is not a file or folder of the repository;
-    3. a repository path starting with `docs/`, `bin/`, `studies/` or `benchmarks/` (the old
-       name of `studies/`), or a module `studies.<name>` or `benchmarks.<name>`, mentioned
-       anywhere, that does not exist. Not checked: templates (the
+    3. a repository path starting with `docs/`, `bin/`, `tools/`, `studies/` or `benchmarks/`
+       (the old name of `studies/`), or a module `studies.<name>`, `tools.<name>` or
+       `benchmarks.<name>`, mentioned anywhere, that does not exist. Not checked: templates (the
        path goes on with `*`, `{`, `<` or `$`) and outputs a command would write (after `--out=`,
        `--out ` or `>`). A path that no longer exists may be named as history: it passes when
        its paragraph (the block of non-blank lines around it) cites a commit that holds it,
@@ -72,8 +72,8 @@ PRIVATE_NOTE = re.compile(
     rf"|\.\./{SHARED}\b|\b{SHARED}/(?:spec|paper)\b")
 MARKDOWN_LINK = re.compile(r"!?\[[^\]\n]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 REPO_PATH = re.compile(
-    r"(?<![\w./~$-])((?:docs|bin|studies|benchmarks)/[\w.-]+(?:/[\w.-]+)*/?)")
-SCRIPT_MODULE = re.compile(r"(?<![\w./-])(studies|benchmarks)\.([A-Za-z_]\w*)")
+    r"(?<![\w./~$-])((?:docs|bin|tools|studies|benchmarks)/[\w.-]+(?:/[\w.-]+)*/?)")
+SCRIPT_MODULE = re.compile(r"(?<![\w./-])(studies|tools|benchmarks)\.([A-Za-z_]\w*)")
 OUTPUT_BEFORE = re.compile(r"(?:--out[= ]|>\s*)$")
 COMMIT = re.compile(r"\bcommits?\s+([0-9a-f]{7,40})\b|\b([0-9a-f]{7,40}):")
 RECORDED_SUFFIXES = (".json", ".txt", ".log", ".tex")
@@ -275,6 +275,34 @@ def test_no_data_files_are_tracked(checkout):
     data_files = [f for f in checkout if f.endswith(ARRAY_SUFFIXES)
                   and not f.startswith("gedl_jax/pretrained/")]
     assert not data_files, f"data files tracked by git (git rm --cached them): {data_files}"
+
+
+def test_no_script_loads_another_by_its_file_path(checkout):
+    """Scripts are not libraries: a script, study or test imports what it uses as a module
+    (`gedl_jax...`, `bin.<name>`, `tools.<name>`, `studies.<...>`), never by its file path."""
+    loader = "spec_from" + "_file_location"   # spelt in two parts: this file is read too
+    found = [f"{path}:{number}" for path in checkout if path.endswith((".py", ".ipynb", ".sh"))
+             and (text := _text(REPO, path)) is not None
+             for number, line in enumerate(text.splitlines(), 1) if loader in line]
+    assert not found, f"load these as modules instead: {found}"
+
+
+def test_the_top_level_configs_is_the_packages_folder(checkout):
+    """The documented `--config=configs/<name>.py` names a real path from a clone's root: the
+    top-level `configs` is a relative link to gedl_jax/configs (the presets written once, in the
+    package, which the wheel ships), tracked as a link, not a folder of copies."""
+    listed = _git(REPO, "ls-files", "-s", "configs").stdout.split()
+    assert listed[:1] == ["120000"] and listed[-1] == "configs", f"configs is {listed}"
+    assert _git(REPO, "cat-file", "-p", listed[1]).stdout == "gedl_jax/configs"
+    assert (REPO / "configs" / "mnist.py").resolve() == (
+        REPO / "gedl_jax" / "configs" / "mnist.py").resolve()
+
+
+def test_no_lock_file_is_tracked(checkout):
+    """A lock file belongs to the process that holds it (a workdir's `.gedl_jax.lock`, a tool's
+    turn-taking), never to the repository."""
+    locks = [f for f in checkout if posixpath.basename(f).endswith(".lock")]
+    assert not locks, f"lock files tracked by git (git rm --cached them): {locks}"
 
 
 def test_ruff_finds_nothing():

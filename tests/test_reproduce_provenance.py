@@ -9,7 +9,6 @@ import sys
 
 from training_fixtures import (
     TINY_FIELDS,
-    load_script,
     needs_committed_results,
     subprocess_env,
     write_tiny_mnist,
@@ -24,7 +23,9 @@ ENV_CPU = dict(ENV_GPU, device="cpu", cpu_count=2, commit="def5678", dirty=True)
 
 
 def _reproduce():
-    return load_script("bin/reproduce.py", "reproduce_provenance")
+    from bin import reproduce
+
+    return reproduce
 
 
 def test_each_run_keeps_its_environment_and_the_table_lists_them(tmp_path):
@@ -95,7 +96,8 @@ def test_a_run_under_way_without_a_record_is_recorded_as_resumed(tmp_path):
     assert reproduce.trained_on([run])[0].endswith("is not recorded) (1 run)")
     reproduce.record_environment(run, ENV_CPU, continuing=True)
     assert json.loads((run / "environment.json").read_text()) == older
-    export_pretrained = load_script("bin/export_pretrained.py", "export_pretrained_provenance")
+    from bin import export_pretrained
+
     assert export_pretrained.environment_fields(run)["hardware"] == "cpu x1, 2 CPU cores (x86_64)"
     reproduce.record_environment(run, ENV_GPU, continuing=True)
     assert reproduce.trained_on([run])[0].endswith(
@@ -148,7 +150,7 @@ def test_aggregate_only_remakes_the_committed_rows_without_training(tmp_path, ca
     out = tmp_path / "study"
     _committed_runs_in_study_layout(out, variants)
     before = sorted(p.relative_to(out) for p in out.rglob("*"))
-    reproduce = load_script("bin/reproduce.py", "reproduce_aggregate")
+    reproduce = _reproduce()
     assert reproduce.main(["--study=main", "--setting=long", f"--variants={','.join(variants)}",
                            "--seeds=0,1,2", "--aggregate_only", f"--out={out}"]) == 0
     after = sorted(p.relative_to(out) for p in out.rglob("*"))
@@ -166,7 +168,7 @@ def test_aggregate_only_names_the_unfinished_runs_and_writes_nothing(tmp_path, c
     out = tmp_path / "study"
     _committed_runs_in_study_layout(out, ["kl_pn"])
     (out / "runs" / "kl_pn" / "seed_2" / "eval_results.json").unlink()
-    reproduce = load_script("bin/reproduce.py", "reproduce_aggregate_missing")
+    reproduce = _reproduce()
     assert reproduce.main(["--study=main", "--setting=long", "--variants=kl_pn,duq",
                            "--seeds=0,1,2", "--aggregate_only", f"--out={out}"]) == 2
     err = capsys.readouterr().err

@@ -3,7 +3,7 @@
 **Which text** (`documents`). The sections of README.md that state results (`README_RESULTS`),
 every `docs/results/*/README.md`, the whole of `docs/reproduction.md`, and the NOTES.md of every
 GPU check under `docs/results/gpu/` (a check's folder is the one holding its NOTES.md; the
-README.md beside it is `bin/gpu_report.py`'s output, evidence, not prose), less: fenced and
+README.md beside it is `tools/gpu_report.py`'s output, evidence, not prose), less: fenced and
 indented code (an indented line that starts a block after a blank line; one that follows text
 goes on with it, as a nested list item's next line does) and inline code (commands, names),
 the sections headed as in `NOT_RESULTS_SECTIONS` (commands, provenance, a derivation: no
@@ -47,7 +47,7 @@ points into, or a file of `docs/results/` itself such as `torch_reference_quick.
   and for every folder the output of its table scripts (`TABLE_SCRIPTS`);
 - of a GPU check's folder, own or linked, every file but its NOTES.md and the earlier checks
   kept inside it (each evidence only where linked): its JSON (benchmarks, wall times, the
-  environment), its records (`*.jsonl`), its logs and the tables `bin/gpu_report.py` and the
+  environment), its records (`*.jsonl`), its logs and the tables `tools/gpu_report.py` and the
   benchmarks wrote;
 - of a linked file, its numbers.
 
@@ -90,6 +90,7 @@ import bisect
 import collections
 import contextlib
 import functools
+import importlib
 import io
 import itertools
 import json
@@ -97,7 +98,7 @@ import pathlib
 import re
 
 import pytest
-from training_fixtures import load_script, needs_committed_results
+from training_fixtures import needs_committed_results
 
 from gedl_jax import paper
 
@@ -315,7 +316,7 @@ class Evidence:
     def _add_folder(self, source: pathlib.Path, own: bool) -> None:
         """A results folder's files, or one linked results file (a table, a log). A GPU
         check's folder (`is_check`) is evidence whole: its JSON, its records, its logs and the
-        README that `bin/gpu_report.py` wrote, less its NOTES.md (prose) and the earlier checks
+        README that `tools/gpu_report.py` wrote, less its NOTES.md (prose) and the earlier checks
         kept in it (each its own folder, evidence where a text links to it)."""
         check = is_check(source)
         for path in _files_of(source):
@@ -513,7 +514,7 @@ def _parsed(path: pathlib.Path):
 
 
 def is_check(folder: pathlib.Path) -> bool:
-    """Whether the folder is a GPU check's (`bin/gpu_check.sh`): it holds the NOTES.md that
+    """Whether the folder is a GPU check's (`tools/gpu_check.sh`): it holds the NOTES.md that
     reads its files."""
     return folder.is_dir() and (folder / "NOTES.md").is_file()
 
@@ -533,7 +534,7 @@ def _files_of(source: pathlib.Path) -> list[pathlib.Path]:
 @functools.cache
 def _output_of(script: pathlib.Path, arguments: tuple[str, ...]) -> str:
     """The script's output (run once per arguments)."""
-    module = load_script(str(script.relative_to(REPO)), script.stem)
+    module = importlib.import_module(".".join(script.relative_to(REPO).with_suffix("").parts))
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert module.main(list(arguments)) == 0, f"{script} {arguments} failed"

@@ -11,7 +11,6 @@ import jax
 import numpy as np
 import pytest
 
-from training_fixtures import load_script
 
 from gedl_jax.run import step_benchmark
 
@@ -78,7 +77,8 @@ def test_loop_rate_times_whole_epochs_from_the_first_epoch_end():
 def test_benchmark_sets_several_seeds_step_beside_one_seeds(tmp_path, monkeypatch, capsys):
     """`--seeds=1,5`: a line and a JSON field per setting measured with both, the 5-seed step's
     time over the one-seed step's (timings faked: the wiring, not a measurement)."""
-    bench = load_script("bin/benchmark.py", "benchmark_script")
+    from bin import benchmark as bench
+
     times = {("float32", 1): 10.0, ("float32", 5): 18.0, ("bfloat16", 1): 4.0,
              ("bfloat16", 5): 9.0}
 

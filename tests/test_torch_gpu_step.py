@@ -129,7 +129,7 @@ def test_torch_script_rejects_an_unknown_model_with_one_error_line():
 
 
 def test_table_takes_the_ratio_to_the_best_torch_mode_under_the_same_arithmetic():
-    # Our float32 step timed under both precisions (the bench part of bin/gpu_check.sh): the
+    # Our float32 step timed under both precisions (the bench part of tools/gpu_check.sh): the
     # ratio takes the row with PyTorch's arithmetic, TF32 beside TF32 (an H100 check once
     # compared our true-float32 row with PyTorch's TF32), whichever row comes last.
     base = {"model": "convnet", "batch": 128, "dtype": "float32"}

@@ -8,7 +8,6 @@ a few steps of training move the accuracy and the parameters measurably.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import pathlib
 import socket
@@ -25,15 +24,6 @@ needs_committed_results = pytest.mark.skipif(
     not (REPO / "docs" / "results").is_dir(),
     reason="compares with the studies' committed results in docs/results, which a clone has and "
            "the sdist does not ship")
-
-
-def load_script(relative_path: str, module_name: str):
-    """A standalone script of the repository (e.g. "bin/reproduce.py") loaded as a module, for
-    testing its functions: bin/ is not a package."""
-    spec = importlib.util.spec_from_file_location(module_name, REPO / relative_path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def write_tiny_mnist(root: pathlib.Path, n_train: int = 320, n_test: int = 64,

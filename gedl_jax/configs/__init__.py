@@ -5,13 +5,14 @@ any directory and from a wheel install:
     python -m gedl_jax.train --config=configs/mnist.py:gedl     # the same, the documented form
     python -m gedl_jax.train --config=my_experiment.py:edl      # a user's own config file
 
-Each preset is written once, here (`<name>.py`); the documented form `--config=configs/<name>.py`
-names the same file from a clone, from any other directory and from a wheel install (rule 3).
+Each preset is written once, here (`<name>.py`). The documented form `--config=configs/<name>.py`
+names the same file from a clone's root, whose top-level `configs` is a link to this folder
+(rule 1), and from any other directory and a wheel install (rule 3).
 
 How `--config=SPEC[:ARG]` is resolved (`resolve`):
 1. SPEC is an existing file: that file (as ml_collections always did);
 2. SPEC is a name: the packaged `gedl_jax/configs/<name>.py`, else, for a dataset that
-   `gedl_jax.configuration` knows without a config file, `build_config(<name>, ARG)`;
+   `gedl_jax.config` knows without a config file, `build_config(<name>, ARG)`;
 3. SPEC is `configs/<name>.py` and no such file is here (the documented form): the packaged
    file of that name;
 4. anything else that looks like a path (a `/` or `.py`) is left to ml_collections, whose

@@ -1,5 +1,6 @@
 """Two evaluated runs, or two methods' runs over seeds, compared on the same examples: a paired
-bootstrap of every metric's difference (``bin/compare_runs.py``).
+bootstrap of every metric's difference (``bin/compare_runs.py``, whose command line is
+``gedl_jax.commands.compare``).
 
     python bin/compare_runs.py runs/mnist_gedl runs/mnist_edl [--samples 2000] [--out FILE.md]
     python bin/compare_runs.py runs/gedl5 runs/edl5          # folders of seed_* runs
@@ -36,10 +37,9 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gedl_jax import files
 from gedl_jax.evaluation import bootstrap, checks, core, saved
 
-__all__ = ["compare_runs", "main", "paired_table", "run_paths"]
+__all__ = ["compare_runs", "paired_table", "run_paths"]
 
 PREDICTIONS_FILENAME = "predictions.npz"
 DEFAULT_SCORES = ("mp", "um")
@@ -225,49 +225,3 @@ def paired_table(comparison: Mapping[str, Any]) -> str:
                                ("auroc", "AUROC"), ("fpr95", "FPR95")):
                 lines.append(row(label, name, score, by_metric[key], 100))
     return "\n".join(lines) + "\n"
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """The command line (bin/compare_runs.py): bad input is one `error:` line and exit 2."""
-    from gedl_jax import cli
-
-    parser = cli.ArgumentParser(
-        description="Compare two evaluated runs, or two methods' runs over seeds, on the "
-                    "same examples: a paired bootstrap of every metric's difference A - B.")
-    parser.add_argument("run_a", help="run A: its results folder (predictions.npz) or the "
-                                      "file; a folder of seed_* runs; or several joined by "
-                                      "commas (a method's seeds)")
-    parser.add_argument("run_b", help="run B, the same way, on the same test set")
-    parser.add_argument("--samples", type=int, default=2000, help="replicates (default 2000)")
-    parser.add_argument("--confidence", type=float, default=0.95,
-                        help="the intervals' level (default 0.95)")
-    parser.add_argument("--seed", type=int, default=0, help="seeds the draws (default 0)")
-    parser.add_argument("--interval", choices=bootstrap.INTERVAL_METHODS, default="percentile",
-                        help="percentile (default), or basic: the percentile bounds reflected "
-                             "about the difference on all examples")
-    parser.add_argument("--scores", help="comma-separated scores (default: mp,um where every "
-                                         "run has them); the post-hoc OOD scores the runs "
-                                         "saved (energy, ...) too")
-    parser.add_argument("--calibrated", action="store_true",
-                        help="compare the calibrated predictions: each run's calibrator (its "
-                             "evaluation's: evidence scaling for the EDL family, temperature "
-                             "scaling otherwise) fitted on its validation predictions")
-    parser.add_argument("--calibrator", choices=core.CALIBRATORS,
-                        help="with --calibrated, this calibrator for every run")
-    parser.add_argument("--out", help="also write the table (.md) or the numbers (.json) here")
-    return cli.run_argparse(parser, _main, argv)
-
-
-def _main(args: Any) -> int:
-    if args.calibrator and not args.calibrated:
-        raise ValueError("--calibrator chooses the calibrator of --calibrated; add --calibrated")
-    comparison = compare_runs(args.run_a, args.run_b, args.samples, args.confidence, args.seed,
-                              args.scores.split(",") if args.scores else None,
-                              args.calibrated, args.calibrator, args.interval)
-    text = paired_table(comparison)
-    print(text, end="")
-    if args.out:
-        out = pathlib.Path(args.out)
-        files.write_text(out, json.dumps(comparison, indent=2) if out.suffix == ".json"
-                         else text)
-    return 0

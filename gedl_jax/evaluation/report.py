@@ -6,25 +6,23 @@ order: the paper's main-table layout (Acc, Conf.MP, then MP and UM per OOD set: 
 std), a calibration table (NLL, Brier, ECE as fractions, as in the paper's calibration table), a
 detection-detail table (AUPR-in/out, AUROC, FPR95), then each section the results hold beyond
 the paper. ``aggregate`` (``gedl_jax.evaluation.aggregation``) gives the mean and spread they
-print. ``load_runs`` and ``main`` back ``bin/report.py``.
+print. ``load_runs`` backs ``bin/report.py`` (its command line: ``gedl_jax.commands.report``).
 """
 
 from __future__ import annotations
 
 import json
 import re
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gedl_jax import files
 from gedl_jax.evaluation import tables
 from gedl_jax.evaluation.aggregation import aggregate
 from gedl_jax.evaluation.tables.context import PAPER_SCORES, set_labels, stat_at
 
-__all__ = ["aggregate", "main_table_values", "results_table", "load_runs", "main",
-           "RESULTS_FILENAME", "set_labels"]
+__all__ = ["aggregate", "main_table_values", "results_table", "load_runs", "RESULTS_FILENAME",
+           "set_labels"]
 
 RESULTS_FILENAME = "eval_results.json"
 
@@ -146,48 +144,3 @@ def load_runs(runs_dir: str | Path) -> dict[str | None, dict[str, list[dict[str,
                      or _variant_from_path(path, root))
         grouped.setdefault(result.get("dataset"), {}).setdefault(method, []).append(result)
     return grouped
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """The command line (bin/report.py): bad input is one `error:` line and exit 2
-    (gedl_jax.cli)."""
-    from gedl_jax import cli
-
-    parser = cli.ArgumentParser(
-        description="Paper-style table (mean ± std over seeds) of every eval_results.json under "
-                    "RUNS_DIR, grouped by dataset and method.")
-    parser.add_argument("runs_dir", help="folder searched recursively for eval_results.json")
-    parser.add_argument("--latex", action="store_true", help="LaTeX (booktabs) instead of markdown")
-    parser.add_argument("--out", help="also write the tables to this file")
-    parser.add_argument("--json", help="write the aggregated numbers {dataset: {method: ...}}")
-    parser.add_argument("--ood", help="comma-separated OOD sets and their order (default: all)")
-    parser.add_argument("--no-extra", action="store_true",
-                        help="only the main table (no calibration / detection-detail tables)")
-    return cli.run_argparse(parser, _main, argv)
-
-
-def _main(args: Any) -> int:
-    grouped = load_runs(args.runs_dir)
-    if not grouped:
-        raise FileNotFoundError(f"no {RESULTS_FILENAME} under {args.runs_dir}: give the folder "
-                                f"of evaluated runs (python -m gedl_jax.evaluate writes it)")
-    ood_names = args.ood.split(",") if args.ood else None
-    texts, aggregated = [], {}
-    for dataset, methods in grouped.items():
-        for method, runs in methods.items():
-            seeds = [r["seed"] for r in runs if "seed" in r]
-            if len(seeds) != len(set(map(str, seeds))):
-                print(f"warning: {method}: duplicate seeds {seeds}", file=sys.stderr)
-        title = dataset or "results"
-        heading = (f"% ---- {title} ----" if args.latex else f"## {title}")
-        texts.append(heading + "\n\n" + results_table(
-            methods, fmt="latex" if args.latex else "markdown", ood_names=ood_names,
-            extra=not args.no_extra))
-        aggregated[str(title)] = {m: aggregate(runs) for m, runs in methods.items()}
-    text = "\n".join(texts)
-    print(text, end="")
-    if args.out:
-        files.write_text(args.out, text)
-    if args.json:
-        files.write_text(args.json, json.dumps(aggregated, indent=2))
-    return 0

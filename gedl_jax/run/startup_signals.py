@@ -6,7 +6,7 @@ KeyboardInterrupt traceback (SIGINT), where a scheduler's requeue rule or a user
 preempted status. `install()` makes either signal end the process at once with
 `EXIT_PREEMPTED` and one line that says to rerun: nothing of the command has run yet, so there
 is nothing to save. This module imports nothing heavy, so a command installs it first
-(`gedl_jax/train.py`).
+(`gedl_jax/commands/train.py`; `gedl_jax/train.py` run as `python -m gedl_jax.train`).
 """
 
 from __future__ import annotations

@@ -13,33 +13,24 @@ A second table ranks every run of the folder within its machine by its distance 
 GEDL row (the mean absolute difference over the six columns, as `rank_readings.py` computes it
 for the 3-seed means), so that readings are compared on one machine.
 
-    python studies/gedl_convergence/machines.py [FOLDER]
+    python -m studies.gedl_convergence.machines [FOLDER]   # from the repository root
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import pathlib
 import statistics
 import sys
 
+# The paper's MNIST columns and where an evaluation holds them: the long table's definition
+from studies.gedl_convergence.rank_readings import paper_row
+from studies.mnist_long.against_paper import COLUMNS, PATHS
+
 HERE = pathlib.Path(__file__).resolve().parent
 RESULTS = HERE.parents[1] / "docs" / "results" / "gedl_convergence"   # the study's results
 READINGS = ("gedl", "kl_masked", "tau_step", "tau_sum_over_c")
-
-
-def _load(path: pathlib.Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-# The paper's MNIST columns and where an evaluation holds them: the long table's definition
-_AGAINST_PAPER = _load(HERE.parent / "mnist_long" / "against_paper.py", "against_paper")
-COLUMNS, PATHS = _AGAINST_PAPER.COLUMNS, _AGAINST_PAPER.PATHS
 
 
 def headline(path: pathlib.Path) -> list[float]:
@@ -52,10 +43,6 @@ def headline(path: pathlib.Path) -> list[float]:
             node = node[key]
         values.append(100 * float(node))
     return values
-
-
-def paper_row() -> list[float]:
-    return _load(HERE / "rank_readings.py", "rank_readings").paper_row()
 
 
 def distances(folder: pathlib.Path) -> list[tuple[str, str, int, float]]:

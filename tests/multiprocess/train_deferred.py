@@ -9,7 +9,7 @@ that were deferred, so a test knows that the path ran.
 
 import sys
 
-from gedl_jax import train
+from gedl_jax.commands import train
 from gedl_jax.run import training
 
 

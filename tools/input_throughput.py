@@ -4,26 +4,25 @@ For MNIST (28x28x1, no augmentation) and CIFAR-10 (32x32x3, flip + crop + rotati
 training split is put on the device once; one jitted call then does what the train step does per
 step: slice the epoch permutation, gather the batch, augment (CIFAR), scale to float32. Prints
 images/s as the median over repeats after a warm-up (compile) call, the per-epoch permutation
-cost, and, where a model is available, the model's train step time at the same batch size, so
-anyone can see the input never limits training.
+cost, and the model's train step time at the same batch size, so anyone can see the input never
+limits training.
 
-    python bin/input_throughput.py --synthetic                  # synthetic uint8, real split sizes
-    python bin/input_throughput.py --data_dir DATA_DIR          # the real splits (+ decode times)
-    python bin/input_throughput.py --batch 128,1024 --repeats 7 --steps 50
+    python tools/input_throughput.py --synthetic           # synthetic uint8, real split sizes
+    python tools/input_throughput.py --data_dir DATA_DIR   # the real splits (+ decode times)
+    python tools/input_throughput.py --batch 128,1024 --repeats 7 --steps 50
 
 Without --data_dir it reads the real splits from $GEDL_DATA_DIR where that is set, else it times
-synthetic arrays. The model step time comes from bin/benchmark.py beside it.
+synthetic arrays. The model step time is the real train step's, as bin/benchmark.py times it
+(`gedl_jax.run.step_benchmark`).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import statistics
 import tempfile
 import time
-from pathlib import Path
 
 import jax
 import numpy as np
@@ -41,22 +40,23 @@ def hardware() -> str:
             f"{os.cpu_count()} cores")
 
 
-# ------------------------------------------------------------------------------------ hook
-def model_step_time(dataset: str, batch_size: int) -> float | None:
-    """HOOK (for the integrator): seconds per jitted train step of the dataset's model (ConvNet
-    for mnist, VGG16-bn for cifar10) at `batch_size`, measured like `measure` below; None when the
-    model/train modules are not available. The input numbers above do not depend on it."""
-    # bin/benchmark.py (the real GEDL train step), loaded from its file: bin/ is not a package.
-    spec = importlib.util.spec_from_file_location("gedl_jax_bin_benchmark",
-                                                  Path(__file__).with_name("benchmark.py"))
-    try:
-        benchmark = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(benchmark)
-    except (ImportError, OSError):
-        return None
+# ------------------------------------------------------------------------------------ model
+def model_step_time(dataset: str, batch_size: int) -> float:
+    """Seconds per jitted train step of the dataset's model (ConvNet for mnist, VGG16-bn for
+    cifar10) at `batch_size`: the real GEDL train step on synthetic data
+    (`run.step_benchmark.compiled_train_step`, what bin/benchmark.py times), the median of 3
+    repeats of 3 steps after a warm-up step. The input numbers above do not depend on it."""
+    from gedl_jax.run.step_benchmark import compiled_train_step
+
     model = "convnet" if dataset in ("mnist", "fashion_mnist", "kmnist") else "vgg16"
-    row = benchmark.bench_one(model, batch_size, "float32", 1, steps=3, repeats=3)
-    return row["step_ms"] / 1e3
+    run, _ = compiled_train_step(model, batch_size, "float32", 1, 3, device_loop=True)
+    run(1)   # warm-up
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        run(3)
+        times.append((time.perf_counter() - start) / 3)
+    return statistics.median(times)
 
 
 # ----------------------------------------------------------------------------- measurement
@@ -146,15 +146,13 @@ def main(argv=None) -> None:
     print(f"\n{'dataset':8} {'data':9} {'N':>6} {'batch':>5} {'augment':7} {'input ms/step':>13} "
           f"{'input img/s':>12} {'perm ms/epoch':>13} {'model ms/step':>13} {'input share':>11}")
     for dataset, kind, n, b, augment, t_in, t_perm, t_model in rows:
-        model = f"{t_model * 1e3:13.2f}" if t_model else f"{'n/a':>13}"
-        share = f"{t_in / t_model:11.1%}" if t_model else f"{'n/a':>11}"
+        model = f"{t_model * 1e3:13.2f}"
+        share = f"{t_in / t_model:11.1%}"
         print(f"{dataset:8} {kind:9} {n:6d} {b:5d} {str(augment):7} {t_in * 1e3:13.3f} "
               f"{b / t_in:12,.0f} {t_perm * 1e3:13.2f} {model} {share}")
     print("\ninput step = permutation slice + gather (+ flip/crop/rotation) + uint8->float32, "
           "one jitted call per step on the device-resident split; median of "
           f"{args.repeats} repeats x {args.steps} steps after warm-up.")
-    if all(r[-1] is None for r in rows):
-        print("model step time: n/a (bin/benchmark.py not importable)")
 
 
 if __name__ == "__main__":

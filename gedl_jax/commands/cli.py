@@ -17,7 +17,9 @@ absl-flag CLIs (train, evaluate) call `run`; argparse ones (`python -m gedl_jax.
 `bin/reproduce.py`, `bin/report.py`) build an `ArgumentParser` from here and call
 `run_argparse`: the same one-line errors and exit statuses.
 
-Imports nothing from gedl_jax: each CLI passes its own error classes.
+Imports nothing from gedl_jax but `files` (which errors are a full disk or memory that ran
+out): each CLI passes its own error classes. (Its old name `gedl_jax.cli` still works for one
+release, with a DeprecationWarning.)
 """
 
 from __future__ import annotations
@@ -40,7 +42,10 @@ EXIT_DIVERGED = 3
 EXIT_WRITE_FAILED = 74   # EX_IOERR of sysexits.h
 EXIT_INTERRUPTED = 75    # EX_TEMPFAIL: rerun to continue (= preemption.EXIT_PREEMPTED)
 
-HELP_FLAGS = ("-h", "--help", "--helpshort", "--helpfull", "-?")
+HELP_FLAGS = ("-h", "--help", "--helpshort", "--helpfull", "-?", "--fields")
+# The help that also lists every config field (the schema's, gedl_jax/config/fields.py).
+FULL_HELP_FLAGS = ("--helpfull", "--fields")
+FIELDS_COMMAND = "`python -m gedl_jax.train --helpfull`"
 
 # Bad input whatever the CLI: a ValueError names the field, the others the file or folder.
 BAD_INPUT: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, PermissionError,
@@ -100,16 +105,16 @@ def _readable(error: BaseException, text: str) -> str:
         hint = re.search(r'Did you mean "([\w.]+)"', text)
         if name:
             return (f"unknown config field {name.group(1)!r}"
-                    f"{f' (did you mean {hint.group(1)!r}?)' if hint else ''}; the fields and "
-                    f"their defaults are in gedl_jax/configuration.py")
+                    f"{f' (did you mean {hint.group(1)!r}?)' if hint else ''}; {FIELDS_COMMAND} "
+                    f"lists every field with its default and doc")
     if isinstance(error, KeyError) and _raised_in(error, "ml_collections"):
         # a nested override of a field that does not exist (--config.foo.bar=1): the
         # ConfigDict's KeyError holds only the quoted key
         key = re.search(r"'([^']+)'", text)
         hint = re.search(r'Did you mean "([\w.]+)"', text)
         return (f"unknown config field {key.group(1) if key else text!r}"
-                f"{f' (did you mean {hint.group(1)!r}?)' if hint else ''}; the fields and "
-                f"their defaults are in gedl_jax/configuration.py")
+                f"{f' (did you mean {hint.group(1)!r}?)' if hint else ''}; {FIELDS_COMMAND} "
+                f"lists every field with its default and doc")
     if "Failed loading config file" in text:
         path = re.search(r"Attempted \[.*?\]:\s*(\S+)", text)
         reason = re.search(r"\[Errno \d+\] ([^:\n]+)", text)
@@ -146,13 +151,14 @@ def show_help(doc: str, extra: str = "") -> None:
 
 def run(body: Callable[[], int], argv: Sequence[str] | None, *, doc: str, help_extra: str = "",
         codes: Sequence[tuple[tuple[type[BaseException], ...], int]] = (),
-        renamed: Callable[[str], str | None] | None = None) -> int:
+        renamed: Callable[[str], str | None] | None = None, help_full: str = "") -> int:
     """Parse absl flags from `argv` (the flags are defined already), then call `body()`.
 
     `codes`: (exception classes, exit status) tried in order before the defaults (bad input ->
     2, a full disk -> 74, KeyboardInterrupt -> 75; anything else is a crash: traceback, 1).
     `renamed`: a config field's name -> the error naming its new spelling (None: not renamed),
-    checked on every `--config.<field>` before parsing.
+    checked on every `--config.<field>` before parsing. `help_full`: what `--helpfull` (or
+    `--fields`) prints after the help (the train command: every config field).
     """
     from absl import flags
     from absl import logging as absl_logging
@@ -161,7 +167,8 @@ def run(body: Callable[[], int], argv: Sequence[str] | None, *, doc: str, help_e
     debug = debug_requested(argv)
     argv = [a for a in argv if a != "--debug"]
     if any(a in HELP_FLAGS for a in argv[1:]):
-        show_help(doc, help_extra)
+        full = help_full if any(a in FULL_HELP_FLAGS for a in argv[1:]) else ""
+        show_help(doc, help_extra + ("\n\n" + full if full else ""))
         return EXIT_OK
     for arg in argv[1:]:
         field = re.match(r"--config\.(\w+)(=|$)", arg)

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Compiled memory analysis of the real GEDL train and eval steps (VGG16 by default).
 
-    python bin/memory_analysis.py                            # VGG16, batch 128 and 1024
-    python bin/memory_analysis.py --models=convnet,vgg16 --batches=128,512 --dtypes=bfloat16
+    python tools/memory_analysis.py                            # VGG16, batch 128 and 1024
+    python tools/memory_analysis.py --models=convnet,vgg16 --batches=128,512 --dtypes=bfloat16
 
 For each model, batch size and compute dtype it compiles the train step `gedl_jax.train` runs
 (`steps.make_train_step`: forward, backward, Adam, with the on-device input step) and the eval

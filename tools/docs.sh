@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the docs site into site/ with warnings as errors (mkdocs.yml: MkDocs Material,
 # mkdocstrings for the API reference, mkdocs-jupyter renders the notebooks without running them).
-#   bash bin/docs.sh            # build into site/ (open site/index.html)
-#   bash bin/docs.sh serve      # live preview on http://127.0.0.1:8000
+#   bash tools/docs.sh            # build into site/ (open site/index.html)
+#   bash tools/docs.sh serve      # live preview on http://127.0.0.1:8000
 # Installs the `docs` extra into the venv first when mkdocs is missing (the pins of
 # requirements/constraints-py<version>.txt). The pages are staged into build/docs_src with the
 # repository's layout, so the relative links of the README and docs/ work on the site too, and
@@ -25,7 +25,7 @@ rm -rf "$stage"
 mkdir -p "$stage/api"
 # The files the pages link to: the pages themselves and the code, configs and scripts they name.
 for f in README.md CHANGELOG.md CITATION.cff LICENSE pyproject.toml docs notebooks gedl_jax \
-         bin studies tests requirements; do
+         configs bin tools studies tests requirements; do
   [ -e "$f" ] && cp -r "$f" "$stage/"
 done
 find "$stage" \( -name __pycache__ -o -name .ipynb_checkpoints \) -prune -exec rm -rf {} +

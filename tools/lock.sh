@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Writes requirements/constraints-py<major>.<minor>.txt for one interpreter: a fresh virtual
 # environment, `pip install -e .[dev,docs,release]`, `pip check`, then `pip freeze` (the package itself left out).
-#   PYTHON=python3.13 bash bin/lock.sh          # resolve afresh: newest versions the bounds allow
-#   PYTHON=python3.11 bash bin/lock.sh --keep   # keep the file's pins, resolve only what is new
+#   PYTHON=python3.13 bash tools/lock.sh          # resolve afresh: newest versions the bounds allow
+#   PYTHON=python3.11 bash tools/lock.sh --keep   # keep the file's pins, resolve only what is new
 # bin/setup.sh installs with the file for its interpreter; CI tests 3.11 and 3.13 (.ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +21,7 @@ fi
 "$venv/bin/python" -m pip install -q "${constraints[@]}" -e ".[dev,docs,release]"
 "$venv/bin/python" -m pip check
 { echo "# Exact set tested on Python $version: fresh venv, pip install -e .[dev,docs,release],"
-  echo "# pip check, pip freeze (bin/lock.sh$([ "$keep" = 1 ] && echo " --keep")). Used by bin/setup.sh and .ci/run."
+  echo "# pip check, pip freeze (tools/lock.sh$([ "$keep" = 1 ] && echo " --keep")). Used by bin/setup.sh and .ci/run."
   "$venv/bin/python" -m pip freeze --exclude-editable; } > "$out.tmp"
 mv "$out.tmp" "$out"
 rm -rf "$(dirname "$venv")"

@@ -6,8 +6,8 @@
 #   python -m gedl_jax.evaluate --help
 #   python -m gedl_jax.evaluate --pretrained=mnist/gedl       (the committed numbers, offline)
 # and checks that the sdist holds what its tests need (it collects them and runs a few).
-#   bash bin/check_wheel.sh                   # with .venv/bin/python (PYTHON=... to choose)
-#   GEDL_SKIP_TRAIN=1 bash bin/check_wheel.sh # everything but the training run
+#   bash tools/check_wheel.sh                   # with .venv/bin/python (PYTHON=... to choose)
+#   GEDL_SKIP_TRAIN=1 bash tools/check_wheel.sh # everything but the training run
 # Exit status: 0 all passed, 1 a step failed (the step is named).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,0 +1,1 @@
+"""The long MNIST study's scripts (studies/README.md): `studies.mnist_long.<name>`."""
