@@ -58,6 +58,7 @@ class TrackerError(ValueError):
 
 
 def enabled(config) -> bool:
+    """Whether `config` asks for MLflow."""
     return str(config.get("tracker", "none")) == "mlflow"
 
 
@@ -89,6 +90,8 @@ def tracking_uri(config) -> str:
 
 
 def experiment_name(config) -> str:
+    """The MLflow experiment: config.tracker_experiment, $MLFLOW_EXPERIMENT_NAME or
+    "gedl-jax"."""
     return (str(config.get("tracker_experiment", "")) or
             os.environ.get("MLFLOW_EXPERIMENT_NAME", "") or DEFAULT_EXPERIMENT)
 
@@ -129,8 +132,9 @@ def _one_line(error: BaseException) -> str:
 def _client(uri: str):
     mlflow = _mlflow()
     if _is_folder(uri):
-        # MLflow 3.7 and later keep their folder store for those who ask for it; a folder
-        # needs no server and no SQL packages (mlflow-skinny), which is why it is the default.
+        # Recent MLflow releases (3.17 among them) open their folder store only for those who
+        # ask for it; a folder needs no server and no SQL packages (mlflow-skinny), which is
+        # why it is the default here.
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
     return mlflow.MlflowClient(tracking_uri=uri)
 
@@ -328,10 +332,12 @@ class CommandRun:
 
     def log_results(self, metrics: dict[str, float], step: int,
                     paths: list[str | os.PathLike]) -> None:
+        """`MlflowRun.log_results`, once the run is open (nothing before)."""
         if self.run is not None:
             self.run.log_results(metrics, step, paths)
 
     def end(self, status: str = "FINISHED") -> None:
+        """`MlflowRun.end`, once the run is open (nothing before)."""
         if self.run is not None:
             self.run.end(status)
 
