@@ -75,6 +75,8 @@ FLOORS: tuple[tuple[Layer, ...], ...] = (
         "non-finite stop, SIGTERM -> checkpoint + exit 75, multi-host start-up",
         "lock.py, heartbeat.py: one writer per workdir (an flock on "
         "<workdir>/.gedl_jax.lock); a line for each wait over 3 s (data loading, XLA compiles)",
+        "tracking.py: config.tracker=\"mlflow\": the run's MLflow run beside metrics.jsonl "
+        "(params, records, results; continued on resume; mlflow imported only for it)",
         "workdir.py: restore a run, predict (test, validation, OOD), evaluate, write results, "
         "tables, predictions.npz, plots",
         "ensemble.py, corruption_study.py, inference.py: members -> one model; CIFAR-10-C "

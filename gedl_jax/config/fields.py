@@ -218,6 +218,16 @@ ALL: tuple[Field, ...] = (
           "at each validation (accuracy, AUPR, mean S), logged as split \"epoch_eval\": when "
           "detection turns down", **SAFE),
     _loop("plots", True, "write PNG plots at the end", **SAFE),
+    _loop("tracker", "none", '"mlflow": also log the run to MLflow (pip install '
+          "'gedl-jax[mlflow]'): the config as params, metrics.jsonl's records with their steps, "
+          "the final evaluation's headline numbers and result files; metrics.jsonl and "
+          'TensorBoard are written either way (docs/library.md, "Tracking runs with MLflow")',
+          allowed=("none", "mlflow"), **SAFE),
+    _loop("tracker_uri", "", 'where config.tracker logs: "" -> $MLFLOW_TRACKING_URI, else '
+          "./mlruns (a local folder, no server); or a folder, sqlite:///<file>.db, a server's "
+          "http(s) URL", **SAFE),
+    _loop("tracker_experiment", "", 'the MLflow experiment of the run: "" -> '
+          '$MLFLOW_EXPERIMENT_NAME, else "gedl-jax"', **SAFE),
     _loop("allow_chance", False, "a run whose best validation accuracy is at chance level ends "
           "with exit status 3; True when that is intended", **SAFE),
     _loop("distributed", False, "call jax.distributed.initialize() (multi-host; see "

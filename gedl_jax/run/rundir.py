@@ -50,14 +50,15 @@ def prepare(workdir: pathlib.Path, config) -> None:
     check_or_write_config(config, workdir)
 
 
-def _config_dict(config) -> dict[str, Any]:
+def config_fields(config) -> dict[str, Any]:
+    """The config's fields as config.json holds them."""
     return json.loads(config.to_json_best_effort())
 
 
 def check_or_write_config(config, workdir: pathlib.Path) -> None:
     """Save the config; refuse to resume a workdir trained with a different one."""
     path = workdir / "config.json"
-    current = _config_dict(config)
+    current = config_fields(config)
     if path.exists():
         try:
             previous = json.loads(path.read_text())
@@ -80,7 +81,7 @@ def check_or_write_config(config, workdir: pathlib.Path) -> None:
         # A field added since that run was written counts as unchanged at the value runs had
         # before it existed: LEGACY_DEFAULTS where the default changed with the field (init:
         # "torch"), else its default (new fields default to the earlier behaviour).
-        defaults = {**_config_dict(config_lib.default_config(config.dataset)),
+        defaults = {**config_fields(config_lib.default_config(config.dataset)),
                     **config_lib.LEGACY_DEFAULTS}
         previous = {k: previous.get(k, defaults.get(k)) for k in current}
         before, after = _with_settings(previous), _with_settings(current)
@@ -173,11 +174,13 @@ def check_shared_workdir(workdir: pathlib.Path) -> None:
 
 class MetricsWriter:
     """JSONL + TensorBoard (tensorboardX: no TensorFlow needed), opened at the first record (a
-    finished run started again writes no new event file)."""
+    finished run started again writes no new event file), and the run's tracker where
+    config.tracker names one (`tracking.MlflowRun`: each record is queued for it as written)."""
 
-    def __init__(self, workdir: pathlib.Path):
+    def __init__(self, workdir: pathlib.Path, tracker=None):
         self.enabled = jax.process_index() == 0
         self.workdir, self.jsonl, self.tb = workdir, None, None
+        self.tracker = tracker
 
     def _open(self) -> None:
         self.jsonl = files.open_append(self.workdir / "metrics.jsonl", "metrics log")
@@ -192,7 +195,8 @@ class MetricsWriter:
         self.tb = SummaryWriter(str(folder), filename_suffix=f".{secrets.token_hex(4)}")
 
     def write(self, step: int, split: str, scalars: dict[str, float]) -> None:
-        """Append one record (step, split, time, scalars) to metrics.jsonl and TensorBoard."""
+        """Append one record (step, split, time, scalars) to metrics.jsonl and TensorBoard,
+        and queue it for the tracker."""
         if not self.enabled:
             return
         if self.jsonl is None:
@@ -203,9 +207,14 @@ class MetricsWriter:
         if self.tb is not None:
             for key, value in scalars.items():
                 self.tb.add_scalar(f"{split}/{key}", value, step)
+        if self.tracker is not None:
+            self.tracker.log_record(record)
 
     def close(self) -> None:
-        """Close metrics.jsonl and the TensorBoard writer (if a record opened them)."""
+        """Close metrics.jsonl and the TensorBoard writer (if a record opened them), and wait
+        for the records queued for the tracker (which stays open for the results)."""
+        if self.tracker is not None:
+            self.tracker.flush()
         if self.jsonl is not None:
             self.jsonl.close()
             self.jsonl = None

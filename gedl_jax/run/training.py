@@ -36,6 +36,7 @@ from gedl_jax.run import (
     rundir,
     sharding,
     steps,
+    tracking,
 )
 from gedl_jax.run import ensemble as ensemble_eval
 from gedl_jax.run import workdir as workdir_eval
@@ -43,8 +44,9 @@ from gedl_jax.run.heartbeat import log
 from gedl_jax.run.progress import MetricsBuffer, NonFiniteLossError
 from gedl_jax.run.rundir import ConfigMismatchError
 
-__all__ = ["ConfigMismatchError", "NonFiniteLossError", "SeedRun", "epoch_eval_summary", "train",
-           "train_and_evaluate", "train_and_evaluate_vmapped", "train_ensemble"]
+__all__ = ["ConfigMismatchError", "NonFiniteLossError", "SeedRun", "epoch_eval_summary",
+           "headline_numbers", "train", "train_and_evaluate", "train_and_evaluate_vmapped",
+           "train_ensemble"]
 
 
 @dataclasses.dataclass
@@ -55,6 +57,8 @@ class SeedRun:
     workdir: pathlib.Path
     ckpt: checkpointing.RunCheckpoints | None = None
     writer: rundir.MetricsWriter | None = None
+    parent: Any = None   # the tracker run this seed's nests under (`tracking.MlflowRun.open`)
+    tracker: tracking.MlflowRun | None = None
     best_accuracy: float = -1.0
     best_step: int = -1
 
@@ -79,7 +83,9 @@ def _resolved(config, workdir) -> ResolvedConfig:
     before anything starts jax's backend) and `config` resolved: what every public entry of
     the engine does first, once."""
     numerics.configure_process(bool(config.get("deterministic", True)), workdir)
-    return experiment.resolve_config(config, jax.device_count())
+    resolved = experiment.resolve_config(config, jax.device_count())
+    tracking.check_available(resolved)
+    return resolved
 
 
 def train_and_evaluate(config, workdir: str | pathlib.Path, *,
@@ -95,8 +101,9 @@ def train_and_evaluate(config, workdir: str | pathlib.Path, *,
 
 
 def _train_one(config: ResolvedConfig, workdir: str | pathlib.Path,
-               stop_after_steps: int | None = None) -> dict[str, Any]:
-    run_ = SeedRun(experiment.Experiment.from_config(config), pathlib.Path(workdir))
+               stop_after_steps: int | None = None, parent=None) -> dict[str, Any]:
+    run_ = SeedRun(experiment.Experiment.from_config(config), pathlib.Path(workdir),
+                   parent=parent)
     return _train_seeds([run_], stop_after_steps=stop_after_steps)[0]
 
 
@@ -117,13 +124,14 @@ def train_and_evaluate_vmapped(config, workdir: str | pathlib.Path, seeds: list[
 
 
 def _train_vmapped(config: ResolvedConfig, workdir: str | pathlib.Path, seeds: list[int],
-                   stop_after_steps: int | None = None) -> list[dict[str, Any]]:
+                   stop_after_steps: int | None = None, parent=None) -> list[dict[str, Any]]:
     official = experiment.OfficialData.load(config)
     runs = []
     for seed in seeds:
         seeded = config_lib.with_seed(config, seed)
         runs.append(SeedRun(experiment.Experiment.from_config(
-            seeded, official.for_seed(seeded, seed)), pathlib.Path(workdir) / f"seed_{seed}"))
+            seeded, official.for_seed(seeded, seed)), pathlib.Path(workdir) / f"seed_{seed}",
+            parent=parent))
     return _train_seeds(runs, stop_after_steps=stop_after_steps, pool=official.train)
 
 
@@ -278,6 +286,22 @@ def epoch_eval_summary(results: dict[str, Any]) -> dict[str, float]:
         for name, entry in results["ood"].items():
             summary[f"{name}_strength"] = entry["uncertainty"]["strength"]
     return summary
+
+
+def headline_numbers(results: dict[str, Any]) -> dict[str, float]:
+    """What a tracker gets of a final evaluation (eval_results.json's dict): the per-epoch
+    curve's numbers (`epoch_eval_summary`) and the test set's NLL, Brier score and ECE."""
+    return {**epoch_eval_summary(results),
+            **{k: results["id"][k] for k in ("nll", "brier", "ece") if k in results["id"]}}
+
+
+def result_files(workdir: pathlib.Path, results: dict[str, Any] | None) -> list[pathlib.Path]:
+    """The files a tracker keeps of a run: its config.json and, once evaluated, its results
+    and plots."""
+    if results is None:
+        return [workdir / "config.json"]
+    return [workdir / name for name in ("config.json", "eval_results.json", "eval_table.md")
+            ] + [pathlib.Path(p) for p in results.get("plots", [])]
 
 
 def _progress_line(config, method, averaged: dict[str, float], step: int, total: int,
@@ -461,8 +485,9 @@ def _prepare_loop(runs: list[SeedRun], pool: data.Split | None, mesh) -> _Loop:
              if defer and jax.process_count() == 1 else None)
     for run_ in runs:
         run_.ckpt.saver = saver
-    for run_ in runs:
-        run_.writer = rundir.MetricsWriter(run_.workdir)
+    for run_ in runs:   # last: a failure above leaves no tracker run open
+        run_.tracker = tracking.MlflowRun.open(run_.config, run_.workdir, run_.parent)
+        run_.writer = rundir.MetricsWriter(run_.workdir, run_.tracker)
     buffer = MetricsBuffer(
         [r.seed for r in runs], lambda i, step, m: runs[i].writer.write(step, "train", m),
         on_nonfinite=lambda: _saved_checkpoints(runs),
@@ -616,6 +641,17 @@ def _train_seeds(runs: list[SeedRun], *, stop_after_steps: int | None,
 
 def _train_and_finish(runs: list[SeedRun], pool: data.Split | None, mesh,
                       stop_after_steps: int | None) -> list[dict[str, Any]]:
+    try:
+        return _train_and_finish_runs(runs, pool, mesh, stop_after_steps)
+    except BaseException as e:
+        for run_ in runs:   # those a seed's `_finish` ended stay FINISHED
+            if run_.tracker is not None:
+                run_.tracker.end(tracking.status_after(e))
+        raise
+
+
+def _train_and_finish_runs(runs: list[SeedRun], pool: data.Split | None, mesh,
+                           stop_after_steps: int | None) -> list[dict[str, Any]]:
     loop = _prepare_loop(runs, pool, mesh)
     try:
         step, stopped_early = _run_loop(loop, stop_after_steps)
@@ -698,6 +734,11 @@ def _finish(run_: SeedRun, program: programs.SeedProgram, index: int, step: int,
         summary["evaluation"] = workdir_eval.evaluate_and_write(
             run_.experiment, best_state, run_.workdir, mesh=mesh)
     run_.ckpt.close()
+    if run_.tracker is not None:
+        evaluation = summary.get("evaluation")
+        run_.tracker.log_results(headline_numbers(evaluation) if evaluation else {},
+                                 run_.best_step, result_files(run_.workdir, evaluation))
+        run_.tracker.end("KILLED" if stopped_early else "FINISHED")
     return summary
 
 
@@ -709,19 +750,19 @@ def _stop_for_preemption(runs: list[SeedRun], step: int) -> None:
     raise preemption.Preempted(step, str(_where(runs)))
 
 
-def _train_seed_list(config: ResolvedConfig, workdir: pathlib.Path,
-                     seeds: list[int]) -> list[dict[str, Any]]:
+def _train_seed_list(config: ResolvedConfig, workdir: pathlib.Path, seeds: list[int],
+                     parent=None) -> list[dict[str, Any]]:
     """`seeds` into workdir/seed_<s>: together in one program (config.vmap_seeds) or one after
-    another."""
+    another; their tracker runs nested under `parent`'s."""
     if config.vmap_seeds and len(seeds) > 1:
         log(f"=== seeds {','.join(map(str, seeds))} (vmap) ===")
-        return _train_vmapped(config, workdir, seeds)
+        return _train_vmapped(config, workdir, seeds, parent=parent)
     results = []
     for k, seed in enumerate(seeds):
         log(f"=== seed {seed} ===")
         try:
             results.append(_train_one(config_lib.with_seed(config, seed),
-                                      workdir / f"seed_{seed}"))
+                                      workdir / f"seed_{seed}", parent=parent))
         except preemption.EvaluationInterrupted as e:
             if k == len(seeds) - 1:
                 raise
@@ -741,19 +782,25 @@ def train_ensemble(config, workdir: str | pathlib.Path) -> dict[str, Any]:
         return _train_ensemble(config, pathlib.Path(workdir))
 
 
-def _train_ensemble(config: ResolvedConfig, workdir: pathlib.Path) -> dict[str, Any]:
+def _train_ensemble(config: ResolvedConfig, workdir: pathlib.Path,
+                    parent=None) -> dict[str, Any]:
     size, seed = int(config.ensemble_size), int(config.seed)
     members = config_lib.ensemble_member_config(config)
     log(f"=== ensemble of {size} ({config.variant}, seed {seed}): members seeds "
          f"{seed * size}..{seed * size + size - 1} ===")
     rundir.prepare(workdir, config)
     seeds = [seed * size + m for m in range(size)]
-    trained = _train_seed_list(members, workdir / "members", seeds)
-    summary = {"workdir": str(workdir), "seed": seed, "members": trained}
-    if config.evaluate_at_end:
-        member_dirs = [workdir / "members" / f"seed_{s}" for s in seeds]
-        summary["evaluation"] = ensemble_eval.evaluate_ensemble_and_write(
-            config, member_dirs, workdir)
+    with tracking.ending(tracking.MlflowRun.open(config, workdir, parent)) as tracker:
+        trained = _train_seed_list(members, workdir / "members", seeds, parent=tracker)
+        summary = {"workdir": str(workdir), "seed": seed, "members": trained}
+        if config.evaluate_at_end:
+            member_dirs = [workdir / "members" / f"seed_{s}" for s in seeds]
+            summary["evaluation"] = ensemble_eval.evaluate_ensemble_and_write(
+                config, member_dirs, workdir)
+        if tracker is not None:   # the ensemble is scored as one model, at no one step: 0
+            evaluation = summary.get("evaluation")
+            tracker.log_results(headline_numbers(evaluation) if evaluation else {}, 0,
+                                result_files(workdir, evaluation))
     return summary
 
 
@@ -787,21 +834,26 @@ def _train_resolved(config: ResolvedConfig, workdir: pathlib.Path) -> list[dict[
     seeds = config_lib.parse_seeds(config)
     single_dir = not config.seeds
     _check_one_kind_of_workdir(workdir, single_dir)
-    if config.ensemble_size:
-        results = [_train_ensemble(config_lib.with_seed(config, s),
-                                   workdir if single_dir else workdir / f"seed_{s}")
-                   for s in seeds]
-    elif single_dir:
+    if single_dir and not config.ensemble_size:
         return [_train_one(config, workdir)]
-    else:
-        results = _train_seed_list(config, workdir, seeds)
-    evaluations = [r["evaluation"] for r in results if "evaluation" in r]
-    if len(evaluations) > 1 and jax.process_index() == 0:
-        from gedl_jax import evaluation
+    # the seeds' tracker runs nest under one of the command's workdir
+    with tracking.ending(None if single_dir else tracking.CommandRun(config, workdir)) as command:
+        if config.ensemble_size:
+            results = [_train_ensemble(config_lib.with_seed(config, s),
+                                       workdir if single_dir else workdir / f"seed_{s}",
+                                       parent=command)
+                       for s in seeds]
+        else:
+            results = _train_seed_list(config, workdir, seeds, parent=command)
+        evaluations = [r["evaluation"] for r in results if "evaluation" in r]
+        if len(evaluations) > 1 and jax.process_index() == 0:
+            from gedl_jax import evaluation
 
-        table = evaluation.results_table(evaluations, fmt="markdown")
-        files.write_text(workdir / "eval_table.md", table + "\n")
-        log(f"\n=== {len(evaluations)} seeds, mean ± std ===\n{table}")
+            table = evaluation.results_table(evaluations, fmt="markdown")
+            files.write_text(workdir / "eval_table.md", table + "\n")
+            log(f"\n=== {len(evaluations)} seeds, mean ± std ===\n{table}")
+            if command is not None:
+                command.log_results({}, 0, [workdir / "eval_table.md"])
     return results
 
 
