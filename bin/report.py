@@ -1,7 +1,9 @@
 """Paper-style table (mean ± std over seeds) from a folder of evaluation runs.
 
-    python bin/report.py RUNS_DIR [--latex] [--out FILE] [--json AGG.json] [--ood KMNIST,FMNIST]
-                                  [--no-extra]
+    gedl-report RUNS_DIR [--latex] [--out=FILE] [--json=AGG.json]
+                [--ood_datasets=KMNIST,FMNIST] [--no_extra]
+
+(`gedl-report` once installed; `python bin/report.py` in a clone.)
 
 Finds every ``eval_results.json`` under RUNS_DIR (recursively; one per seed run), groups them by
 the JSON's "dataset" key (one set of tables per dataset) and by method, and prints, per dataset,

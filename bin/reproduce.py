@@ -33,7 +33,7 @@ evaluation, table, training log and environment, the machine's paths replaced by
 DATA_DIR; `rows.json`: each row's command, seeds, machine and wall time) and remakes DIR's
 `results.md` and `results.json` from every row DIR holds, ours beside the paper's
 (`gedl_jax.evaluation.against_paper`): one command per row, on whatever machine, fills one
-table. OOD sets (`--ood_sets`): on CIFAR the paper's (SVHN, CIFAR-100) and the far-OOD sets
+table. OOD sets (`--ood_datasets`): on CIFAR the paper's (SVHN, CIFAR-100) and the far-OOD sets
 derived from MNIST and Fashion-MNIST, those the data folder (or the cache) holds; the command
 names the ones it leaves out. `--dry_run` trains each run a few steps on a few images (the
 whole program: network, augmentation, evaluation), to check a command before a long run.
@@ -276,9 +276,12 @@ def _parser() -> argparse.ArgumentParser:
         prog="bin/reproduce.py", description=__doc__,
         epilog=f"studies and their run names (--variants picks some):\n{studies}\n"
                f"settings (on top of each preset):\n{settings}\n  old names: {old}")
-    p.add_argument("--dataset", default="mnist", choices=["mnist", "cifar10", "cifar100"])
-    p.add_argument("--study", default="main", choices=sorted(STUDIES))
-    p.add_argument("--setting", default="short", choices=[*SETTINGS, *OLD_SETTING_NAMES])
+    p.add_argument("--dataset", default="mnist", choices=["mnist", "cifar10", "cifar100"],
+                   help="the in-distribution dataset (default mnist)")
+    p.add_argument("--study", default="main", choices=sorted(STUDIES),
+                   help="which table's runs (below: each study's run names; default main)")
+    p.add_argument("--setting", default="short", choices=[*SETTINGS, *OLD_SETTING_NAMES],
+                   help="the training length on top of each preset (below; default short)")
     p.add_argument("--variants", default="", help="subset of the study's run names, e.g. gedl,edl")
     p.add_argument("--seeds", default="0,1,2,3,4",
                    help="comma-separated integers or ranges: 0,1,2 or 0-4 (both ends included)")
@@ -287,7 +290,7 @@ def _parser() -> argparse.ArgumentParser:
                         "pays on an accelerator, slower on a CPU)")
     p.add_argument("--override", action="append", default=[],
                    help="field=value applied to every run (e.g. ood_datasets= on CIFAR here)")
-    p.add_argument("--ood_sets", default="auto",
+    p.add_argument("--ood_datasets", default="auto",
                    help="the OOD sets every run evaluates: 'auto' (MNIST: the preset's; CIFAR: "
                         "the paper's and the derived far-OOD sets, those that load without the "
                         "network, naming the rest), 'preset', or a comma-separated list")
@@ -300,12 +303,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dry_run", action="store_true",
                    help="each run a few steps on a few images, every part of the program: to "
                         "check a command (CI runs it) before a long run")
-    p.add_argument("--data_dir", default="")
+    p.add_argument("--data_dir", default="",
+                   help="the data folder of every run (config.data_dir; default: "
+                        "$GEDL_DATA_DIR, else the default data folder)")
     p.add_argument("--aggregate_only", action="store_true",
                    help="train nothing: make the table from the finished runs already in --out "
                         "(e.g. runs trained on several machines, or while a study is still "
                         "training elsewhere); a run without results is an error that names it")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True,
+                   help="the study's folder: one subfolder per run, the summary table and "
+                        "provenance (rerunning the command resumes it)")
     return p
 
 
@@ -348,20 +355,20 @@ DRY_RUN = {"num_epochs": 1, "train_examples": 64, "val_examples": 16, "eval_exam
 
 
 def ood_candidates(dataset: str, preset: tuple[str, ...]) -> list[str]:
-    """`--ood_sets=auto`'s sets for a CIFAR dataset: the preset's (the paper's), then the near and
-    far sets the registry declares for it (e.g. MNIST and Fashion-MNIST made 32x32 RGB)."""
+    """`--ood_datasets=auto`'s sets for a CIFAR dataset: the preset's (the paper's), then the near
+    and far sets the registry declares for it (e.g. MNIST and Fashion-MNIST made 32x32 RGB)."""
     groups = data.ood_sets_by_group(dataset)
     return list(dict.fromkeys([*preset, *groups.get("near", ()), *groups.get("far", ())]))
 
 
 def choose_ood_sets(args: argparse.Namespace, c) -> tuple[tuple[str, ...], list[str]]:
     """(the OOD sets every run evaluates, the candidates left out because they do not load
-    without the network) for `--ood_sets`."""
-    if args.ood_sets not in ("auto", "preset"):
-        return config.as_tuple("ood_datasets", args.ood_sets), []
+    without the network) for `--ood_datasets`."""
+    if args.ood_datasets not in ("auto", "preset"):
+        return config.as_tuple("ood_datasets", args.ood_datasets), []
     preset = tuple(c.ood_datasets)
     overridden = any(item.partition("=")[0] == "ood_datasets" for item in args.override)
-    if args.ood_sets == "preset" or overridden or not args.dataset.startswith("cifar"):
+    if args.ood_datasets == "preset" or overridden or not args.dataset.startswith("cifar"):
         return preset, []
     candidates = ood_candidates(args.dataset, preset)
     loadable = data.loadable_offline(candidates, c.data_dir or None, c.cache_dir or None,
@@ -420,7 +427,8 @@ def main(argv=None) -> int:
     """Bad input (an unknown study, setting or run name, bad seeds, an override that is not a
     field) is one `error:` line and exit 2 before anything is written (gedl_jax.commands.cli)."""
     return cli.run_argparse(_parser(), lambda args: _main(args, argv), argv, codes=[
-        ((preemption.Preempted, preemption.EvaluationInterrupted), cli.EXIT_INTERRUPTED)])
+        ((preemption.Preempted, preemption.EvaluationInterrupted), cli.EXIT_INTERRUPTED)],
+        renamed=cli.RENAMED_FLAGS["reproduce"])
 
 
 def _main(args: argparse.Namespace, argv) -> int:

@@ -471,7 +471,7 @@ def test_compare_runs_reads_two_evaluated_folders_and_prints_one_table(tmp_path,
                                {"far": run["ood/far"]})
         (tmp_path / name / "eval_results.json").write_text(json.dumps({"variant": name}))
     out = tmp_path / "cmp.json"
-    assert command.main([str(tmp_path / "gedl"), str(tmp_path / "edl"), "--samples=200",
+    assert command.main([str(tmp_path / "gedl"), str(tmp_path / "edl"), "--bootstrap_samples=200",
                          f"--out={out}"]) == 0
     text = capsys.readouterr().out
     assert text.startswith("> Paired bootstrap: A = gedl") and "B = edl" in text
@@ -498,8 +498,8 @@ def test_compare_runs_reads_two_evaluated_folders_and_prints_one_table(tmp_path,
         energies["gedl"]["test"]["energy"], energies["gedl"]["ood/far"]["energy"])["auroc"])
     assert list(compare.compare_runs(tmp_path / "gedl", tmp_path / "edl",
                                      samples=10)["ood"]["far"]) == ["mp"]   # not a default
-    assert command.main([str(tmp_path / "gedl"), str(tmp_path / "edl"), "--samples=50",
-                         "--interval=basic"]) == 0
+    assert command.main([str(tmp_path / "gedl"), str(tmp_path / "edl"), "--bootstrap_samples=50",
+                         "--bootstrap_interval=basic"]) == 0
     assert "95% basic interval over 50 replicates" in capsys.readouterr().out
 
 
@@ -521,7 +521,8 @@ def test_compare_runs_takes_a_folder_of_seeds_or_runs_joined_by_commas(tmp_path,
                                                      for s in range(3)]
     edl = f"{tmp_path / 'edl' / 'seed_0'},{tmp_path / 'edl' / 'seed_1'}"
     out = tmp_path / "cmp.json"
-    assert command.main([str(tmp_path / "gedl5"), edl, "--samples=100", f"--out={out}"]) == 0
+    assert command.main([str(tmp_path / "gedl5"), edl, "--bootstrap_samples=100",
+                         f"--out={out}"]) == 0
     text = capsys.readouterr().out
     assert text.startswith(f"> Paired bootstrap: A = gedl ({tmp_path / 'gedl5'}, 3 runs)")
     assert f"B = edl ({edl}, 2 runs)" in text
@@ -572,7 +573,7 @@ def _categorical_split(rng, labels, k, temperature):
 
 
 def test_compare_runs_calibrated_compares_each_runs_calibrated_predictions(tmp_path, capsys):
-    """--calibrated fits each run's own calibrator (its evaluation's) on the validation
+    """--calibrate fits each run's own calibrator (its evaluation's) on the validation
     predictions its predictions.npz holds and compares what it makes of the test and OOD sets:
     the same numbers as the paired bootstrap of `core.calibrated_predictions`' outputs."""
     from gedl_jax.commands import compare as command
@@ -594,8 +595,9 @@ def test_compare_runs_calibrated_compares_each_runs_calibrated_predictions(tmp_p
             {"variant": name, "evaluation_options": {"calibrator": calibrator,
                                                      "base_rate": None}}))
     out = tmp_path / "cmp.json"
-    args = [str(tmp_path / "gedl"), str(tmp_path / "softmax"), "--samples=80", "--scores=mp"]
-    assert command.main(args + ["--calibrated", f"--out={out}"]) == 0
+    args = [str(tmp_path / "gedl"), str(tmp_path / "softmax"), "--bootstrap_samples=80",
+            "--scores=mp"]
+    assert command.main(args + ["--calibrate", f"--out={out}"]) == 0
     text = capsys.readouterr().out
     assert "Calibrated predictions" in text
     assert "(A: evidence scaling; B: temperature scaling)" in text
@@ -637,7 +639,7 @@ def test_compare_runs_calibrated_compares_each_runs_calibrated_predictions(tmp_p
     assert on_bound["a"]["calibration"][0]["at_bound"]
     assert "1 of 1 fit(s) on the search bound" in compare.paired_table(on_bound)
 
-    # a saved post-hoc score keeps its value under --calibrated, also where a calibrator
+    # a saved post-hoc score keeps its value under --calibrate, also where a calibrator
     # recomputes the method's own score of that name (temperature scaling's neg_entropy)
     loaded = saved.load_predictions(tmp_path / "gedl" / "predictions.npz")
     entropy = {s_: rng.normal(size=loaded[s_].num_examples) for s_ in ("test", "ood/far")}
@@ -651,14 +653,14 @@ def test_compare_runs_calibrated_compares_each_runs_calibrated_predictions(tmp_p
         metrics.ood_detection(entropy["test"], entropy["ood/far"])["auroc"])
 
     # --calibrator for every run; evidence scaling needs Dirichlet predictions
-    assert command.main(args + ["--calibrated", "--calibrator=temperature"]) == 0
+    assert command.main(args + ["--calibrate", "--calibrator=temperature"]) == 0
     assert "(A: temperature scaling; B: temperature scaling)" in capsys.readouterr().out
-    assert command.main(args + ["--calibrated", "--calibrator=evidence_scale"]) == 2
+    assert command.main(args + ["--calibrate", "--calibrator=evidence_scale"]) == 2
     assert "needs Dirichlet predictions" in capsys.readouterr().err
     assert command.main(args + ["--calibrator=temperature"]) == 2
-    assert "add --calibrated" in capsys.readouterr().err
+    assert "add --calibrate" in capsys.readouterr().err
     # a run saved without validation predictions: one line saying how to get them
     saved.save_predictions(tmp_path / "softmax" / "predictions.npz", runs["softmax"]["test"],
                            {"far": runs["softmax"]["ood/far"]})
-    assert command.main(args + ["--calibrated"]) == 2
+    assert command.main(args + ["--calibrate"]) == 2
     assert "holds no validation predictions" in capsys.readouterr().err

@@ -117,9 +117,13 @@ def test_arguments_pass_through_without_the_defaults(checkout):
     checkout.run("bin/train", "--config=configs/cifar10.py", "--workdir=runs/a b")
     checkout.run("bin/train", "--config.learning_rate=0.003")   # the main job, tweaked
     checkout.run("bin/test", "-k", "resume")
+    # --help is the command's (tests/test_command_lines.py walks the commands themselves)
+    checkout.run("bin/train", "--help")
+    checkout.run("bin/test", "--help")
     assert checkout.logged() == [
         r"run gedl_jax.train --config=configs/cifar10.py --workdir=runs/a\ b",
-        "run gedl_jax.train --config.learning_rate=0.003", "run pytest -k resume"]
+        "run gedl_jax.train --config.learning_rate=0.003", "run pytest -k resume",
+        "run gedl_jax.train --help", "run pytest --help"]
 
 
 def test_a_changed_constraints_file_sets_the_venv_up_again_in_place_with_its_extras(checkout):

@@ -445,7 +445,7 @@ def test_bin_report_subprocess(tmp_path):
     agg = json.loads(json_file.read_text())
     assert agg["mnist"]["gedl"]["id"]["accuracy"]["mean"] == pytest.approx(0.92)
     latex = subprocess.run([sys.executable, str(REPO / "bin" / "report.py"),
-                            str(tmp_path / "runs"), "--latex", "--no-extra"],
+                            str(tmp_path / "runs"), "--latex", "--no_extra"],
                            capture_output=True, text=True, check=True)
     assert latex.stdout.count(r"\begin{tabular}") == 2 and r"$\pm$" in latex.stdout
     empty = tmp_path / "empty"

@@ -1,5 +1,5 @@
 """Evaluating the user's own OOD sets: near/far groups (`config.ood_groups`, `evaluate
---ood_group`: "GROUP=SET") parsed, checked against the sets a run evaluates before any work,
+--ood_groups`: "GROUP=SET") parsed, checked against the sets a run evaluates before any work,
 merged over the registry's groups and averaged into `ood_groups.<group>` like the registered
 sets (the means recomputed here from the per-set results); their labels in the tables; and
 `evaluate --image_resize`. Generated data only."""
@@ -127,7 +127,7 @@ def test_a_declared_set_is_averaged_into_its_group_and_evaluate_can_regroup(run_
     assert far[0] != far[1]   # a mean of different values: a wrong set would show
     for s in (a, b, c):   # the same predictions: only the grouping changed
         assert again["ood"][s] == results["ood"][s]
-    # a set given to this evaluation only (evaluate --ood) joins a group as well
+    # a set given to this evaluation only (evaluate --extra_ood) joins a group as well
     extra = _ood_file(root / "d.npz", 4, 128)
     more = evaluate.evaluate_workdir(root / "w", extra_ood=(extra,),
                                      overrides={"ood_groups": (f"near={extra}",)},
@@ -139,8 +139,8 @@ def test_a_declared_set_is_averaged_into_its_group_and_evaluate_can_regroup(run_
 def test_evaluate_refuses_a_group_for_a_set_it_does_not_evaluate_before_any_work(
         run_with_groups, tmp_path):
     root, (a, _, _), _ = run_with_groups
-    for flag, message in [(f"--ood_group=far={a}x", f"'{a}x', not among the OOD sets evaluated"),
-                          ("--ood_group=faraway=kmnist", "expected GROUP=SET")]:
+    for flag, message in [(f"--ood_groups=far={a}x", f"'{a}x', not among the OOD sets evaluated"),
+                          ("--ood_groups=faraway=kmnist", "expected GROUP=SET")]:
         proc = subprocess.run([sys.executable, "-m", "gedl_jax.evaluate",
                                f"--workdir={root / 'w'}", flag, f"--out={tmp_path}/out"],
                               cwd=REPO, env=subprocess_env(tmp_path / "cli_cache"),
@@ -209,7 +209,8 @@ def test_evaluate_image_resize_chooses_how_an_image_folder_set_is_sized(run_with
     # the run's config says crop; the flag asks for stretch
     assert run.experiment.config.image_resize == "crop"
     proc = subprocess.run([sys.executable, "-m", "gedl_jax.evaluate", f"--workdir={root / 'w'}",
-                           f"--ood={name}", "--image_resize=stretch", f"--out={tmp_path / 'out'}"],
+                           f"--extra_ood={name}", "--image_resize=stretch",
+                           f"--out={tmp_path / 'out'}"],
                           cwd=REPO, env=subprocess_env(tmp_path / "cli_cache"),
                           capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr

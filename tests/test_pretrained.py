@@ -116,7 +116,7 @@ def test_without_the_training_files_the_validation_sections_are_left_out(exporte
 
 
 def test_an_extra_ood_set_scores_as_in_the_workdir_evaluation(exported, tmp_path):
-    """--ood=NAME on a pretrained model = --ood=NAME on the run's workdir."""
+    """--extra_ood=NAME on a pretrained model = --extra_ood=NAME on the run's workdir."""
     overrides = {"data_dir": str(exported.root)}
     from_workdir = evaluate_workdir(exported.run, ("mnist",), overrides, tmp_path / "w")
     from_model = pretrained.evaluate("tiny/gedl", tmp_path / "p", ("mnist",),

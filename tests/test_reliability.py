@@ -600,7 +600,7 @@ def test_tfds_is_not_asked_about_a_dataset_it_has_no_folder_for(tmp_path, caplog
 def test_evaluate_cli_prints_no_tfds_warning_and_one_line_for_a_missing_ood_set(finished,
                                                                                tmp_path):
     _, _, reference = finished
-    proc = cli(f"--workdir={reference}", "--ood=kmnist", f"--out={tmp_path}/out",
+    proc = cli(f"--workdir={reference}", "--extra_ood=kmnist", f"--out={tmp_path}/out",
                tmp_path=tmp_path, module="gedl_jax.evaluate", TFDS_DATA_DIR=str(tmp_path / "t"))
     assert proc.returncode == 2, proc.stderr
     assert "dataset_info" not in proc.stderr and "Variant folder" not in proc.stderr

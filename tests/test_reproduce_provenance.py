@@ -213,7 +213,7 @@ def test_seeds_take_ranges_and_bad_seeds_are_one_error(capsys):
 
 def test_cifar_runs_evaluate_the_ood_sets_the_data_folder_holds_and_name_the_rest(
         generated_data, capsys):
-    """`--ood_sets=auto` on CIFAR-10: the paper's sets (SVHN, CIFAR-100) and the far-OOD sets
+    """`--ood_datasets=auto` on CIFAR-10: the paper's sets (SVHN, CIFAR-100) and the far-OOD sets
     derived from MNIST and Fashion-MNIST, of which the generated data folder (the MNIST family
     only) holds the derived ones; the others are named with the way to get them."""
     reproduce = _reproduce()
@@ -229,9 +229,9 @@ def test_cifar_runs_evaluate_the_ood_sets_the_data_folder_holds_and_name_the_res
     assert "python -m gedl_jax.data.fetch svhn_cropped cifar100" in lines[2]
     assert all(len(line) < 200 for line in lines)
     # an explicit choice wins, and MNIST keeps its preset's sets
-    for extra, want in ((["--ood_sets=preset"], ("svhn_cropped", "cifar100")),
+    for extra, want in ((["--ood_datasets=preset"], ("svhn_cropped", "cifar100")),
                         (["--override=ood_datasets=mnist_rgb32"], ("mnist_rgb32",)),
-                        (["--ood_sets=fashion_mnist_rgb32"], ("fashion_mnist_rgb32",))):
+                        (["--ood_datasets=fashion_mnist_rgb32"], ("fashion_mnist_rgb32",))):
         args = reproduce._parser().parse_args(["--dataset=cifar10", "--variants=gedl",
                                                "--out=x", *extra])
         assert tuple(reproduce.plan(args)[1][0][1].ood_datasets) == want

@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # Builds the wheel and the sdist, checks them with twine, then installs the wheel alone into a
 # fresh virtual environment in an empty directory (the constraints file of that Python, as
-# bin/setup.sh uses) and runs from there:
-#   python -m gedl_jax.train --config=mnist:gedl,quick     (data from $GEDL_DATA_DIR)
-#   python -m gedl_jax.evaluate --help
-#   python -m gedl_jax.evaluate --pretrained=mnist/gedl       (the committed numbers, offline)
+# bin/setup.sh uses) and runs the installed commands from there:
+#   gedl-train|gedl-evaluate|gedl-fetch|gedl-report|gedl-compare --help   (each exits 0)
+#   gedl-train --helpfull                             (every config field with its doc)
+#   gedl-train --config.learning_rat=0.1              (exit 2: the close match, `--helpfull`)
+#   gedl-train --config=mnist:gedl,quick              (data from $GEDL_DATA_DIR)
+#   gedl-evaluate --pretrained=mnist/gedl             (the committed numbers, offline)
 # and checks that the sdist holds what its tests need (it collects them and runs a few).
 #   bash tools/check_wheel.sh                   # with .venv/bin/python (PYTHON=... to choose)
 #   GEDL_SKIP_TRAIN=1 bash tools/check_wheel.sh # everything but the training run
 # Exit status: 0 all passed, 1 a step failed (the step is named).
 set -euo pipefail
+case "${1:-}" in   # the usage: the comment above
+  -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;;
+esac
 cd "$(dirname "$0")/.."
 repo="$(pwd)"
 PYTHON="${PYTHON:-$repo/.venv/bin/python}"
@@ -44,20 +49,31 @@ echo "check_wheel: installing the wheel into a fresh venv in an empty directory"
 "$work/venv/bin/python" -m pip install -q -c "$constraints" "$wheel" || fail "pip install wheel"
 mkdir "$work/empty"
 cd "$work/empty"
-"$work/venv/bin/python" -m gedl_jax.evaluate --help > help.txt || fail "evaluate --help"
-grep -q -- "--workdir" help.txt || fail "evaluate --help does not list --workdir"
+bin="$work/venv/bin"
+for command in gedl-train gedl-evaluate gedl-fetch gedl-report gedl-compare; do
+  [ -x "$bin/$command" ] || fail "the wheel installed no $command command"
+  "$bin/$command" --help > "$command.help" 2>&1 || { tail "$command.help"; fail "$command --help"; }
+done
+grep -q -- "--workdir" gedl-evaluate.help || fail "gedl-evaluate --help does not list --workdir"
+"$bin/gedl-train" --helpfull > fields.txt || fail "gedl-train --helpfull"
+grep -q "learning_rate" fields.txt || fail "gedl-train --helpfull does not list the config fields"
+if "$bin/gedl-train" --config=mnist:gedl,quick --config.learning_rat=0.1 > misspelt.txt 2>&1; then
+  fail "a misspelt config field did not fail"
+fi
+grep -q "did you mean 'learning_rate'.*gedl-train --helpfull" misspelt.txt \
+  || { cat misspelt.txt; fail "a misspelt field's error does not name gedl-train --helpfull"; }
 "$work/venv/bin/python" -c 'import gedl_jax, sys; sys.exit(0 if gedl_jax.__file__.startswith(sys.prefix) else "gedl_jax is not imported from the venv: " + gedl_jax.__file__)' \
   || fail "import location"
 if [ "${GEDL_SKIP_TRAIN:-0}" != 1 ]; then
   [ -n "${GEDL_DATA_DIR:-}" ] || fail "GEDL_DATA_DIR is not set (the quick MNIST run needs the data)"
-  echo "check_wheel: python -m gedl_jax.train --config=mnist:gedl,quick (from an empty directory)"
-  "$work/venv/bin/python" -m gedl_jax.train --config=mnist:gedl,quick --workdir=run \
+  echo "check_wheel: gedl-train --config=mnist:gedl,quick (from an empty directory)"
+  "$bin/gedl-train" --config=mnist:gedl,quick --workdir=run \
     > train.log 2>&1 || { tail -30 train.log; fail "the quick MNIST run"; }
   tail -15 train.log
   [ -f run/eval_results.json ] || fail "the quick MNIST run wrote no eval_results.json"
-  echo "check_wheel: python -m gedl_jax.evaluate --pretrained=mnist/gedl (the shipped weights)"
-  "$work/venv/bin/python" -m gedl_jax.evaluate --pretrained=mnist/gedl > pretrained.log 2>&1 \
-    || { tail -30 pretrained.log; fail "evaluate --pretrained=mnist/gedl"; }
+  echo "check_wheel: gedl-evaluate --pretrained=mnist/gedl (the shipped weights)"
+  "$bin/gedl-evaluate" --pretrained=mnist/gedl > pretrained.log 2>&1 \
+    || { tail -30 pretrained.log; fail "gedl-evaluate --pretrained=mnist/gedl"; }
   # The committed headline numbers of the run the weights come from (registry.json).
   grep -q "| gedl | 99.41 | 99.93 | 91.34 | 90.15 | 98.86 | 96.49 |" pretrained.log \
     || { tail -30 pretrained.log; fail "evaluate --pretrained=mnist/gedl printed other numbers"; }

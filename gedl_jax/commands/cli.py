@@ -45,7 +45,69 @@ EXIT_INTERRUPTED = 75    # EX_TEMPFAIL: rerun to continue (= preemption.EXIT_PRE
 HELP_FLAGS = ("-h", "--help", "--helpshort", "--helpfull", "-?", "--fields")
 # The help that also lists every config field (the schema's, gedl_jax/config/fields.py).
 FULL_HELP_FLAGS = ("--helpfull", "--fields")
-FIELDS_COMMAND = "`python -m gedl_jax.train --helpfull`"
+
+# One name per idea across the commands (tests/test_entry_points.py walks every entry point): a
+# flag that sets a config field is spelled as the field (gedl_jax/config/fields.py), the
+# bootstrap's settings all begin with `bootstrap_`, and every name is snake_case, as absl's and
+# the config's. The idea -> (its name, the other spellings no command may use for it).
+VOCABULARY: dict[str, tuple[str, tuple[str, ...]]] = {
+    "bootstrap replicates": ("bootstrap_samples", ("samples", "replicates", "n_bootstrap")),
+    "bootstrap interval method": ("bootstrap_interval", ("interval", "interval_method")),
+    "bootstrap intervals' level": ("bootstrap_confidence", ("confidence", "level")),
+    "seed of the bootstrap's draws": ("bootstrap_seed", ()),
+    "post-hoc calibration on the validation split": ("calibrate", ("calibrated", "calibration")),
+    "OOD sets evaluated besides the run's own": ("extra_ood", ("ood", "extra_ood_sets")),
+    "the OOD sets (and their order)": ("ood_datasets", ("ood_sets", "ood")),
+    "near/far group of an OOD set": ("ood_groups", ("ood_group",)),
+    "the data folder": ("data_dir", ("data", "datadir", "data_folder")),
+    "a run's folder": ("workdir", ("run_dir", "rundir")),
+}
+
+# The spellings a command retired in this release, each with the name that replaced it: they
+# still work for one release (0.1.x), with a one-line warning, and go in the next (0.2).
+# The command (its module under gedl_jax/commands/, or a script's name) -> {old: new}.
+RENAMED_FLAGS: dict[str, dict[str, str]] = {
+    "evaluate": {"--ood": "--extra_ood", "--ood_group": "--ood_groups"},
+    "compare": {"--samples": "--bootstrap_samples", "--interval": "--bootstrap_interval",
+                "--confidence": "--bootstrap_confidence", "--seed": "--bootstrap_seed",
+                "--calibrated": "--calibrate"},
+    "report": {"--ood": "--ood_datasets", "--no-extra": "--no_extra"},
+    "reproduce": {"--ood_sets": "--ood_datasets"},
+}
+
+
+def rename_retired(argv: Sequence[str], renamed: dict[str, str]) -> list[str]:
+    """`argv` with each retired spelling (`RENAMED_FLAGS`) written as its new name, and one
+    `warning:` line on stderr per spelling used (`--samples=9`, `--samples 9` and a boolean's
+    `--nocalibrated` alike)."""
+    out, warned = [], set()
+    for arg in argv:
+        name, sep, value = arg.partition("=")
+        negated = name.startswith("--no") and f"--{name[4:]}" in renamed
+        old = f"--{name[4:]}" if negated else name
+        new = renamed.get(old)
+        if new is None or not arg.startswith("--"):
+            out.append(arg)
+            continue
+        if old not in warned:
+            warned.add(old)
+            print(f"warning: {old} is now {new}; the old name works until the next release",
+                  file=sys.stderr, flush=True)
+        out.append(f"--no{new[2:]}{sep}{value}" if negated else f"{new}{sep}{value}")
+    return out
+
+
+def command_name(module_form: str) -> str:
+    """How the user started this command, for the lines that tell them what to type next: the
+    installed command's name (`gedl-train`, from [project.scripts]) when that is what runs,
+    else `module_form` (`python -m gedl_jax.train`)."""
+    invoked = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return invoked if invoked.startswith("gedl-") else module_form
+
+
+def fields_command() -> str:
+    """The command that lists every config field with its default and doc."""
+    return f"`{command_name('python -m gedl_jax.train')} --helpfull`"
 
 # Bad input whatever the CLI: a ValueError names the field, the others the file or folder.
 BAD_INPUT: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, PermissionError,
@@ -105,7 +167,7 @@ def _readable(error: BaseException, text: str) -> str:
         hint = re.search(r'Did you mean "([\w.]+)"', text)
         if name:
             return (f"unknown config field {name.group(1)!r}"
-                    f"{f' (did you mean {hint.group(1)!r}?)' if hint else ''}; {FIELDS_COMMAND} "
+                    f"{f' (did you mean {hint.group(1)!r}?)' if hint else ''}; {fields_command()} "
                     f"lists every field with its default and doc")
     if isinstance(error, KeyError) and _raised_in(error, "ml_collections"):
         # a nested override of a field that does not exist (--config.foo.bar=1): the
@@ -113,7 +175,7 @@ def _readable(error: BaseException, text: str) -> str:
         key = re.search(r"'([^']+)'", text)
         hint = re.search(r'Did you mean "([\w.]+)"', text)
         return (f"unknown config field {key.group(1) if key else text!r}"
-                f"{f' (did you mean {hint.group(1)!r}?)' if hint else ''}; {FIELDS_COMMAND} "
+                f"{f' (did you mean {hint.group(1)!r}?)' if hint else ''}; {fields_command()} "
                 f"lists every field with its default and doc")
     if "Failed loading config file" in text:
         path = re.search(r"Attempted \[.*?\]:\s*(\S+)", text)
@@ -151,7 +213,8 @@ def show_help(doc: str, extra: str = "") -> None:
 
 def run(body: Callable[[], int], argv: Sequence[str] | None, *, doc: str, help_extra: str = "",
         codes: Sequence[tuple[tuple[type[BaseException], ...], int]] = (),
-        renamed: Callable[[str], str | None] | None = None, help_full: str = "") -> int:
+        renamed: Callable[[str], str | None] | None = None, help_full: str = "",
+        renamed_flags: dict[str, str] | None = None) -> int:
     """Parse absl flags from `argv` (the flags are defined already), then call `body()`.
 
     `codes`: (exception classes, exit status) tried in order before the defaults (bad input ->
@@ -159,11 +222,13 @@ def run(body: Callable[[], int], argv: Sequence[str] | None, *, doc: str, help_e
     `renamed`: a config field's name -> the error naming its new spelling (None: not renamed),
     checked on every `--config.<field>` before parsing. `help_full`: what `--helpfull` (or
     `--fields`) prints after the help (the train command: every config field).
+    `renamed_flags`: the command's retired spellings (`RENAMED_FLAGS`), read as their new names.
     """
     from absl import flags
     from absl import logging as absl_logging
 
     argv = list(sys.argv if argv is None else argv)
+    argv = argv[:1] + rename_retired(argv[1:], renamed_flags or {})
     debug = debug_requested(argv)
     argv = [a for a in argv if a != "--debug"]
     if any(a in HELP_FLAGS for a in argv[1:]):
@@ -244,10 +309,12 @@ class ArgumentParser(argparse.ArgumentParser):
 
 def run_argparse(parser: argparse.ArgumentParser, body: Callable[[argparse.Namespace], int],
                  argv: Sequence[str] | None = None,
-                 codes: Sequence[tuple[tuple[type[BaseException], ...], int]] = ()) -> int:
+                 codes: Sequence[tuple[tuple[type[BaseException], ...], int]] = (),
+                 renamed: dict[str, str] | None = None) -> int:
     """Parse `argv` (default sys.argv[1:]) with `parser` (an `ArgumentParser` of this module),
-    then `body(args)` under the exit statuses of `run`. Returns the exit status."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    then `body(args)` under the exit statuses of `run`. `renamed`: the command's retired
+    spellings (`RENAMED_FLAGS`), read as their new names. Returns the exit status."""
+    argv = rename_retired(list(sys.argv[1:] if argv is None else argv), renamed or {})
     debug = debug_requested(argv)
     try:
         args = parser.parse_args(argv)

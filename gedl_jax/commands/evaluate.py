@@ -1,9 +1,12 @@
-r"""Evaluate trained runs: `python -m gedl_jax.evaluate --workdir=DIR [--workdir=DIR2 ...]`,
-or a pretrained model: `python -m gedl_jax.evaluate --pretrained=mnist/gedl` (`list`: every
-registered name, its setting and numbers; docs/pretrained.md).
+r"""Evaluate trained runs, or a pretrained model.
+
+    gedl-evaluate --workdir=DIR [--workdir=DIR2 ...] [--extra_ood=SET ...] [--out=DIR]
+    gedl-evaluate --pretrained=mnist/gedl       (`--pretrained=list`: every registered model)
+
+(`python -m gedl_jax.evaluate` is the same command; docs/pretrained.md for the models.)
 
 Restores each workdir's best-validation checkpoint, scores the ID test set and every configured OOD
-set (plus `--ood=NAME_OR_IDX_FOLDER`, repeatable), and writes into each workdir
+set (plus `--extra_ood=SET`, repeatable: config.extra_ood's sets), and writes into each workdir
 `eval_results.json`, `eval_table.md` and PNG plots. With several workdirs (seeds) it also prints
 the paper-style table with mean ± std (and writes it to `--out` if given).
 
@@ -101,7 +104,8 @@ def _define_flags() -> None:
     flags.DEFINE_bool("strict", False, "With --pretrained: exit 3 when the accuracy measured "
                       "lies outside the bootstrap interval of the accuracy the file stores (a "
                       "warning line otherwise).")
-    flags.DEFINE_multi_string("ood", [], "Extra OOD set (repeatable): a dataset name (e.g. "
+    flags.DEFINE_multi_string("extra_ood", [], "An OOD set besides the run's own (repeatable; "
+                              "config.extra_ood): a dataset name (e.g. "
                               "kmnist), npz:<path> (an .npz file with test_images), "
                               "tfds:<name>, images:<folder> (image files, resized to the "
                               "model's input by --image_resize, else the run's "
@@ -121,10 +125,11 @@ def _define_flags() -> None:
                       "the run was configured): percentile, or basic, the percentile bounds "
                       "reflected about the metric on all examples (corrects ECE's upward bias "
                       "to first order).")
-    flags.DEFINE_multi_string("ood_group", [], "GROUP=SET (repeatable): put OOD set SET (as "
-                              "--ood or the run's config names it) in the near or far group of "
-                              "the OpenOOD-style group means, over the run's config.ood_groups "
-                              "and the registry's groups, e.g. far=images:/data/textures.")
+    flags.DEFINE_multi_string("ood_groups", [], "GROUP=SET (repeatable; config.ood_groups): "
+                              "put OOD set SET (as --extra_ood or the run's config names it) "
+                              "in the near or far group of the OpenOOD-style group means, over "
+                              "the run's own groups and the registry's, e.g. "
+                              "far=images:/data/textures.")
     flags.DEFINE_string("data_dir", None, "Override the data folder saved in the run config.")
     flags.DEFINE_string("out", None, "Write the results here instead of into the workdirs: a "
                         "folder (each run's eval_results.json, eval_table.md and plots, one "
@@ -171,9 +176,9 @@ def _overrides(FLAGS) -> dict[str, Any]:
         overrides["bootstrap_interval"] = FLAGS.bootstrap_interval
     if FLAGS.image_resize:
         overrides["image_resize"] = FLAGS.image_resize
-    if FLAGS.ood_group:
-        data.parse_ood_groups(FLAGS.ood_group)   # a malformed entry: before any work
-        overrides["ood_groups"] = tuple(FLAGS.ood_group)
+    if FLAGS.ood_groups:
+        data.parse_ood_groups(FLAGS.ood_groups)   # a malformed entry: before any work
+        overrides["ood_groups"] = tuple(FLAGS.ood_groups)
     return overrides
 
 
@@ -191,7 +196,7 @@ def main(argv=None) -> int:
             if FLAGS.workdir or FLAGS.corruptions or FLAGS.as_method:
                 raise ValueError("--pretrained evaluates a registered model: give no --workdir, "
                                  "--corruptions or --as_method with it")
-            return _evaluate_pretrained(FLAGS.pretrained, FLAGS.out, tuple(FLAGS.ood),
+            return _evaluate_pretrained(FLAGS.pretrained, FLAGS.out, tuple(FLAGS.extra_ood),
                                         overrides, FLAGS.latex,
                                         unverified_weights=FLAGS.unverified_weights,
                                         strict=FLAGS.strict)
@@ -208,7 +213,7 @@ def main(argv=None) -> int:
         for w in FLAGS.workdir:   # before anything is written
             config = saved_config(w, overrides)
             data.check_ood_groups(
-                config.ood_groups, (*config.ood_datasets, *config.extra_ood, *FLAGS.ood))
+                config.ood_groups, (*config.ood_datasets, *config.extra_ood, *FLAGS.extra_ood))
         results_dirs, table_path = _results_dirs(FLAGS.workdir, FLAGS.out)
         if FLAGS.as_method:   # never over the run's own results
             results_dirs = [d or pathlib.Path(w) / f"as_{FLAGS.as_method}"
@@ -220,7 +225,7 @@ def main(argv=None) -> int:
             _check_corruption_study(FLAGS.workdir, FLAGS.corruptions, overrides)
         preemption.install()
         all_results = [] if FLAGS.study_only else [
-            evaluate_workdir(w, tuple(FLAGS.ood), overrides, d, FLAGS.as_method)
+            evaluate_workdir(w, tuple(FLAGS.extra_ood), overrides, d, FLAGS.as_method)
             for w, d in zip(FLAGS.workdir, results_dirs)]
         if len(all_results) > 1:
             table = evaluation.results_table(all_results, fmt="markdown")
@@ -252,7 +257,7 @@ def main(argv=None) -> int:
     return cli.run(announced_body, argv, doc=__doc__, codes=[
         ((preemption.EvaluationInterrupted,), cli.EXIT_INTERRUPTED),
         ((StoredAccuracyError,), cli.EXIT_DIVERGED),
-        ((data.DataError,), cli.EXIT_BAD_INPUT)])
+        ((data.DataError,), cli.EXIT_BAD_INPUT)], renamed_flags=cli.RENAMED_FLAGS["evaluate"])
 
 
 if __name__ == "__main__":

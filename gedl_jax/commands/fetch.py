@@ -60,7 +60,7 @@ def parse_targets(tokens: Sequence[str], for_dataset: str | None) -> list[tuple[
 
 def _parser() -> argparse.ArgumentParser:
     parser = cli.ArgumentParser(
-        prog="python -m gedl_jax.data.fetch",
+        prog=cli.command_name("python -m gedl_jax.data.fetch"),
         description="Download and verify the official dataset files into the data folder.",
         epilog="datasets: " + ", ".join(f"{n} ({','.join(DATASETS[n].splits)})"
                                         for n in sorted(DATASETS)))

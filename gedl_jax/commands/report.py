@@ -2,7 +2,9 @@
 by dataset and method: the command line of bin/report.py (whose docstring says what it reads and
 prints), over `gedl_jax.evaluation.report`.
 
-    python bin/report.py RUNS_DIR [--latex] [--out FILE] [--json AGG.json] [--ood KMNIST,FMNIST]
+    gedl-report RUNS_DIR [--latex] [--out=FILE] [--json=AGG.json] [--ood_datasets=KMNIST,FMNIST]
+
+(`python bin/report.py` in a clone.)
 """
 
 from __future__ import annotations
@@ -20,19 +22,22 @@ __all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The command line (bin/report.py): bad input is one `error:` line and exit 2
+    """The command line (gedl-report, bin/report.py): bad input is one `error:` line and exit 2
     (commands/cli.py)."""
     parser = cli.ArgumentParser(
+        prog=cli.command_name("python bin/report.py"),
         description="Paper-style table (mean ± std over seeds) of every eval_results.json under "
                     "RUNS_DIR, grouped by dataset and method.")
     parser.add_argument("runs_dir", help="folder searched recursively for eval_results.json")
     parser.add_argument("--latex", action="store_true", help="LaTeX (booktabs) instead of markdown")
     parser.add_argument("--out", help="also write the tables to this file")
     parser.add_argument("--json", help="write the aggregated numbers {dataset: {method: ...}}")
-    parser.add_argument("--ood", help="comma-separated OOD sets and their order (default: all)")
-    parser.add_argument("--no-extra", action="store_true",
+    parser.add_argument("--ood_datasets", help="the OOD sets the tables show, comma-separated, "
+                                               "in their order (default: every set the runs "
+                                               "have)")
+    parser.add_argument("--no_extra", action="store_true",
                         help="only the main table (no calibration / detection-detail tables)")
-    return cli.run_argparse(parser, _main, argv)
+    return cli.run_argparse(parser, _main, argv, renamed=cli.RENAMED_FLAGS["report"])
 
 
 def _main(args: Any) -> int:
@@ -40,7 +45,7 @@ def _main(args: Any) -> int:
     if not grouped:
         raise FileNotFoundError(f"no {RESULTS_FILENAME} under {args.runs_dir}: give the folder "
                                 f"of evaluated runs (python -m gedl_jax.evaluate writes it)")
-    ood_names = args.ood.split(",") if args.ood else None
+    ood_names = args.ood_datasets.split(",") if args.ood_datasets else None
     texts, aggregated = [], {}
     for dataset, methods in grouped.items():
         for method, runs in methods.items():

@@ -1,6 +1,9 @@
 r"""Train an evidential classifier.
 
-    python -m gedl_jax.train [--config=mnist] [--config.FIELD=VALUE ...] [--workdir=DIR]
+    gedl-train [--config=NAME[:VARIANT[,MODIFIER...]]] [--config.FIELD=VALUE ...] [--workdir=DIR]
+
+(`python -m gedl_jax.train` is the same command; `bin/train` in a clone. Without --config it
+trains configs/mnist.py, the main job.)
 
 
 Config syntax (ml_collections), from any directory:
@@ -130,8 +133,8 @@ def results_line(workdir, results: list[dict]) -> str:
     evaluated = [pathlib.Path(r["workdir"]) / "eval_results.json" for r in results
                  if "evaluation" in r]
     if not evaluated:
-        return (f"checkpoints in {workdir} (no evaluation: python -m gedl_jax.evaluate "
-                f"--workdir=... scores a run)")
+        return (f"checkpoints in {workdir} (no evaluation: "
+                f"{cli.command_name('python -m gedl_jax.evaluate')} --workdir=... scores a run)")
     combined = (f"; the {len(evaluated)} seeds' table: {pathlib.Path(workdir) / 'eval_table.md'}"
                 if len(evaluated) > 1 else "")
     return f"results: {', '.join(map(str, evaluated))}{combined}"

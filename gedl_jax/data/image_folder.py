@@ -3,7 +3,7 @@
     ood = data.image_folder.load_ood("textures/", like=splits["train"])   # any image sizes
     ds = data.image_folder.load_dataset("my_images/")    # train/ and test/ class folders
 
-**An OOD set** (`--config.ood_datasets=images:<folder>`, `evaluate --ood=images:<folder>`) is
+**An OOD set** (`--config.ood_datasets=images:<folder>`, `evaluate --extra_ood=images:<folder>`) is
 every image file under the folder, at any depth, in the order of their relative paths (sorted,
 so the order, and with it `config.eval_examples`' subset, does not depend on the filesystem);
 its labels are zeros. Each image is made the in-distribution examples' shape (H, W, C):

@@ -445,7 +445,7 @@ def ood_group(id_dataset: str, ood_name: str, declared: Mapping[str, str] | None
 def check_ood_groups(entries, ood_names) -> dict[str, str]:
     """`entries` ("GROUP=SET", a config's `ood_groups`) parsed (`parse_ood_groups`), every set
     they group checked to be among `ood_names`, the OOD sets evaluated (a training run's:
-    config.ood_datasets and config.extra_ood; an evaluation's: those and its --ood sets): a
+    config.ood_datasets and config.extra_ood; an evaluation's: those and its --extra_ood sets): a
     misspelt set would otherwise end in no group, silently. ValueError names the field.
 
     >>> check_ood_groups(("far=a.npz",), ["a.npz", "kmnist"])
@@ -460,12 +460,12 @@ def check_ood_groups(entries, ood_names) -> dict[str, str]:
         raise ValueError(f"config.ood_groups groups {', '.join(map(repr, missing))}, not among "
                          f"the OOD sets evaluated ({', '.join(map(repr, ood_names)) or 'none'}):"
                          f" name each set as config.ood_datasets, config.extra_ood or "
-                         f"evaluate --ood does")
+                         f"evaluate --extra_ood does")
     return declared
 
 
 def add_ood_groups(entries, added) -> tuple[str, ...]:
-    """`entries` ("GROUP=SET") with the entries `added` (`evaluate --ood_group`): an added
+    """`entries` ("GROUP=SET") with the entries `added` (`evaluate --ood_groups`): an added
     set's group replaces the one `entries` gave it.
 
     >>> add_ood_groups(("near=a.npz",), ("far=a.npz", "far=b"))

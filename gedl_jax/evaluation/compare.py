@@ -2,7 +2,7 @@
 bootstrap of every metric's difference (``bin/compare_runs.py``, whose command line is
 ``gedl_jax.commands.compare``).
 
-    python bin/compare_runs.py runs/mnist_gedl runs/mnist_edl [--samples 2000] [--out FILE.md]
+    python bin/compare_runs.py runs/mnist_gedl runs/mnist_edl [--bootstrap_samples=2000]
     python bin/compare_runs.py runs/gedl5 runs/edl5          # folders of seed_* runs
     python bin/compare_runs.py runs/gedl_seed0,runs/gedl_seed1 runs/edl_seed0,runs/edl_seed1
 
@@ -19,7 +19,7 @@ test examples would keep. With several runs a side, a replicate also draws that 
 with replacement and averages them, so the interval holds the variation over training seeds as
 well; with few seeds (under 5) it is too narrow, as any bootstrap over so few draws.
 
-With ``--calibrated`` the runs' calibrated predictions are compared instead: each run's
+With ``--calibrate`` the runs' calibrated predictions are compared instead: each run's
 calibrator (its evaluation's ``calibrator``, evidence scaling for the EDL family and temperature
 scaling otherwise; ``--calibrator`` chooses one for every run) is fitted on the validation
 predictions its ``predictions.npz`` holds and applied to its test and OOD predictions, as the

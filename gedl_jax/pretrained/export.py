@@ -45,7 +45,7 @@ def portable_config(config) -> dict[str, Any]:
     if bad:
         raise PretrainedError(f"config field(s) {sorted(bad)} hold paths of this machine; a "
                               f"pretrained model must not depend on them: export a run without "
-                              f"them (e.g. evaluate extra OOD folders with --ood)")
+                              f"them (e.g. evaluate extra OOD folders with --extra_ood)")
     return fields
 
 

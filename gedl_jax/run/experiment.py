@@ -157,7 +157,7 @@ def load_ood_set(config, name: str, train: data.Split, sources: DataSources | No
     "tfds:<name>" or "images:<folder>", whose images config.image_resize sizes), checked to
     have the shape of the `train` examples and cut to
     config.eval_examples evenly spaced examples as the test set is (a set added at evaluation,
-    `evaluate --ood`, included). `sources`: the run's, else the config's; `fetching`:
+    `evaluate --extra_ood`, included). `sources`: the run's, else the config's; `fetching`:
     `download` / `mirror` for `data.load_ood` (its defaults: fetch what is missing)."""
     if data.is_own(name):
         ood = data.load_own_ood(name, train, config.tfds_data_dir or None,

@@ -450,7 +450,7 @@ def config_from_saved(saved: dict[str, Any], overrides: dict[str, Any] | None = 
              for k, v in saved.items()}   # runs saved before the list fields were tuples
     config.update({**config_lib.LEGACY_DEFAULTS, **config_lib.upgrade_saved(saved)})
     for key, value in (overrides or {}).items():
-        if key == "ood_groups":   # `evaluate --ood_group`: added to the run's own declarations
+        if key == "ood_groups":   # `evaluate --ood_groups`: added to the run's own declarations
             value = data.add_ood_groups(config.get(key, ()), value)
         config[key] = value
     return config
