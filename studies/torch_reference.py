@@ -387,10 +387,10 @@ def mean_std(xs):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--variant", required=True, choices=["edl", "iedl", "redl", "red", "gedl"],
-                   help="the method trained (Variants above)")
+                   help="the method trained: EDL, I-EDL, R-EDL, RED or GEDL (each one's "
+                        "loss: this file's docstring)")
     p.add_argument("--seeds", default="0,1,2",
                    help="comma-separated seeds, one run each (split, init and batch order)")
     p.add_argument("--epochs", type=int, default=3, help="training epochs (default 3)")
