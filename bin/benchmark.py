@@ -234,15 +234,18 @@ def loop_benchmark(epochs: int, step_row: dict | None, train_examples: int = 0) 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", default="convnet,vgg16")
+    p.add_argument("--models", default="convnet,vgg16",
+                   help="comma-separated models: convnet (MNIST), vgg16 (CIFAR VGG16-bn)")
     p.add_argument("--batches", default="128", help="comma-separated global batch sizes")
-    p.add_argument("--dtypes", default="float32,bfloat16")
+    p.add_argument("--dtypes", default="float32,bfloat16",
+                   help="comma-separated compute dtypes (float32, bfloat16)")
     p.add_argument("--devices", default="1,all", help="device counts, 'all' = every device")
     p.add_argument("--seeds", default="1",
                    help="comma-separated seed counts; >1 times the vmapped multi-seed step "
                         "(img/s then counts all seeds' images)")
     p.add_argument("--steps", type=int, default=5, help="steps per timed repeat")
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=5,
+                   help="timed repeats after the warm-up; the step time is their median")
     p.add_argument("--precisions", default="default",
                    help="comma-separated matmul precisions of float32 steps (default, highest)")
     p.add_argument("--device_loop", default="auto", choices=("auto", "true", "false"),

@@ -37,8 +37,8 @@ def restricted(new, old, added: list[str], path: str = ""):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("old")
-    p.add_argument("new")
+    p.add_argument("old", help="the reference bin/reproduce.py --out folder")
+    p.add_argument("new", help="the bin/reproduce.py --out folder compared with it")
     args = p.parse_args(argv)
     old, new = pathlib.Path(args.old), pathlib.Path(args.new)
     same = different = 0

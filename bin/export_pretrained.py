@@ -135,8 +135,10 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--study", required=True, help="a bin/reproduce.py --out folder")
     p.add_argument("--variants", required=True, help="comma-separated, e.g. edl,iedl")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--setting", required=True, choices=sorted(SETTINGS))
+    p.add_argument("--seed", type=int, default=0,
+                   help="the seed whose runs are exported (runs/<variant>/seed_<s>; default 0)")
+    p.add_argument("--setting", required=True, choices=sorted(SETTINGS),
+                   help="the bin/reproduce.py --setting the study ran, recorded with each model")
     p.add_argument("--suffix", default="", help="appended to the name, e.g. _paper")
     p.add_argument("--results_dir", required=True, help="where each evaluation is kept")
     p.add_argument("--wall_time_note", default="", help="appended to the training time")

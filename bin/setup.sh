@@ -19,6 +19,9 @@
 # and extras) changed since, or GEDL_EXTRAS names other extras than it was set up with. Setting
 # up again installs in place, with the extras recorded unless GEDL_EXTRAS names others. Two
 # setups of one venv never run at once (flock, where present).
+case "${1:-}" in   # --help: the comment above, before anything runs
+  -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+esac
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

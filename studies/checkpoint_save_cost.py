@@ -170,15 +170,29 @@ def steps_beside_saves(program, compiled, seeds: int, setting: str, epochs: int,
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--epoch_ends", type=int, default=6)
-    parser.add_argument("--model", default="convnet")
-    parser.add_argument("--beside_steps", action="store_true")
-    parser.add_argument("--layouts", action="store_true")
-    parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--calls_per_epoch", type=int, default=4)
-    parser.add_argument("--steps_per_call", type=int, default=100)
-    parser.add_argument("--settings", default=",".join(SETTINGS))
+    parser.add_argument("--seeds", type=int, default=5,
+                        help="runs saved at each epoch end, each a best and a last save (with "
+                             "--beside_steps: seeds vmapped in the program; default 5)")
+    parser.add_argument("--epoch_ends", type=int, default=6,
+                        help="epoch ends timed; the first is left out of the median (default 6)")
+    parser.add_argument("--model", default="convnet",
+                        help="network of the saved train state: convnet (MNIST shapes) or "
+                             "another of gedl_jax.networks, e.g. vgg16 (CIFAR shapes)")
+    parser.add_argument("--beside_steps", action="store_true",
+                        help="instead: the training steps' images/s beside the saves, in each "
+                             "of --settings (for a GPU)")
+    parser.add_argument("--layouts", action="store_true",
+                        help="instead: one save's wall and CPU time for the train state as "
+                             "saved and as one array, with and without the metadata")
+    parser.add_argument("--epochs", type=int, default=10,
+                        help="with --beside_steps: timed epochs, after one warm-up epoch")
+    parser.add_argument("--calls_per_epoch", type=int, default=4,
+                        help="with --beside_steps: compiled calls an epoch")
+    parser.add_argument("--steps_per_call", type=int, default=100,
+                        help="with --beside_steps: training steps a call (batch 128)")
+    parser.add_argument("--settings", default=",".join(SETTINGS),
+                        help="with --beside_steps: comma-separated settings to time, of "
+                             + ", ".join(SETTINGS) + " (default: all)")
     parser.add_argument("--dry_run", action="store_true",
                         help="--beside_steps on the MLP, 2 epochs of 2 calls of 2 steps")
     args = parser.parse_args(argv)

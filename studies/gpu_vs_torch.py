@@ -164,11 +164,14 @@ def main(argv=None) -> int:
     p.add_argument("--torch_python", default=os.environ.get("GEDL_TORCH_PYTHON", sys.executable),
                    help="a Python with torch (default $GEDL_TORCH_PYTHON, else this one)")
     p.add_argument("--out", required=True, help="folder for jax.json, torch.json, vs_torch.md")
-    p.add_argument("--models", default="convnet,vgg16")
-    p.add_argument("--batches", default="128")
-    p.add_argument("--dtypes", default="float32,bfloat16")
+    p.add_argument("--models", default="convnet,vgg16",
+                   help="comma-separated models: convnet (MNIST), vgg16 (CIFAR VGG16-bn)")
+    p.add_argument("--batches", default="128", help="comma-separated batch sizes")
+    p.add_argument("--dtypes", default="float32,bfloat16",
+                   help="comma-separated compute dtypes (float32, bfloat16)")
     p.add_argument("--steps", type=int, default=20, help="steps per timed repeat (both sides)")
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=5,
+                   help="timed repeats after the warm-up (both sides); the median is reported")
     p.add_argument("--tf32", default="on", choices=("on", "off"), help="PyTorch's TF32 setting")
     p.add_argument("--torch_compile_mode", default="default",
                    help="torch.compile's mode for the PyTorch compile column")

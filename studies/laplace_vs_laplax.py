@@ -33,10 +33,13 @@ def _timed(fn, repeats: int) -> tuple[np.ndarray, float]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--examples", type=int, default=48_000)
-    parser.add_argument("--features", type=int, default=64)
-    parser.add_argument("--classes", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--examples", type=int, default=48_000,
+                        help="rows of random features (training images; default 48,000)")
+    parser.add_argument("--features", type=int, default=64,
+                        help="the last layer's input features (default 64)")
+    parser.add_argument("--classes", type=int, default=10, help="classes (default 10)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="timed calls after one untimed one; each time is their median")
     args = parser.parse_args(argv)
 
     import jax

@@ -10,6 +10,7 @@ machine this way compare their training loops (docs/performance.md, "The trainin
 
 from __future__ import annotations
 
+import argparse
 import json
 import pathlib
 import sys
@@ -28,11 +29,11 @@ def loop_rate(workdir: pathlib.Path) -> tuple[int, float, float]:
 
 
 def main(argv=None) -> int:
-    workdirs = sys.argv[1:] if argv is None else argv
-    if not workdirs:
-        print("usage: python -m studies.loop_rate WORKDIR [WORKDIR ...]", file=sys.stderr)
-        return 2
-    for workdir in workdirs:
+    parser = argparse.ArgumentParser(prog="python -m studies.loop_rate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("workdirs", nargs="+", metavar="WORKDIR",
+                        help="a finished run's folder (its config.json and metrics.jsonl)")
+    for workdir in parser.parse_args(argv).workdirs:
         steps, seconds, rate = loop_rate(pathlib.Path(workdir))
         print(f"{workdir}: {steps} steps in {seconds:.1f} s, {rate:,.0f} img/s")
     return 0

@@ -49,11 +49,15 @@ def compiled(variant: str, model: str, batch: int, steps: int, one_pass: bool):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", default="resnet18,mlp")
-    p.add_argument("--variants", default="daedl,fedl")
-    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--models", default="resnet18,mlp",
+                   help="comma-separated networks with features_and_logits (default resnet18,mlp)")
+    p.add_argument("--variants", default="daedl,fedl",
+                   help="comma-separated methods that read features and logits "
+                        "(default daedl,fedl)")
+    p.add_argument("--batch", type=int, default=32, help="batch size (default 32)")
     p.add_argument("--steps", type=int, default=3, help="steps per timed round")
-    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=5,
+                   help="interleaved timed rounds of both ways; each time is their median")
     args = p.parse_args(argv)
 
     dev = jax.devices()[0]

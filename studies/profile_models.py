@@ -158,14 +158,20 @@ def torch_runner(name, mode, batch, threads):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="convnet", choices=tuple(SHAPES))
-    ap.add_argument("--mode", default="train", choices=("train", "eval"))
+    ap.add_argument("--model", default="convnet", choices=tuple(SHAPES),
+                    help="network: convnet (MNIST, 28x28x1) or vgg16 (CIFAR, 32x32x3)")
+    ap.add_argument("--mode", default="train", choices=("train", "eval"),
+                    help="time the train step (forward, backward, Adam) or the eval step "
+                         "(forward)")
     ap.add_argument("--conv", default="xla,auto", help="comma list of conv_impl values")
     ap.add_argument("--pool", default="reduce_window,reshape,auto", help="comma list of pool_impl")
     ap.add_argument("--batch", type=int, default=None, help="default 128 train, 1024 eval")
     ap.add_argument("--repeats", type=int, default=10, help="timed steps per round")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="interleaved rounds, each after the CPU is idle; img/s is the best "
+                         "round's")
+    ap.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                    help="compute dtype of the jax steps (not --torch)")
     ap.add_argument("--torch", action="store_true",
                     help="time the PyTorch reference instead (run with a python that has torch)")
     ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads (--torch)")

@@ -196,9 +196,11 @@ def _print_summary(step_s: float, flops: float, gemm_gflops_: float, batch: int)
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--framework", choices=("jax", "torch"), default="jax")
-    p.add_argument("--model", choices=("convnet", "vgg16"), default="convnet")
-    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--framework", choices=("jax", "torch"), default="jax",
+                   help="profile our step (jax) or the PyTorch reference step (torch)")
+    p.add_argument("--model", choices=("convnet", "vgg16"), default="convnet",
+                   help="network: convnet (MNIST) or vgg16 (CIFAR VGG16-bn)")
+    p.add_argument("--batch", type=int, default=128, help="batch size (default 128)")
     p.add_argument("--steps", type=int, default=10, help="profiled steps (and warm-up steps)")
     p.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     p.add_argument("--top", type=int, default=25, help="rows to print")

@@ -136,8 +136,10 @@ def same_records_after(a: pathlib.Path, b: pathlib.Path, step: int) -> bool | No
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--config", default="configs/mnist.py:gedl")
-    p.add_argument("--epochs", type=int, default=4)
+    p.add_argument("--config", default="configs/mnist.py:gedl",
+                   help="the runs' python -m gedl_jax.train --config (default "
+                        "configs/mnist.py:gedl)")
+    p.add_argument("--epochs", type=int, default=4, help="each run's num_epochs (default 4)")
     p.add_argument("--stop_at", type=int, default=0,
                    help="SIGTERM once the metrics reach this step (0: 1.5 epochs' steps, read "
                         "from the uninterrupted run; half of them in a one-epoch run)")

@@ -67,7 +67,8 @@ def max_abs_difference(a, b) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=20,
+                        help="training steps of each run (batch 32, 8 an epoch; default 20)")
     args = parser.parse_args()
     config = experiment.resolve_config(config_lib.set_fields(
         config_lib.build_config("mnist", "gedl"), batch_size=BATCH, num_epochs=3), 1)

@@ -173,10 +173,12 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--worker", action="append", default=[],
                    help="LABEL:KIND:PYTHON[:OPTIONS]; default: jax and torch with this Python")
-    p.add_argument("--model", default="convnet", choices=("convnet", "vgg16"))
-    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--model", default="convnet", choices=("convnet", "vgg16"),
+                   help="network: convnet (MNIST) or vgg16 (CIFAR VGG16-bn)")
+    p.add_argument("--batch", type=int, default=128, help="batch size (default 128)")
     p.add_argument("--steps", type=int, default=10, help="timed steps per worker per round")
-    p.add_argument("--rounds", type=int, default=6)
+    p.add_argument("--rounds", type=int, default=6,
+                   help="rounds, each timing every worker in turn; the medians are over them")
     p.add_argument("--reference", default=None,
                    help="label of the worker the ratios are taken to (default: in each round the "
                         "fastest torch worker, 'torch-best')")

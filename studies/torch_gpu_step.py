@@ -71,9 +71,15 @@ import sys
 import time
 
 import numpy as np
-import torch
-import torch.nn.functional as F  # noqa: N812
-from torch import nn
+
+try:   # not a gedl-jax dependency: without it --help still answers, and main() says to install it
+    import torch
+    import torch.nn.functional as F  # noqa: N812
+    from torch import nn
+except ModuleNotFoundError as missing:
+    if missing.name != "torch":
+        raise
+    torch = F = nn = None
 
 NUM_CLASSES = 10
 C_W = 0.5
@@ -82,7 +88,7 @@ LEARNING_RATE = 1e-3
 IMAGE_SHAPES = {"convnet": (28, 28, 1), "vgg16": (32, 32, 3)}   # H, W, C
 MODES = ("eager", "compile", "cudagraphs")
 SETUP_STEPS = 3   # steps timed as setup_s, before the --warmup steps
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DTYPES = ("float32", "bfloat16")   # torch's dtypes of these names
 VGG16_CONFIG = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M",
                 512, 512, 512, "M")
 
@@ -183,7 +189,7 @@ def make_train_step(model_name: str, batch: int, steps: int, dtype: str, mode: s
     labels_N = torch.from_numpy(rng.integers(0, NUM_CLASSES, n)).to(device)
     offsets_B = torch.arange(batch, device=device)
     counter = torch.zeros((), dtype=torch.int64, device=device)   # step number, on the device
-    autocast_dtype = DTYPES[dtype]
+    autocast_dtype = getattr(torch, dtype)
 
     def train_step() -> torch.Tensor:
         index_B = (counter % steps) * batch + offsets_B
@@ -305,20 +311,26 @@ def comma_list(text: str, allowed, what: str) -> list[str]:
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", default="convnet,vgg16")
+    p.add_argument("--models", default="convnet,vgg16",
+                   help="comma-separated networks: convnet (MNIST), vgg16 (CIFAR VGG16-bn)")
     p.add_argument("--batches", default="128", help="comma-separated batch sizes")
-    p.add_argument("--dtypes", default="float32,bfloat16")
+    p.add_argument("--dtypes", default="float32,bfloat16",
+                   help="comma-separated: float32, bfloat16 (torch.autocast)")
     p.add_argument("--modes", default=None,
                    help=f"comma list of {', '.join(MODES)} (default: all three; a dry run on "
                         "the CPU: eager)")
     p.add_argument("--steps", type=int, default=20, help="steps per timed repeat (and the "
                                                          "number of batches in the data set)")
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=5,
+                   help="timed repeats of --steps steps; images/s and step ms are their median")
     p.add_argument("--warmup", type=int, default=5,
                    help="warm-up steps (>= 1) after the 3 setup steps, before timing")
-    p.add_argument("--tf32", default="on", choices=("on", "off"))
+    p.add_argument("--tf32", default="on", choices=("on", "off"),
+                   help="TF32 matmuls and convolutions (on: float32 matmul precision 'high'; "
+                        "off: 'highest')")
     p.add_argument("--memory_format", default="channels_last",
-                   choices=("channels_last", "contiguous"))
+                   choices=("channels_last", "contiguous"),
+                   help="the model's and batch's memory format (channels_last: NHWC in memory)")
     p.add_argument("--compile_mode", default="default",
                    choices=("default", "reduce-overhead", "max-autotune",
                             "max-autotune-no-cudagraphs"),
@@ -344,6 +356,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if torch is None:
+        bad_input("torch is not installed: pip install torch (not a gedl-jax dependency), or run "
+                  "this script with a Python that has it")
     if args.loss_check:
         return loss_check(args.loss_check)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

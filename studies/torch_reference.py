@@ -53,11 +53,18 @@ import os
 import struct
 import sys
 import time
+from collections import OrderedDict
 
 import numpy as np
-import torch
-import torch.nn.functional as F
-from torch import nn
+
+try:   # not a gedl-jax dependency: without it --help still answers, and main() says to install it
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+except ModuleNotFoundError as missing:
+    if missing.name != "torch":
+        raise
+    torch = F = nn = None
 
 NUM_CLASSES = 10
 
@@ -94,25 +101,22 @@ def to_tensor(images_u8: np.ndarray) -> torch.Tensor:
 # ------------------------------------------------------------------------------------------
 # Model (I-EDL / R-EDL "conv" architecture)
 # ------------------------------------------------------------------------------------------
-class ConvNet(nn.Module):
-    def __init__(self, num_classes: int = NUM_CLASSES):
-        super().__init__()
-        layers = []
-        c_in = 1
-        for c_out in (64, 64, 64):
-            layers += [nn.Conv2d(c_in, c_out, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2, padding=0)]
-            c_in = c_out
-        self.convolutions = nn.Sequential(*layers)
-        dims = [64 * 3 * 3, 64, 64, 64]
-        lin = []
-        for a, b in zip(dims[:-1], dims[1:]):
-            lin += [nn.Linear(a, b), nn.ReLU()]
-        lin.append(nn.Linear(dims[-1], num_classes))
-        self.linear = nn.Sequential(*lin)
-
-    def forward(self, x):
-        x = self.convolutions(x)
-        return self.linear(x.view(x.size(0), -1))
+def conv_net(num_classes: int = NUM_CLASSES) -> nn.Module:
+    """The reference's ConvNet: `convolutions`, flattened per image, then `linear` (the
+    reference's parameter names, created in its order)."""
+    layers = []
+    c_in = 1
+    for c_out in (64, 64, 64):
+        layers += [nn.Conv2d(c_in, c_out, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2, padding=0)]
+        c_in = c_out
+    convolutions = nn.Sequential(*layers)
+    dims = [64 * 3 * 3, 64, 64, 64]
+    lin = []
+    for a, b in zip(dims[:-1], dims[1:]):
+        lin += [nn.Linear(a, b), nn.ReLU()]
+    lin.append(nn.Linear(dims[-1], num_classes))
+    return nn.Sequential(OrderedDict(convolutions=convolutions, flatten=nn.Flatten(),
+                                     linear=nn.Sequential(*lin)))
 
 
 # ------------------------------------------------------------------------------------------
@@ -270,26 +274,26 @@ def loss_fn(variant: str, logits: torch.Tensor, labels: torch.Tensor, epoch: int
 # ------------------------------------------------------------------------------------------
 # Training
 # ------------------------------------------------------------------------------------------
-@torch.no_grad()
 def evaluate(model, variant, x, y, args, batch=1024):
-    model.eval()
-    correct, correct_logits, ties, s_sum, n = 0, 0, 0, 0.0, 0
-    nll = 0.0
-    for i in range(0, len(y), batch):
-        logits = model(x[i:i + batch])
-        alpha = evidential_alpha(variant, logits, args)
-        s = alpha.sum(-1)
-        p = alpha / s[:, None]
-        yy = y[i:i + batch]
-        correct += (alpha.argmax(-1) == yy).sum().item()       # reference metrics.accuracy
-        correct_logits += (logits.argmax(-1) == yy).sum().item()  # reference validation
-        ties += ((alpha == alpha.max(-1, keepdim=True)[0]).sum(-1) > 1).sum().item()
-        s_sum += s.sum().item()
-        nll += -torch.log(p.gather(-1, yy[:, None])[:, 0]).sum().item()
-        n += len(yy)
-    model.train()
-    evaluate.last = dict(acc_logits=correct_logits / n, tied_max_alpha=ties / n)
-    return correct / n, s_sum / n, nll / n
+    with torch.no_grad():
+        model.eval()
+        correct, correct_logits, ties, s_sum, n = 0, 0, 0, 0.0, 0
+        nll = 0.0
+        for i in range(0, len(y), batch):
+            logits = model(x[i:i + batch])
+            alpha = evidential_alpha(variant, logits, args)
+            s = alpha.sum(-1)
+            p = alpha / s[:, None]
+            yy = y[i:i + batch]
+            correct += (alpha.argmax(-1) == yy).sum().item()       # reference metrics.accuracy
+            correct_logits += (logits.argmax(-1) == yy).sum().item()  # reference validation
+            ties += ((alpha == alpha.max(-1, keepdim=True)[0]).sum(-1) > 1).sum().item()
+            s_sum += s.sum().item()
+            nll += -torch.log(p.gather(-1, yy[:, None])[:, 0]).sum().item()
+            n += len(yy)
+        model.train()
+        evaluate.last = dict(acc_logits=correct_logits / n, tied_max_alpha=ties / n)
+        return correct / n, s_sum / n, nll / n
 
 
 def run_seed(seed: int, data, args) -> dict:
@@ -306,7 +310,7 @@ def run_seed(seed: int, data, args) -> dict:
     xte, yte = to_tensor(te_x), torch.from_numpy(te_y)
 
     torch.manual_seed(seed)
-    model = ConvNet()
+    model = conv_net()
     if args.init_from:
         load_numpy_params(model, args.init_from)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
@@ -368,7 +372,7 @@ def run_seed(seed: int, data, args) -> dict:
                 test_nll_best=best_test_nll, history=history, seconds=time.time() - t0)
 
 
-def load_numpy_params(model: ConvNet, path: str) -> None:
+def load_numpy_params(model: nn.Module, path: str) -> None:
     """Load weights from an .npz with the keys of model.state_dict() (torch layout)."""
     arrays = np.load(path)
     state = model.state_dict()
@@ -384,25 +388,37 @@ def mean_std(xs):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--variant", required=True, choices=["edl", "iedl", "redl", "red", "gedl"])
-    p.add_argument("--seeds", default="0,1,2")
-    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--variant", required=True, choices=["edl", "iedl", "redl", "red", "gedl"],
+                   help="the method trained: EDL, I-EDL, R-EDL, RED or GEDL (each one's "
+                        "loss: this file's docstring)")
+    p.add_argument("--seeds", default="0,1,2",
+                   help="comma-separated seeds, one run each (split, init and batch order)")
+    p.add_argument("--epochs", type=int, default=3, help="training epochs (default 3)")
     p.add_argument("--train_examples", type=int, default=12000, help="0 = all 48,000")
     p.add_argument("--val_examples", type=int, default=2000, help="0 = all 12,000")
     p.add_argument("--batch_size", type=int, default=64, help="reference: 64")
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate (default 1e-3)")
     p.add_argument("--lr_schedule", default="constant", choices=["constant", "cosine"],
                    help="reference: constant; cosine = gedl_jax's per-step cosine to 0")
     p.add_argument("--drop_last", action="store_true", help="drop the last partial batch "
                    "(gedl_jax does; the reference DataLoader does not)")
-    p.add_argument("--fisher_c", type=float, default=0.005)
-    p.add_argument("--redl_lambda", type=float, default=0.1)
-    p.add_argument("--red_loss", default="mse", choices=["mse", "log", "digamma"])
-    p.add_argument("--red_act", default="exp", choices=["exp", "exp_clamp", "relu", "softplus"])
-    p.add_argument("--red_kl_strength", type=float, default=1.0)
-    p.add_argument("--c_w", type=float, default=0.5)
-    p.add_argument("--c_tau", type=float, default=100.0)
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--fisher_c", type=float, default=0.005,
+                   help="iedl: weight of the -log|I(alpha)| term (default 0.005)")
+    p.add_argument("--redl_lambda", type=float, default=0.1,
+                   help="redl: the prior weight lambda, alpha = e + lambda (default 0.1)")
+    p.add_argument("--red_loss", default="mse", choices=["mse", "log", "digamma"],
+                   help="red: the likelihood term (default mse; the RED repository's is log)")
+    p.add_argument("--red_act", default="exp", choices=["exp", "exp_clamp", "relu", "softplus"],
+                   help="red: the evidence function (exp_clamp: exp of logits clamped to "
+                        "[-10, 10])")
+    p.add_argument("--red_kl_strength", type=float, default=1.0,
+                   help="red: factor of the annealed KL term (default 1.0)")
+    p.add_argument("--c_w", type=float, default=0.5,
+                   help="gedl: C_w of the adaptive prior strength W (default 0.5)")
+    p.add_argument("--c_tau", type=float, default=100.0,
+                   help="gedl: C_tau of the KL temperature tau (default 100)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch's intra-op CPU threads (default 1)")
     p.add_argument("--data_dir", default=os.environ.get("GEDL_DATA_DIR"),
                    help="folder holding mnist/ with the official IDX files (default: "
                         "$GEDL_DATA_DIR)")
@@ -411,6 +427,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if not args.data_dir:
         p.error("give --data_dir (the folder holding mnist/) or set GEDL_DATA_DIR")
+    if torch is None:
+        p.exit(2, "error: torch is not installed: pip install torch (not a gedl-jax dependency), "
+                  "or run this script with a Python that has it\n")
     torch.set_num_threads(args.threads)
 
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]

@@ -9,6 +9,7 @@ rule cannot drift (a test compares the committed document with `document`'s outp
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import pathlib
 import re
@@ -236,13 +237,16 @@ def document(current: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv not in ([], ["--check"]):
-        print("usage: python -m tools.architecture [--check]", file=sys.stderr)
-        return 2
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.architecture", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 when the committed section is not the "
+                             "table's drawing")
+    args = parser.parse_args(argv)
     current = DOCUMENT.read_text()
     wanted = document(current)
-    if argv == ["--check"]:
+    if args.check:
         if wanted != current:
             print(f"{DOCUMENT.relative_to(REPO)} is not the table's drawing: run python -m "
                   f"tools.architecture", file=sys.stderr)

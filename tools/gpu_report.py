@@ -17,6 +17,7 @@ Every number is read from those files; a part that did not run is named as not r
 
 from __future__ import annotations
 
+import argparse
 import json
 import pathlib
 import re
@@ -367,12 +368,15 @@ def report(folder: pathlib.Path) -> str:
 
 
 def main(argv=None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1 or not pathlib.Path(args[0]).is_dir():
-        print("usage: python tools/gpu_report.py RESULTS_FOLDER (what tools/gpu_check.sh wrote)",
-              file=sys.stderr)
-        return 2
-    folder = pathlib.Path(args[0])
+    parser = argparse.ArgumentParser(
+        prog="python tools/gpu_report.py", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("results_folder", type=pathlib.Path,
+                        help="the folder tools/gpu_check.sh wrote (--out); its README.md is "
+                             "written there and its files' machine paths replaced")
+    folder = parser.parse_args(argv).results_folder
+    if not folder.is_dir():
+        parser.error(f"{folder} is not a folder: give the one tools/gpu_check.sh wrote")
     scrub(folder)
     files.write_text(folder / "README.md", report(folder))
     print(f"gpu_report: wrote {folder / 'README.md'}")

@@ -121,14 +121,18 @@ def load_arrays(dataset: str, data_dir: str | None, cache_dir: str | None):
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--datasets", default="mnist,cifar10")
+    p.add_argument("--datasets", default="mnist,cifar10",
+                   help="comma-separated datasets: mnist (28x28x1), cifar10 (32x32x3, augmented)")
     p.add_argument("--batch", default="128,1024", help="comma-separated global batch sizes")
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=5,
+                   help="timed repeats after the warm-up; each time is their median")
     p.add_argument("--steps", type=int, default=30, help="input steps timed per repeat")
     p.add_argument("--data_dir", default=os.environ.get("GEDL_DATA_DIR", ""),
                    help="real data folder (default $GEDL_DATA_DIR); empty: synthetic arrays")
     p.add_argument("--synthetic", action="store_true", help="ignore --data_dir")
-    p.add_argument("--cache_dir", default=None)
+    p.add_argument("--cache_dir", default=None,
+                   help="decoded-array cache of the real splits (default $GEDL_CACHE_DIR, else "
+                        "~/.cache/gedl_jax); the decode times use a fresh temporary one")
     args = p.parse_args(argv)
     data_dir = None if args.synthetic else (args.data_dir or None)
     print(hardware())

@@ -4,6 +4,9 @@
 #   PYTHON=python3.13 bash tools/lock.sh          # resolve afresh: newest versions the bounds allow
 #   PYTHON=python3.11 bash tools/lock.sh --keep   # keep the file's pins, resolve only what is new
 # bin/setup.sh installs with the file for its interpreter; CI tests 3.11 and 3.13 (.ci/run).
+case "${1:-}" in   # --help: the comment above, before anything runs
+  -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+esac
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"

@@ -79,9 +79,11 @@ def table(rows: list[tuple[str, int, str, str, dict[str, int]]]) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", default="vgg16")
-    p.add_argument("--batches", default="128,1024")
-    p.add_argument("--dtypes", default="float32")
+    p.add_argument("--models", default="vgg16",
+                   help="comma-separated models: convnet (MNIST), vgg16 (CIFAR-10 VGG16-bn)")
+    p.add_argument("--batches", default="128,1024", help="comma-separated batch sizes")
+    p.add_argument("--dtypes", default="float32",
+                   help="comma-separated compute dtypes (float32, bfloat16)")
     p.add_argument("--train_examples", type=int, default=50_000,
                    help="images of the device-resident training split")
     args = p.parse_args(argv)

@@ -5,6 +5,9 @@
 # risk_coverage.png. predictions.npz stays in the workdir (every number here is recomputable
 # from it: tests/test_evaluation_wiring.py).
 #   bash studies/evaluation_quick/run.sh        # WORKDIR=~/gedl_runs/evaluation_quick
+case "${1:-}" in   # --help: the comment above, before anything runs
+  -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+esac
 set -eu
 cd "$(dirname "$0")/../.."
 here=docs/results/evaluation_quick

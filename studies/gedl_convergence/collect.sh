@@ -7,6 +7,9 @@
 # DEST: the folder to fill (default: this one). Runs trained on another machine and copied here:
 # TRAINED_RUNS_DIR / TRAINED_DATA_DIR are the paths they were trained under (default: OUT's
 # parent and GEDL_DATA_DIR).
+case "${1:-}" in   # --help: the comment above, before anything runs
+  -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+esac
 set -eu
 cd "$(dirname "$0")/../.."
 here="${DEST:-docs/results/gedl_convergence}"

@@ -110,7 +110,8 @@ def pretrained_predictions(name: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("workdirs", nargs="*", type=pathlib.Path)
+    parser.add_argument("workdirs", nargs="*", type=pathlib.Path, metavar="WORKDIR",
+                        help="a training run's folder; its best checkpoint is evaluated")
     parser.add_argument("--pretrained", default="",
                         help="comma-separated pretrained model names, e.g. mnist/gedl")
     parser.add_argument("--names", default="",

@@ -5,6 +5,9 @@
 # resumes: rerun it and finished runs are reused, a killed run continues from its checkpoint.
 # It runs at the lowest CPU priority, so other work on the machine goes first.
 #   bash studies/gedl_convergence/run_queue.sh            # OUT=~/gedl_runs/gedl_convergence
+case "${1:-}" in   # --help: the comment above, before anything runs
+  -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+esac
 set -u
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-$HOME/gedl_runs/gedl_convergence}"

@@ -1,9 +1,12 @@
 #!/bin/bash
-# The runs of the initialisation ablation (issue 16), one after another, each resumable:
+# The runs of the initialisation ablation, one after another, each resumable:
 # a killed run continues from its last epoch checkpoint when this script is started again.
 #   GEDL_DATA_DIR=DATA_DIR bash studies/init_ablation/run_queue.sh RUNS_DIR
 # Then: python bin/init_ablation.py RUNS_DIR --out=docs/results/init_ablation/table.md
 # (bin/init_ablation.py: at commit c0b3e04, removed since; see README.md here)
+case "${1:-}" in   # --help: the comment above, before anything runs
+  -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+esac
 set -u
 RUNS=${1:?usage: run_queue.sh RUNS_DIR (outside the checkout)}
 PY=${PYTHON:-.venv/bin/python}
