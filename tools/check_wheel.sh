@@ -12,8 +12,8 @@
 #   GEDL_SKIP_TRAIN=1 bash tools/check_wheel.sh # everything but the training run
 # Exit status: 0 all passed, 1 a step failed (the step is named).
 set -euo pipefail
-case "${1:-}" in   # the usage: the comment above
-  -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;;
+case "${1:-}" in   # --help: the comment above, before anything runs
+  -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
 esac
 cd "$(dirname "$0")/.."
 repo="$(pwd)"

@@ -8,6 +8,9 @@
 # repository's layout, so the relative links of the README and docs/ work on the site too, and
 # each API reference page (api/<module>.md) is generated here from the list in mkdocs.yml.
 set -euo pipefail
+case "${1:-}" in   # --help: the comment above, before anything runs
+  -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+esac
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-.venv/bin/python}"
 export NO_MKDOCS_2_WARNING=1   # Material's banner about its successor: not a warning about our pages
