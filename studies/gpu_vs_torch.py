@@ -17,10 +17,10 @@ From the repository root, on the GPU machine:
 
     .venv/bin/python -m studies.gpu_vs_torch --torch_python="$TORCH_PYTHON" --out=DIR \\
         --models=convnet,vgg16 --batches=128 --dtypes=float32,bfloat16
-    .venv/bin/python -m studies.gpu_vs_torch --dry-run --out=DIR   # tiny, any machine
+    .venv/bin/python -m studies.gpu_vs_torch --dry_run --out=DIR   # tiny, any machine
 
-`--dry-run` runs bin/benchmark.py with `--steps=2 --repeats=1 --batches=8 --models=convnet
---dtypes=float32` and passes `--dry-run` (and the same model and dtype) to the PyTorch script.
+`--dry_run` runs bin/benchmark.py with `--steps=2 --repeats=1 --batches=8 --models=convnet
+--dtypes=float32` and passes `--dry_run` (and the same model and dtype) to the PyTorch script.
 `--torch_python` defaults to `$GEDL_TORCH_PYTHON`, else this Python.
 """
 
@@ -69,7 +69,7 @@ def torch_command(args, python: str, out: pathlib.Path) -> list[str]:
            f"--dtypes={args.dtypes}", f"--tf32={args.tf32}",
            f"--compile_mode={args.torch_compile_mode}", f"--out={out}"]
     if args.dry_run:
-        return [*cmd, "--dry-run"]
+        return [*cmd, "--dry_run"]
     return [*cmd, f"--batches={args.batches}", f"--steps={args.steps}",
             f"--repeats={args.repeats}", f"--modes={args.torch_modes}"]
 
@@ -183,8 +183,10 @@ def main(argv=None) -> int:
     p.add_argument("--table_only", action="store_true",
                    help="rewrite OUT/vs_torch.md from OUT's jax.json and torch.json, running "
                         "nothing")
-    p.add_argument("--dry-run", "--dry_run", dest="dry_run", action="store_true",
+    p.add_argument("--dry_run", action="store_true",
                    help="tiny settings on both sides (seconds on a CPU)")
+    p.add_argument("--dry-run", dest="dry_run", action="store_true",
+                   help=argparse.SUPPRESS)   # the older spelling, still read
     args = p.parse_args(argv)
     if args.dry_run:
         for name, value in DRY_RUN.items():

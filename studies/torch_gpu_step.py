@@ -53,9 +53,9 @@ From the repository root, with a Python that has torch ($TORCH_PYTHON):
 
     "$TORCH_PYTHON" -m studies.torch_gpu_step --models=convnet,vgg16 --batches=128 \\
         --dtypes=float32,bfloat16 --modes=eager,compile,cudagraphs --out=torch.json
-    "$TORCH_PYTHON" -m studies.torch_gpu_step --dry-run     # tiny, seconds, CPU without a GPU
+    "$TORCH_PYTHON" -m studies.torch_gpu_step --dry_run     # tiny, seconds, CPU without a GPU
 
-`--dry-run` runs the same code with batch 8, 2 steps, 1 repeat, 1 warm-up step: on the CPU (no
+`--dry_run` runs the same code with batch 8, 2 steps, 1 repeat, 1 warm-up step: on the CPU (no
 GPU) in eager mode only (compile is skipped on the CPU unless `--modes` names it explicitly;
 cudagraphs needs CUDA), so a CPU machine can check the script.
 `studies/gpu_vs_torch.py` runs it beside `bin/benchmark.py` and tabulates both.
@@ -336,8 +336,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                             "max-autotune-no-cudagraphs"),
                    help="torch.compile's mode in the compile mode")
     p.add_argument("--out", default=None, help="JSON file for all results and the environment")
-    p.add_argument("--dry-run", "--dry_run", dest="dry_run", action="store_true",
+    p.add_argument("--dry_run", action="store_true",
                    help="tiny check: batch 8, 2 steps, 1 repeat; the CPU when there is no GPU")
+    p.add_argument("--dry-run", dest="dry_run", action="store_true",
+                   help=argparse.SUPPRESS)   # the older spelling, still read
     p.add_argument("--loss_check", default=None, metavar="NPZ",
                    help="print the float64 per-sample loss of logits/labels in NPZ and exit")
     args = p.parse_args(argv)

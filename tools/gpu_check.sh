@@ -52,7 +52,7 @@ APPEND=0
 TEST_ARGS=()
 for arg in "$@"; do
   case "$arg" in
-    --dry-run) DRY_RUN=1 ;;
+    --dry-run|--dry_run) DRY_RUN=1 ;;
     --parts=*) PARTS="${arg#--parts=}" ;;
     --out=*) OUT="${arg#--out=}" ;;
     --append) APPEND=1 ;;
@@ -236,7 +236,7 @@ fi
 
 if has_part torch; then
   if [ "$DRY_RUN" = 1 ]; then
-    vs=(--dry-run)
+    vs=(--dry_run)
   else
     vs=(--models="${GEDL_CHECK_MODELS:-convnet,vgg16}" --batches=128
         --dtypes="${GEDL_CHECK_DTYPES:-float32,bfloat16}" --steps=20 --repeats=5
