@@ -6,9 +6,10 @@
 #   bash tools/release.sh --tag=v0.1.0    # the tag to check (before creating it)
 #   bash tools/release.sh --checks-only   # the agreement checks alone: no build (seconds)
 # Checked: the tag is v<gedl_jax.__version__>; CHANGELOG.md has an "## Unreleased" section above
-# the version's "## <version> (<date>)"; CITATION.cff states the version; every notebook installs
-# that tag (REPO_REF); the distributions are named after the version and pass `twine check
-# --strict`. tools/check_wheel.sh installs the wheel into a fresh venv and runs it: run it too.
+# the version's "## <version> (<date>)"; CITATION.cff states the version and that date; every
+# notebook installs that tag (REPO_REF); the distributions are named after the version and pass
+# `twine check --strict`. tools/check_wheel.sh installs the wheel into a fresh venv and runs it:
+# run it too.
 # Exit status: 0 ready to publish, 1 a check failed (named), 2 a bad argument.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,9 +50,12 @@ if not released:
     problems.append(f'CHANGELOG.md: no "## {version} (YYYY-MM-DD)" section')
 elif headings[1:2] != released[:1]:
     problems.append(f"CHANGELOG.md: the {version} section is not the one after Unreleased")
-if not re.search(rf"^version: {re.escape(version)}$", pathlib.Path("CITATION.cff").read_text(),
-                 re.M):
+citation = pathlib.Path("CITATION.cff").read_text()
+if not re.search(rf"^version: {re.escape(version)}$", citation, re.M):
     problems.append(f"CITATION.cff: not version {version}")
+dates = re.findall(r'^date-released: "?([\d-]+)"?$', citation, re.M)
+if released and dates != [released[0][-11:-1]]:
+    problems.append(f"CITATION.cff: date-released {dates}, not the changelog's {released[0]}")
 for path in sorted(pathlib.Path("notebooks").glob("*.ipynb")):
     code = "".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"]
                    if c["cell_type"] == "code")
@@ -72,7 +76,8 @@ constraints=()
 [ -f "requirements/constraints-py${version_py}.txt" ] \
   && constraints=(-c "requirements/constraints-py${version_py}.txt")
 "$PYTHON" -c 'import build, twine' 2>/dev/null \
-  || "$PYTHON" -m pip install -q "${constraints[@]}" build twine || fail "installing build and twine"
+  || "$PYTHON" -m pip install -q "${constraints[@]}" build twine \
+  || fail "installing build and twine"
 rm -f "dist/gedl_jax-$version"*
 echo "release: building the sdist and the wheel into dist/"
 log="$(mktemp)"
