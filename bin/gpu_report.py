@@ -6,7 +6,7 @@ import pathlib
 import sys
 
 if __name__ == "__main__":
-    print("bin/gpu_report.py moved to tools/gpu_report.py; the old name goes in the next release",
+    print("bin/gpu_report.py moved to tools/gpu_report.py; the old name goes in 0.2.0",
           file=sys.stderr)
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # the repository root
     from tools import gpu_report

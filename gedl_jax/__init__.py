@@ -18,8 +18,8 @@ import warnings
 
 __version__ = "0.1.0"
 
-# Modules moved or renamed since 0.1.0, importable under their old names in the next release
-# (with a DeprecationWarning); CHANGELOG.md lists them. The release after it removes this table.
+# Modules moved or renamed before 0.1.0: their old names still import in 0.1.0, with a
+# DeprecationWarning (CHANGELOG.md lists them under 0.1.0's "Deprecated"); 0.2.0 removes this table.
 _MOVED = {
     **{f"gedl_jax.{m}": f"gedl_jax.run.{m}" for m in (
         "experiment", "programs", "steps", "sharding", "optimizer", "checkpointing", "rundir",
@@ -53,7 +53,7 @@ class _MovedModule(types.ModuleType):
         if name.startswith("__"):
             raise AttributeError(name)
         new = self.__dict__["_new_name"]
-        warnings.warn(f"{self.__name__} moved to {new}; the old name goes in the next release",
+        warnings.warn(f"{self.__name__} moved to {new}; the old name goes in 0.2.0",
                       DeprecationWarning, stacklevel=2)
         return getattr(importlib.import_module(new), name)
 
@@ -64,7 +64,7 @@ for _old, _new in _MOVED.items():
 
 def __getattr__(name: str):
     """`gedl_jax.EvidentialObjective` (imported on first use); `gedl_jax.steps` (an old name)
-    still works for one release."""
+    still works in 0.1.0 (removed in 0.2.0)."""
     if f"gedl_jax.{name}" in _MOVED:
         return sys.modules[f"gedl_jax.{name}"]
     if name in ("EvidentialObjective", "ObjectiveState"):   # the own-loop API, on first use

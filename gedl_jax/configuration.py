@@ -1,6 +1,6 @@
 """Deprecated: the configuration moved to the package `gedl_jax.config` (one schema, presets,
 resolution and validation in modules of their own) and the `source` recipes to the methods.
-This module keeps the old names for one release, with a DeprecationWarning:
+This module keeps the old names in 0.1.0, with a DeprecationWarning; 0.2.0 removes it:
 
 - `build_config` is `gedl_jax.configs.build_config` (the presets with the methods' recipes);
 - `validate_config` is `gedl_jax.config.validate`;
@@ -15,8 +15,9 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-warnings.warn("gedl_jax.configuration is deprecated: use gedl_jax.config (and "
-              "gedl_jax.configs.build_config for the presets)", DeprecationWarning, stacklevel=2)
+warnings.warn("gedl_jax.configuration is deprecated (removed in 0.2.0): use gedl_jax.config "
+              "(and gedl_jax.configs.build_config for the presets)", DeprecationWarning,
+              stacklevel=2)
 
 from gedl_jax import config as _config  # noqa: E402
 from gedl_jax.config import *  # noqa: E402,F401,F403

@@ -215,11 +215,10 @@ def test_rename_retired_reads_each_old_spelling_as_its_new_name_with_one_warning
         "--bootstrap_samples=60", "--scores=mp", "--bootstrap_seed=3"]
     warnings = capsys.readouterr().err.splitlines()
     assert warnings == [
-        "warning: --samples is now --bootstrap_samples; the old name works until the next release",
-        "warning: --interval is now --bootstrap_interval; the old name works until the next "
-        "release",
-        "warning: --calibrated is now --calibrate; the old name works until the next release",
-        "warning: --seed is now --bootstrap_seed; the old name works until the next release"]
+        "warning: --samples is now --bootstrap_samples; the old name goes in 0.2.0",
+        "warning: --interval is now --bootstrap_interval; the old name goes in 0.2.0",
+        "warning: --calibrated is now --calibrate; the old name goes in 0.2.0",
+        "warning: --seed is now --bootstrap_seed; the old name goes in 0.2.0"]
     # absl's negated boolean and a value that only looks like the old name are read right
     assert cli.rename_retired(["--nocalibrated", "--out=--samples"], renamed) == [
         "--nocalibrate", "--out=--samples"]
@@ -263,5 +262,5 @@ def test_a_retired_spelling_still_works_end_to_end(tmp_path):
     assert old.stdout == new.stdout and "FMNIST" in new.stdout and "KMNIST" not in new.stdout
     assert new.stderr == ""
     assert old.stderr.splitlines() == [
-        "warning: --ood is now --ood_datasets; the old name works until the next release",
-        "warning: --no-extra is now --no_extra; the old name works until the next release"]
+        "warning: --ood is now --ood_datasets; the old name goes in 0.2.0",
+        "warning: --no-extra is now --no_extra; the old name goes in 0.2.0"]

@@ -1,26 +1,20 @@
 """Every public name has a docstring: the modules of the API reference (the `gedl_jax.<name>:
-api/<page>.md` entries of mkdocs.yml's nav, and each module of `gedl_jax.run`, whose page shows
-them all), and in each the names it exports (`__all__`, else every function and class it
-defines without a leading underscore), with the public methods of those classes. These are
+api/<page>.md` entries of mkdocs.yml's nav, which list every module of `gedl_jax.run` too:
+tests/test_docs_site.py), and in each the names it exports (`__all__`, else every function and
+class it defines without a leading underscore), with the public methods of those classes. These are
 the names the docs site's API reference shows (mkdocstrings, `filters: public`)."""
 
 from __future__ import annotations
 
 import importlib
 import inspect
-import pkgutil
-import re
 import warnings
 
-from training_fixtures import REPO
+from tools import api_pages
 
 
 def api_modules() -> list[str]:
-    nav = re.findall(r"^\s*- (gedl_jax[\w.]*): api/[\w.]+\.md$",
-                     (REPO / "mkdocs.yml").read_text(), re.M)
-    run = importlib.import_module("gedl_jax.run")
-    return nav + [f"gedl_jax.run.{m.name}" for m in pkgutil.iter_modules(run.__path__)
-                  if not m.name.startswith("_")]
+    return [module for module, _ in api_pages.entries()]
 
 
 def public_names(module) -> list[str]:
@@ -53,7 +47,7 @@ def missing_docstrings(name: str) -> list[str]:
 def test_the_api_reference_lists_the_public_packages():
     modules = set(api_modules())
     for package in ("evidential", "evaluation", "networks", "methods", "data", "run",
-                    "configuration", "configs", "train", "evaluate"):
+                    "config", "configs", "train", "evaluate"):
         assert f"gedl_jax.{package}" in modules
 
 

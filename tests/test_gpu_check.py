@@ -32,7 +32,7 @@ def test_a_sha256sums_listing_absent_files_is_refused_before_any_work(tmp_path):
     # the old name forwards, with a line that says so
     old = _check(data, tmp_path, "bin/gpu_check.sh")
     assert old.stderr.startswith("bin/gpu_check.sh moved to tools/gpu_check.sh; the old name "
-                                 "goes in the next release\n"), old.stderr
+                                 "goes in 0.2.0\n"), old.stderr
     assert (old.returncode, old.stderr.splitlines()[1:]) == (2, proc.stderr.splitlines())
 
     (data / "SHA256SUMS").write_text(f"{'0' * 64}  {listed[0]}\n")

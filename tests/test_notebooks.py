@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+import gedl_jax
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 NAMES = [p.stem for p in NOTEBOOKS]
@@ -71,8 +73,15 @@ def test_colab_shape(path):
     cells = code_cells(nb)
     assert cells[0].lstrip().startswith("# Where gedl-jax is installed from"), \
         "the repository URL is set in the first code cell"
+    # The release, with the versions tested for it: the tag of gedl_jax.__version__ (never
+    # "main", which drifts with every commit) and that tag's constraints file.
+    assert re.search(rf'^REPO_REF = "v{re.escape(gedl_jax.__version__)}"', cells[0], re.M), \
+        f"REPO_REF must be the release tag v{gedl_jax.__version__}"
     install = cells[1]
     assert "pip" in install and "{REPO_URL}" in install and "{CUDA_EXTRA}" in install
+    assert '"-c", constraints' in install and "{REPO_REF}/requirements/constraints-py" in install
+    assert {f"constraints-py{v}.txt" for v in ("3.11", "3.13")} <= {
+        p.name for p in (REPO / "requirements").glob("constraints-py*.txt")}
     assert "GEDL_NOTEBOOK_SMOKE" in install, "the install cell is skipped in the smoke setting"
     assert "notebook.check_accelerator()" in cells[2], "jax must be checked against the GPU"
     # The README lists the notebook with the same badge.

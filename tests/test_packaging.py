@@ -5,6 +5,7 @@ Building and installing the wheel itself is tools/check_wheel.sh (CI runs it aft
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import subprocess
@@ -50,6 +51,42 @@ def test_the_sdist_holds_what_the_tests_read():
         assert re.search(rf"^graft {folder}$", manifest, re.M), folder
     # but not the studies' committed results (9 MB of run logs, tables and plots)
     assert re.search(r"^prune docs/results$", manifest, re.M)
+
+
+def _names(specs) -> set[str]:
+    return {re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", s).group().lower() for s in specs}
+
+
+def test_what_only_the_tests_import_is_no_runtime_dependency():
+    """chex (the JAX tests' assertions), pytest and hypothesis are the test extra's, which the
+    dev extra includes; no module of gedl_jax imports them."""
+    project = PYPROJECT["project"]
+    extras = project["optional-dependencies"]
+    test_only = {"chex", "pytest", "hypothesis"}
+    assert not test_only & _names(project["dependencies"])
+    assert test_only <= _names(extras["test"])
+    assert "gedl-jax[test]" in extras["dev"]
+    imported = set()
+    for path in (REPO / "gedl_jax").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                imported.add(node.module.split(".")[0])
+    assert "jax" in imported and not test_only & imported, sorted(test_only & imported)
+
+
+def test_the_project_urls_name_the_repository():
+    urls = PYPROJECT["project"]["urls"]
+    assert set(urls) == {"Homepage", "Documentation", "Repository", "Issues", "Changelog"}
+    repository = urls["Repository"]
+    assert re.fullmatch(r"https://github\.com/[\w-]+/[\w-]+", repository)
+    assert all(url.startswith(repository) for url in urls.values()), urls
+    # the repository the notebooks install from and the README's badges link
+    notebook = json.loads((REPO / "notebooks" / "quickstart.ipynb").read_text())
+    assert f'REPO_URL = "{repository}"' in "".join(
+        "".join(cell["source"]) for cell in notebook["cells"])
+    assert repository.removeprefix("https://github.com/") in (REPO / "README.md").read_text()
 
 
 @pytest.mark.network

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Builds the docs site into site/ with warnings as errors (mkdocs.yml: MkDocs Material,
-# mkdocstrings for the API reference, mkdocs-jupyter renders the notebooks without running them).
+# mkdocstrings for the API reference, mkdocs-jupyter renders the notebooks without running them;
+# the quickstart's outputs are a committed executed copy, docs/executed/quickstart.ipynb).
 #   bash tools/docs.sh            # build into site/ (open site/index.html)
 #   bash tools/docs.sh serve      # live preview on http://127.0.0.1:8000
 # Installs the `docs` extra into the venv first when mkdocs is missing (the pins of
 # requirements/constraints-py<version>.txt). The pages are staged into build/docs_src with the
 # repository's layout, so the relative links of the README and docs/ work on the site too, and
-# each API reference page (api/<module>.md) is generated here from the list in mkdocs.yml.
+# each API reference page (api/<module>.md) is generated here from the list in mkdocs.yml
+# (tools/api_pages.py).
 set -euo pipefail
 case "${1:-}" in   # --help: the comment above, before anything runs
   -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
@@ -33,18 +35,7 @@ for f in README.md CHANGELOG.md CITATION.cff LICENSE pyproject.toml docs noteboo
 done
 find "$stage" \( -name __pycache__ -o -name .ipynb_checkpoints \) -prune -exec rm -rf {} +
 # API reference: one page per "gedl_jax.<name>: api/<name>.md" entry of mkdocs.yml's nav.
-"$PYTHON" - "$stage/api" <<'PY'
-import pathlib, re, sys
-out = pathlib.Path(sys.argv[1])
-for module, page in re.findall(r"^\s*- (gedl_jax[\w.]*): api/([\w.]+)\.md$",
-                               pathlib.Path("mkdocs.yml").read_text(), re.M):
-    extra = ""
-    if module == "gedl_jax.run":   # a package of modules without a package-level API
-        extra = "\n".join(f"\n::: gedl_jax.run.{p.stem}\n    options:\n      heading_level: 3"
-                          for p in sorted(pathlib.Path("gedl_jax/run").glob("[!_]*.py")))
-    (out / f"{page}.md").write_text(f"# `{module}`\n\n::: {module}\n    options:\n"
-                                    f"      show_root_heading: false\n{extra}\n")
-PY
+"$PYTHON" -m tools.api_pages "$stage/api" >/dev/null
 if [ "${1:-}" = serve ]; then
   exec "$PYTHON" -m mkdocs serve
 fi

@@ -112,8 +112,16 @@ fi
 if has_part tests; then
   missing="$("$PYTHON" -c '
 import importlib.metadata, re, tomllib
-extra = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["dev"]
-names = [re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", spec).group() for spec in extra]
+extras = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]
+def names_of(extra):   # its packages, and those of the extras it names (gedl-jax[test])
+    for spec in extras[extra]:
+        name = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", spec).group()
+        if name != "gedl-jax":
+            yield name
+            continue
+        for named in re.search(r"\[(.*)\]", spec).group(1).split(","):
+            yield from names_of(named.strip())
+names = list(names_of("dev"))
 def absent(name):
     try:
         importlib.metadata.version(name)

@@ -63,8 +63,8 @@ VOCABULARY: dict[str, tuple[str, tuple[str, ...]]] = {
     "a run's folder": ("workdir", ("run_dir", "rundir")),
 }
 
-# The spellings a command retired in this release, each with the name that replaced it: they
-# still work for one release (0.1.x), with a one-line warning, and go in the next (0.2).
+# The spellings a command retired in 0.1.0, each with the name that replaced it: they still work
+# in 0.1.x, with a one-line warning, and 0.2.0 removes them (CHANGELOG.md).
 # The command (its module under gedl_jax/commands/, or a script's name) -> {old: new}.
 RENAMED_FLAGS: dict[str, dict[str, str]] = {
     "evaluate": {"--ood": "--extra_ood", "--ood_group": "--ood_groups"},
@@ -91,7 +91,7 @@ def rename_retired(argv: Sequence[str], renamed: dict[str, str]) -> list[str]:
             continue
         if old not in warned:
             warned.add(old)
-            print(f"warning: {old} is now {new}; the old name works until the next release",
+            print(f"warning: {old} is now {new}; the old name goes in 0.2.0",
                   file=sys.stderr, flush=True)
         out.append(f"--no{new[2:]}{sep}{value}" if negated else f"{new}{sep}{value}")
     return out

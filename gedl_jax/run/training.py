@@ -858,9 +858,9 @@ def _train_resolved(config: ResolvedConfig, workdir: pathlib.Path) -> list[dict[
 
 
 def run(config, workdir: str | pathlib.Path) -> list[dict[str, Any]]:
-    """Deprecated name of `train` (`run` names the package): kept for one release."""
+    """Deprecated name of `train` (`run` names the package): kept in 0.1.0, removed in 0.2.0."""
     import warnings
 
-    warnings.warn("gedl_jax.run.training.run is renamed train", DeprecationWarning,
-                  stacklevel=2)
+    warnings.warn("gedl_jax.run.training.run is renamed train (the old name goes in 0.2.0)",
+                  DeprecationWarning, stacklevel=2)
     return train(config, workdir)
