@@ -2,7 +2,8 @@
 the `python -m` modules of gedl_jax, and every script under bin/, tools/ and studies/ (Python
 or shell).
 
-- `--help` exits 0 at once, with the usage on stdout (nothing trained, nothing downloaded).
+- `--help` exits 0 at once, with the usage on stdout, and writes nothing (nothing trained, no
+  folder made: started in an empty folder, it leaves it empty).
 - Every flag in the printed help has a help text.
 - One name per idea across the commands (`cli.VOCABULARY`): no entry point spells an idea any
   other way, and no flag is spelled with a hyphen; no command offers its retired spellings
@@ -62,9 +63,9 @@ def _installed() -> dict[str, str]:
 
 def _command(kind: str, name: str) -> list[str]:
     if kind == "script":
-        return [sys.executable, name]
+        return [sys.executable, str(REPO / name)]
     if kind == "shell":
-        return ["bash", name]
+        return ["bash", str(REPO / name)]
     if kind == "module":
         return [sys.executable, "-m", name]
     module, function = _installed()[name].split(":")
@@ -79,10 +80,11 @@ ENTRY_POINTS = ([("installed", n) for n in sorted(_installed())]
                 + [("shell", s) for s in _shell_scripts()])
 
 
-def _help(kind: str, name: str, flag: str = "--help") -> subprocess.CompletedProcess:
+def _help(kind: str, name: str, cwd: pathlib.Path) -> subprocess.CompletedProcess:
+    """`--help` of an entry point, started in `cwd` (an empty folder: nothing may appear in it)."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu"}
-    return subprocess.run([*_command(kind, name), flag], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=HELP_TIMEOUT_S)
+    return subprocess.run([*_command(kind, name), "--help"], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=HELP_TIMEOUT_S)
 
 
 # An option's entry in argparse's help ("  -h, --help  text", "  --out OUT  text", or the text on
@@ -157,10 +159,11 @@ options:
 
 
 @pytest.mark.parametrize(("kind", "name"), ENTRY_POINTS, ids=[n for _, n in ENTRY_POINTS])
-def test_help_exits_0_and_every_flag_has_help_and_its_idea_s_one_name(kind, name):
-    proc = _help(kind, name)
+def test_help_exits_0_and_every_flag_has_help_and_its_idea_s_one_name(kind, name, tmp_path):
+    proc = _help(kind, name, tmp_path)
     assert proc.returncode == 0, f"{name} --help: exit {proc.returncode}\n{proc.stderr[-2000:]}"
     assert proc.stdout.strip(), f"{name} --help printed nothing on stdout"
+    assert not list(tmp_path.iterdir()), f"{name} --help wrote {list(tmp_path.iterdir())}"
     flags = parse_flags(proc.stdout)
     missing = sorted(f for f, text in flags.items() if not text)
     assert not missing, f"{name}: flags without a help text: {missing}"
@@ -178,10 +181,10 @@ def test_help_exits_0_and_every_flag_has_help_and_its_idea_s_one_name(kind, name
 
 
 @pytest.mark.parametrize("name", sorted(_installed()))
-def test_installed_commands_say_their_own_name(name):
+def test_installed_commands_say_their_own_name(name, tmp_path):
     """An installed command's usage and advice name it as the user typed it (`gedl-report`), not
     as a module path."""
-    proc = _help("installed", name)
+    proc = _help("installed", name, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert name in proc.stdout, proc.stdout[:500]
 
@@ -228,12 +231,12 @@ def test_rename_retired_reads_each_old_spelling_as_its_new_name_with_one_warning
 
 
 @pytest.mark.parametrize("command", sorted(cli.RENAMED_FLAGS))
-def test_every_retired_spelling_points_at_a_flag_the_command_has(command):
+def test_every_retired_spelling_points_at_a_flag_the_command_has(command, tmp_path):
     kind, name = {"evaluate": ("installed", "gedl-evaluate"),
                   "compare": ("installed", "gedl-compare"),
                   "report": ("installed", "gedl-report"),
                   "reproduce": ("script", "bin/reproduce.py")}[command]
-    flags = parse_flags(_help(kind, name).stdout)
+    flags = parse_flags(_help(kind, name, tmp_path).stdout)
     for old, new in cli.RENAMED_FLAGS[command].items():
         assert new.lstrip("-") in flags, (command, new)
         assert old.lstrip("-") not in flags, (command, old)

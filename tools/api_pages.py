@@ -10,6 +10,7 @@ A module of `LEADING` shows the names it lists first, then the rest of its `__al
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import inspect
 import pathlib
@@ -75,11 +76,12 @@ def write(out: pathlib.Path) -> list[pathlib.Path]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) != 1:
-        print("usage: python -m tools.api_pages OUT_DIR", file=sys.stderr)
-        return 2
-    print(f"api_pages: {len(write(pathlib.Path(argv[0])))} pages in {argv[0]}")
+    parser = argparse.ArgumentParser(prog="python -m tools.api_pages",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("out_dir", help="the folder the api/<module>.md pages are written into "
+                                        "(tools/docs.sh: build/docs_src/api)")
+    args = parser.parse_args(argv)
+    print(f"api_pages: {len(write(pathlib.Path(args.out_dir)))} pages in {args.out_dir}")
     return 0
 
 

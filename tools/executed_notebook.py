@@ -13,6 +13,7 @@ are stored as palette PNGs (plots have few colours; the file stays small).
 
 from __future__ import annotations
 
+import argparse
 import base64
 import io
 import json
@@ -126,11 +127,12 @@ def provenance() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv or not os.environ.get("GEDL_DATA_DIR"):
-        print("usage: GEDL_DATA_DIR=DATA_DIR python -m tools.executed_notebook (DATA_DIR holds "
-              "MNIST, KMNIST and Fashion-MNIST)", file=sys.stderr)
-        return 2
+    parser = argparse.ArgumentParser(
+        prog="GEDL_DATA_DIR=DATA_DIR python -m tools.executed_notebook",
+        description=__doc__.split("\n\n")[0] + " DATA_DIR holds MNIST, KMNIST and Fashion-MNIST.")
+    parser.parse_args(argv)
+    if not os.environ.get("GEDL_DATA_DIR"):
+        parser.error("set GEDL_DATA_DIR to a folder holding MNIST, KMNIST and Fashion-MNIST")
     data_dir = pathlib.Path(os.environ["GEDL_DATA_DIR"]).resolve()
     with tempfile.TemporaryDirectory() as tmp:
         scratch = pathlib.Path(tmp).resolve()

@@ -8,6 +8,7 @@ that the page and the code cannot drift (a test compares the committed page with
 
 from __future__ import annotations
 
+import argparse
 import pathlib
 import re
 import sys
@@ -114,13 +115,14 @@ def page() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv not in ([], ["--check"]):
-        print("usage: python -m tools.fields [--check]", file=sys.stderr)
-        return 2
+    parser = argparse.ArgumentParser(prog="python -m tools.fields",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing: exit 1 when the committed page is not the schema's")
+    args = parser.parse_args(argv)
     wanted = page()
     current = PAGE.read_text() if PAGE.exists() else ""
-    if argv == ["--check"]:
+    if args.check:
         if wanted != current:
             print(f"{PAGE.relative_to(REPO)} is not the schema's: run python -m tools.fields",
                   file=sys.stderr)
