@@ -14,8 +14,9 @@ from collections import defaultdict
 
 import pytest
 
-from gedl_jax import cli, configs
 from gedl_jax import config as config_lib
+from gedl_jax import configs
+from gedl_jax.commands import cli
 from gedl_jax.run import tracking, training
 
 # 256 training examples in batches of 32: 8 steps an epoch, a record every 4 steps
