@@ -267,3 +267,20 @@ def test_a_retired_spelling_still_works_end_to_end(tmp_path):
     assert old.stderr.splitlines() == [
         "warning: --ood is now --ood_datasets; the old name goes in 0.2.0",
         "warning: --no-extra is now --no_extra; the old name goes in 0.2.0"]
+
+
+def test_help_into_a_closed_pipe_ends_quietly(tmp_path):
+    """`gedl-train --helpfull | head -1`: once the reader has closed the pipe, every write
+    fails (EPIPE); the command still exits 0, without a BrokenPipeError traceback. The read end
+    is closed before the command starts, so the test does not depend on timing."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(REPO)}
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "gedl_jax.train", "--helpfull"],
+                              cwd=tmp_path, env=env, stdout=write_end, stderr=subprocess.PIPE,
+                              text=True, timeout=HELP_TIMEOUT_S)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr

@@ -233,7 +233,13 @@ def run(body: Callable[[], int], argv: Sequence[str] | None, *, doc: str, help_e
     argv = [a for a in argv if a != "--debug"]
     if any(a in HELP_FLAGS for a in argv[1:]):
         full = help_full if any(a in FULL_HELP_FLAGS for a in argv[1:]) else ""
-        show_help(doc, help_extra + ("\n\n" + full if full else ""))
+        try:
+            show_help(doc, help_extra + ("\n\n" + full if full else ""))
+            sys.stdout.flush()
+        except BrokenPipeError:
+            # The reader closed the pipe (`--helpfull | head`): it has all it wanted. Further
+            # writes (the interpreter's own flush at exit) go to /dev/null, not a traceback.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
     for arg in argv[1:]:
         field = re.match(r"--config\.(\w+)(=|$)", arg)
