@@ -5,6 +5,7 @@ equals the main table's; "none" leaves them out, an unknown name is one error be
 work, and a method without logits gets none."""
 
 import json
+import types
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from test_train import data_dir, tiny_config  # noqa: F401
 
 from gedl_jax import evaluation, methods, train
 from gedl_jax.evaluation import metrics, posthoc
+from gedl_jax.run import workdir as run_workdir
 
 
 @pytest.fixture(scope="module")
@@ -182,3 +184,25 @@ def test_an_unknown_score_is_refused_before_any_work(data_dir):  # noqa: F811
     c = tiny_config(data_dir, "softmax", posthoc_scores="msp,odin")
     with pytest.raises(ValueError, match="config.posthoc_scores='msp,odin'.*odin"):
         methods.check_config(c)
+
+
+@pytest.mark.parametrize("num_train, knn", [(posthoc.KNN_DEFAULT_K - 1, False),
+                                            (posthoc.KNN_DEFAULT_K, True)])
+@pytest.mark.parametrize("asked", ["auto", "energy,neg_knn_distance"])
+def test_knn_is_left_out_when_the_training_split_is_smaller_than_k(monkeypatch, capsys,
+                                                                   num_train, knn, asked):
+    """KNN's k-th nearest training feature needs k training examples: a smaller training split
+    (a tiny own dataset) leaves the score out with a line saying so, before the evaluation,
+    instead of failing after the training; the other scores stay."""
+    monkeypatch.setattr(run_workdir, "posthoc_features", lambda exp: True)
+    exp = types.SimpleNamespace(
+        config={"posthoc_scores": asked},
+        method=types.SimpleNamespace(posthoc_from_logits=True),
+        data=types.SimpleNamespace(train=np.zeros(num_train)))
+    names = run_workdir.posthoc_names(exp)
+    assert ("neg_knn_distance" in names) is knn
+    assert "energy" in names
+    if asked == "auto":
+        assert set(names) | {"neg_knn_distance"} == set(posthoc.POSTHOC_SCORE_NAMES)
+    said = capsys.readouterr().out
+    assert ("neg_knn_distance left out" in said) is not knn, said

@@ -309,15 +309,22 @@ def posthoc_names(exp: experiment.Experiment) -> tuple[str, ...]:
         return ()
     has_features = len(exp.data.train) > 0 and posthoc_features(exp)
     possible = posthoc.LOGIT_SCORE_NAMES + (posthoc.FEATURE_SCORE_NAMES if has_features else ())
-    if text == "auto":
-        return possible
-    asked = tuple(n.strip() for n in text.split(",") if n.strip())
+    asked = (possible if text == "auto"
+             else tuple(n.strip() for n in text.split(",") if n.strip()))
     left_out = [n for n in asked if n not in possible]
-    if left_out:
+    if left_out and text != "auto":
         log(f"post-hoc scores {left_out} left out: they need the network's features (a "
             "protocol network's, or a `features` method of a user network) and the run's "
             "training split")
-    return tuple(n for n in asked if n in possible)
+    names = tuple(n for n in asked if n in possible)
+    if "neg_knn_distance" in names and len(exp.data.train) < posthoc.KNN_DEFAULT_K:
+        # Its k-th neighbour does not exist in a training split this small (a dry run, a
+        # tiny own dataset): the score is left out, not a failure after the training.
+        log(f"post-hoc score neg_knn_distance left out: its k={posthoc.KNN_DEFAULT_K}-th "
+            f"nearest training feature needs at least {posthoc.KNN_DEFAULT_K} training "
+            f"examples; the run has {len(exp.data.train)}")
+        names = tuple(n for n in names if n != "neg_knn_distance")
+    return names
 
 
 def posthoc_results(run: RestoredRun, names: tuple[str, ...], id_pred: core.Predictions,
