@@ -38,7 +38,8 @@ def _config(preset: str, dataset, model: str = "", **fields):
 
 def _method(c):
     official = experiment.OfficialData.load(c)
-    return experiment.build_method(c, official.for_seed(c, 0).train)
+    return experiment.build_method(experiment.resolve_config(c, 1),
+                                   official.for_seed(c, 0).train)
 
 
 # ------------------------------------------------------------------------- configuration

@@ -66,11 +66,13 @@ def page(module_name: str) -> str:
 
 
 def write(out: pathlib.Path) -> list[pathlib.Path]:
+    from gedl_jax import files
+
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for module, name in entries():
         path = out / f"{name}.md"
-        path.write_text(page(module))
+        files.write_text(path, page(module))
         written.append(path)
     return written
 

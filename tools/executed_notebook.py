@@ -94,11 +94,13 @@ def tidy(notebook: dict, replacements: dict[str, str]) -> dict:
 def execute(data_dir: pathlib.Path, scratch: pathlib.Path) -> dict:
     """notebooks/quickstart.ipynb executed in a fresh kernel of this interpreter, smoke setting."""
     import nbformat
+
+    from gedl_jax import files
     from nbclient import NotebookClient
 
     spec = scratch / "jupyter" / "kernels" / KERNEL
     spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps({
+    files.write_text(spec / "kernel.json", json.dumps({
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": KERNEL, "language": "python"}))
     work = scratch / "work"
@@ -134,6 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not os.environ.get("GEDL_DATA_DIR"):
         parser.error("set GEDL_DATA_DIR to a folder holding MNIST, KMNIST and Fashion-MNIST")
     data_dir = pathlib.Path(os.environ["GEDL_DATA_DIR"]).resolve()
+    from gedl_jax import files
+
     with tempfile.TemporaryDirectory() as tmp:
         scratch = pathlib.Path(tmp).resolve()
         notebook = execute(data_dir, scratch)
@@ -143,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         notebook = tidy(notebook, replacements)
     notebook["cells"].insert(0, header(provenance()))
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
+    files.write_text(OUT, json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
     print(f"wrote {OUT.relative_to(REPO)} ({OUT.stat().st_size // 1024} KiB)")
     return 0
 

@@ -254,11 +254,11 @@ def normalization_stats(config, train: data.Split
 
 
 def build_method(config, train: data.Split) -> methods.Method:
-    """The config's method (`config` resolved first if it is not: `methods.from_config`); its
-    base rate / class counts come from the training split."""
+    """The method of a resolved config (`resolve_config`); its base rate / class counts come
+    from the training split."""
     setup = methods.MethodSetup.from_labels(train.labels, config.num_classes,
                                             train.images.shape[1:])
-    return methods.from_config(config, setup)
+    return methods.build(config, setup)
 
 
 def run_keys(seed: int) -> dict[str, jax.Array]:
