@@ -104,6 +104,19 @@ def jax_runner(name, conv, pool, mode, batch, dtype):
     return run, time.perf_counter() - t0
 
 
+TORCH_MISSING = ("torch is not installed: pip install torch (not a gedl-jax dependency), or run "
+                 "this with a Python that has it ($TORCH_PYTHON)")
+
+
+def require_torch(parser: argparse.ArgumentParser) -> None:
+    """Exit 2 with one error line when torch cannot be imported: the PyTorch paths need it, and
+    it is not a gedl-jax dependency (a traceback would bury what to do)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        parser.exit(2, f"{parser.prog}: error: {TORCH_MISSING}\n")
+
+
 def torch_runner(name, mode, batch, threads):
     """The same step in PyTorch (reference architecture and default init)."""
     import torch
@@ -179,6 +192,7 @@ def main():
     batch = args.batch or (128 if args.mode == "train" else 1024)
 
     if args.torch:
+        require_torch(ap)
         import torch
         header = f"torch {torch.__version__} threads {args.threads}"
         runners = {("torch", "torch"): torch_runner(args.model, args.mode, batch, args.threads)}

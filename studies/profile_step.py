@@ -205,6 +205,10 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     p.add_argument("--top", type=int, default=25, help="rows to print")
     args = p.parse_args(argv)
+    if args.framework == "torch":
+        from studies import profile_models
+
+        profile_models.require_torch(p)
     (profile_jax if args.framework == "jax" else profile_torch)(args)
     return 0
 

@@ -207,6 +207,12 @@ def main(argv=None) -> int:
         raise SystemExit("give one --worker of KIND torch: ratios are taken against it")
     if args.reference and not any(w["label"] == args.reference for w in workers):
         raise SystemExit(f"--reference={args.reference!r} names no --worker label")
+    for w in workers:   # before anything starts: a worker without torch would die unseen
+        if w["kind"] == "torch" and subprocess.run(
+                [w["python"], "-c", "import torch"], capture_output=True).returncode != 0:
+            p.exit(2, f"{p.prog}: error: {w['python']} cannot import torch: pip install torch "
+                      f"there (not a gedl-jax dependency), or give --torch_python=A_PYTHON_WITH_"
+                      f"TORCH\n")
     print(f"# {args.model} train step, batch {args.batch}, {args.rounds} rounds x {args.steps} "
           f"steps per worker; host {platform.node()}, {os.cpu_count()} CPUs; load average "
           f"(1, 5, 15 min) at start: {load_average()}", flush=True)
