@@ -491,13 +491,13 @@ def test_compare_runs_reads_two_evaluated_folders_and_prints_one_table(tmp_path,
                           for split in ("test", "ood/far")}
         saved.save_predictions(tmp_path / name / "predictions.npz", loaded["test"],
                                {"far": loaded["ood/far"]}, posthoc=energies[name])
-    both = compare.compare_runs(tmp_path / "gedl", tmp_path / "edl", samples=50,
+    both = compare.compare_runs(tmp_path / "gedl", tmp_path / "edl", bootstrap_samples=50,
                                 scores=["mp", "energy"])
     assert "| AUROC | far | energy |" in compare.paired_table(both)
     assert both["ood"]["far"]["energy"]["auroc"]["a"] == pytest.approx(metrics.ood_detection(
         energies["gedl"]["test"]["energy"], energies["gedl"]["ood/far"]["energy"])["auroc"])
-    assert list(compare.compare_runs(tmp_path / "gedl", tmp_path / "edl",
-                                     samples=10)["ood"]["far"]) == ["mp"]   # not a default
+    assert list(compare.compare_runs(tmp_path / "gedl", tmp_path / "edl", bootstrap_samples=10)
+                ["ood"]["far"]) == ["mp"]   # not a default
     assert command.main([str(tmp_path / "gedl"), str(tmp_path / "edl"), "--bootstrap_samples=50",
                          "--bootstrap_interval=basic"]) == 0
     assert "95% basic interval over 50 replicates" in capsys.readouterr().out
@@ -535,7 +535,7 @@ def test_compare_runs_takes_a_folder_of_seeds_or_runs_joined_by_commas(tmp_path,
     again = bootstrap.paired_section(runs[:3], runs[3:], ["mp"], samples=100)
     assert numbers["id"] == json.loads(json.dumps(again["id"]))
     one = compare.compare_runs(tmp_path / "gedl5" / "seed_0", tmp_path / "edl" / "seed_0",
-                               samples=20)
+                               bootstrap_samples=20)
     assert one["a"]["name"] == "gedl" and "draws each side's runs" not in \
         compare.paired_table(one)
 
@@ -618,7 +618,7 @@ def test_compare_runs_calibrated_compares_each_runs_calibrated_predictions(tmp_p
     assert {k_: numbers[k_] for k_ in ("id", "ood")} == json.loads(json.dumps(
         {k_: want[k_] for k_ in ("id", "ood")}))
     # the fits undid the sharpening: both calibrated NLLs are below the uncalibrated ones
-    plain = compare.compare_runs(tmp_path / "gedl", tmp_path / "softmax", samples=20,
+    plain = compare.compare_runs(tmp_path / "gedl", tmp_path / "softmax", bootstrap_samples=20,
                                  scores=["mp"])
     assert numbers["id"]["nll"]["a"] < plain["id"]["nll"]["a"]
     assert numbers["id"]["nll"]["b"] < plain["id"]["nll"]["b"]
@@ -633,8 +633,8 @@ def test_compare_runs_calibrated_compares_each_runs_calibrated_predictions(tmp_p
     saved.save_predictions(tmp_path / "sure" / "predictions.npz", never_wrong["test"],
                            {"far": never_wrong["ood/far"]}, never_wrong["validation"])
     with pytest.warns(RuntimeWarning, match=f"^{tmp_path / 'sure'}: the fitted evidence scale"):
-        on_bound = compare.compare_runs(tmp_path / "sure", tmp_path / "gedl", samples=10,
-                                        scores=["mp"], calibrated=True,
+        on_bound = compare.compare_runs(tmp_path / "sure", tmp_path / "gedl", bootstrap_samples=10,
+                                        scores=["mp"], calibrate=True,
                                         calibrator="evidence_scale")
     assert on_bound["a"]["calibration"][0]["at_bound"]
     assert "1 of 1 fit(s) on the search bound" in compare.paired_table(on_bound)
@@ -646,8 +646,8 @@ def test_compare_runs_calibrated_compares_each_runs_calibrated_predictions(tmp_p
     saved.save_predictions(tmp_path / "gedl" / "predictions.npz", loaded["test"],
                            {"far": loaded["ood/far"]}, loaded["validation"],
                            posthoc={s_: {"neg_entropy": v} for s_, v in entropy.items()})
-    kept = compare.compare_runs(tmp_path / "gedl", tmp_path / "gedl", samples=10,
-                                scores=["neg_entropy"], calibrated=True,
+    kept = compare.compare_runs(tmp_path / "gedl", tmp_path / "gedl", bootstrap_samples=10,
+                                scores=["neg_entropy"], calibrate=True,
                                 calibrator="temperature")
     assert kept["ood"]["far"]["neg_entropy"]["auroc"]["a"] == pytest.approx(
         metrics.ood_detection(entropy["test"], entropy["ood/far"])["auroc"])
@@ -664,3 +664,29 @@ def test_compare_runs_calibrated_compares_each_runs_calibrated_predictions(tmp_p
                            {"far": runs["softmax"]["ood/far"]})
     assert command.main(args + ["--calibrate"]) == 2
     assert "holds no validation predictions" in capsys.readouterr().err
+
+
+def test_compare_runs_reads_its_retired_keywords_for_one_release(tmp_path):
+    """samples, confidence, seed, calibrated and interval, compare_runs' keywords before they
+    took the package's names (bootstrap_samples, ..., calibrate), give the same comparison with
+    a DeprecationWarning naming the new keyword; an unknown keyword is still a TypeError."""
+    from gedl_jax.evaluation import compare, saved
+
+    rng = np.random.default_rng(11)
+    for name, noise in (("gedl", 0.8), ("edl", 2.0)):
+        run = _predictions(rng, 80, 40, 3, noise)
+        (tmp_path / name).mkdir()
+        saved.save_predictions(tmp_path / name / "predictions.npz", run["test"],
+                               {"far": run["ood/far"]})
+    preds = (tmp_path / "gedl", tmp_path / "edl")
+    new = compare.compare_runs(*preds, bootstrap_samples=30, bootstrap_confidence=0.9,
+                               bootstrap_seed=4, bootstrap_interval="basic")
+    with pytest.warns(DeprecationWarning) as caught:
+        old = compare.compare_runs(*preds, samples=30, confidence=0.9, seed=4,
+                                   interval="basic", calibrated=False)
+    assert old == new
+    assert sorted(str(w.message) for w in caught) == [
+        f"compare_runs({o}=...) is now {n}=...; the old name goes in 0.2.0"
+        for o, n in sorted(compare.RETIRED_KEYWORDS.items())]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'sample'"):
+        compare.compare_runs(*preds, sample=30)

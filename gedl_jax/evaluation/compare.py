@@ -133,19 +133,43 @@ def _side(spec, calibrated: bool = False, calibrator: str | None = None
                    for run, (*_, posthoc) in zip(runs, loaded, strict=True)]
 
 
-def compare_runs(a, b, samples: int = 2000, confidence: float = 0.95, seed: int = 0,
-                 scores: Sequence[str] | None = None, calibrated: bool = False,
-                 calibrator: str | None = None, interval: str = "percentile"
-                 ) -> dict[str, Any]:
+# compare_runs' keywords before they took the names the rest of the package gives these ideas
+# (`EvaluationOptions`, the config fields, every command's flags); 0.2.0 removes them.
+RETIRED_KEYWORDS = {"samples": "bootstrap_samples", "confidence": "bootstrap_confidence",
+                    "seed": "bootstrap_seed", "calibrated": "calibrate",
+                    "interval": "bootstrap_interval"}
+
+
+def compare_runs(a, b, bootstrap_samples: int = 2000, bootstrap_confidence: float = 0.95,
+                 bootstrap_seed: int = 0, scores: Sequence[str] | None = None,
+                 calibrate: bool = False, calibrator: str | None = None,
+                 bootstrap_interval: str = "percentile", **retired: Any) -> dict[str, Any]:
     """`bootstrap.paired_section` of the runs that `a` and `b` name (`run_paths`), over
     `scores` (default: those of "mp" and "um" that every run has), with "a" and "b" naming
-    them. With `calibrated`, of each run's calibrated predictions (module docstring), by
-    `calibrator` ("temperature" or "evidence_scale"; None: each run's evaluation's);
-    `interval`: the bootstrap interval's method (`bootstrap.INTERVAL_METHODS`)."""
+    them: `bootstrap_samples` replicates, intervals at `bootstrap_confidence` by
+    `bootstrap_interval` (`bootstrap.INTERVAL_METHODS`), draws seeded by `bootstrap_seed`.
+    With `calibrate`, of each run's calibrated predictions (module docstring), by
+    `calibrator` ("temperature" or "evidence_scale"; None: each run's evaluation's).
+
+    The keywords' old names (`RETIRED_KEYWORDS`: samples, confidence, seed, calibrated,
+    interval) still work in 0.1.0, with a DeprecationWarning."""
+    given = {"bootstrap_samples": bootstrap_samples, "bootstrap_confidence": bootstrap_confidence,
+             "bootstrap_seed": bootstrap_seed, "calibrate": calibrate,
+             "bootstrap_interval": bootstrap_interval}
+    for old, value in retired.items():
+        if old not in RETIRED_KEYWORDS:
+            raise TypeError(f"compare_runs() got an unexpected keyword argument {old!r}")
+        new = RETIRED_KEYWORDS[old]
+        warnings.warn(f"compare_runs({old}=...) is now {new}=...; the old name goes in 0.2.0",
+                      DeprecationWarning, stacklevel=2)
+        given[new] = value
+    bootstrap_samples, bootstrap_confidence, bootstrap_seed, calibrate, bootstrap_interval = (
+        given["bootstrap_samples"], given["bootstrap_confidence"], given["bootstrap_seed"],
+        given["calibrate"], given["bootstrap_interval"])
     if calibrator is not None:
         checks.one_of(calibrator, core.CALIBRATORS, "calibrator")
-    (about_a, runs_a), (about_b, runs_b) = (_side(a, calibrated, calibrator),
-                                            _side(b, calibrated, calibrator))
+    (about_a, runs_a), (about_b, runs_b) = (_side(a, calibrate, calibrator),
+                                            _side(b, calibrate, calibrator))
     everyone = runs_a + runs_b
     shared = [s for s in everyone[0]["test"].scores
               if all(s in run["test"].scores for run in everyone)]
@@ -154,9 +178,10 @@ def compare_runs(a, b, samples: int = 2000, confidence: float = 0.95, seed: int 
         raise ValueError(f"the runs share no score to compare (A: "
                          f"{sorted(runs_a[0]['test'].scores)}, B: "
                          f"{sorted(runs_b[0]['test'].scores)})")
-    section = bootstrap.paired_section(runs_a, runs_b, chosen, samples, confidence, seed,
-                                       method=interval)
-    section["settings"]["calibrated"] = bool(calibrated)
+    section = bootstrap.paired_section(runs_a, runs_b, chosen, bootstrap_samples,
+                                       bootstrap_confidence, bootstrap_seed,
+                                       method=bootstrap_interval)
+    section["settings"]["calibrated"] = bool(calibrate)   # the results' key, as saved files have
     return {"a": about_a, "b": about_b, **section}
 
 
