@@ -284,3 +284,14 @@ def test_help_into_a_closed_pipe_ends_quietly(tmp_path):
         os.close(write_end)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("name", _shell_scripts())
+def test_a_shell_script_started_by_a_relative_path_from_its_folder_prints_its_help(name):
+    """`cd tools && bash gpu_check.sh --help`: a script that changes folder before it prints its
+    header comment must not read it back through a relative `$0`."""
+    script = REPO / name
+    proc = subprocess.run(["bash", script.name, "--help"], cwd=script.parent,
+                          capture_output=True, text=True, timeout=HELP_TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() and "No such file" not in proc.stderr, proc.stderr

@@ -57,7 +57,7 @@ for arg in "$@"; do
     --out=*) OUT="${arg#--out=}" ;;
     --append) APPEND=1 ;;
     --tests=*) read -r -a TEST_ARGS <<< "${arg#--tests=}" ;;
-    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' tools/gpu_check.sh
                exit 0 ;;
     *) echo "error: unknown argument '$arg' (--dry-run, --parts=tests,train,bench,torch," \
             "seeds,resume,cifar10, --out=DIR, --append, --tests='PYTEST ARGS'; --help)" >&2

@@ -19,7 +19,7 @@ for arg in "$@"; do
   case "$arg" in
     --tag=*) tag="${arg#--tag=}" ;;
     --checks-only) build=0 ;;
-    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' tools/release.sh; exit 0 ;;
     *) echo "release: unknown argument $arg (see: bash tools/release.sh --help)" >&2; exit 2 ;;
   esac
 done
