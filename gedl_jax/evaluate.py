@@ -18,10 +18,13 @@ if __name__ == "__main__":   # `python -m gedl_jax.evaluate`: the command (comma
 
     sys.exit(command.main())
 
+import jax  # noqa: E402
+
 from gedl_jax import methods  # noqa: E402
-from gedl_jax.run import lock  # noqa: E402
+from gedl_jax.run import lock, tracking  # noqa: E402
 from gedl_jax.run.corruption_study import corruption_study  # noqa: E402
 from gedl_jax.run.ensemble import evaluate_ensemble_and_write, member_dirs  # noqa: E402
+from gedl_jax.run.training import headline_numbers, result_files  # noqa: E402
 from gedl_jax.run.workdir import (  # noqa: E402
     evaluate_run,
     predict_outputs,
@@ -49,8 +52,23 @@ def evaluate_workdir(workdir, extra_ood: tuple[str, ...] = (),
     # Checked writable and created before any work; no training or other evaluation writes
     # into it meanwhile.
     with lock.holding(results_dir, "the results folder"):
-        if config.ensemble_size:
-            return evaluate_ensemble_and_write(config, member_dirs(workdir, config),
-                                               results_dir, overrides, extra_ood)
-        return evaluate_run(restore_run(workdir, overrides), results_dir, extra_ood,
-                            source=workdir)
+        # A run trained with config.tracker="mlflow": this evaluation is an MLflow run too,
+        # nested under the training's (`tracking.MlflowRun.open_evaluation`).
+        tracker = tracking.MlflowRun.open_evaluation(
+            config, workdir, results_dir,
+            {"extra_ood": list(extra_ood), "results_dir": str(results_dir.absolute()),
+             "as_method": as_method or "", **{f"override.{k}": v
+                                              for k, v in (overrides or {}).items()}})
+        with tracking.ending(tracker):
+            if config.ensemble_size:   # scored as one model, at no one step: 0 (as trained)
+                results, step = evaluate_ensemble_and_write(
+                    config, member_dirs(workdir, config), results_dir, overrides,
+                    extra_ood), 0
+            else:
+                run = restore_run(workdir, overrides)
+                results = evaluate_run(run, results_dir, extra_ood, source=workdir)
+                step = int(jax.device_get(run.state.step))
+            if tracker is not None:
+                tracker.log_results(headline_numbers(results), step,
+                                    result_files(results_dir, results))
+        return results

@@ -245,3 +245,49 @@ def test_only_process_0_logs(tmp_path, monkeypatch):
                                            (RuntimeError("x"), "FAILED")])
 def test_the_status_a_run_ends_with(error, status):
     assert tracking.status_after(error) == status
+
+
+def test_a_later_evaluation_is_an_mlflow_run_nested_under_the_training_run(data_dir, tmp_path,
+                                                                           monkeypatch,
+                                                                           capsys):
+    """`gedl-evaluate --workdir` of a run trained with the tracker: an MLflow run of its own,
+    nested under the training run, with what the evaluation chose as params, its headline
+    numbers at the restored checkpoint's step and its result files, byte for byte; the
+    workdir's run file is left as it was. Without MLflow the evaluation still writes its
+    results, and says in a line that it is not logged."""
+    need_mlflow()
+    from gedl_jax import evaluate
+
+    store, workdir, out = tmp_path / "mlruns", tmp_path / "run", tmp_path / "out"
+    training.train_and_evaluate(tiny_config(data_dir, store), workdir)
+    run_file = (workdir / tracking.RUN_FILE).read_bytes()
+    trained_id = run_id_of(workdir)
+    results = evaluate.evaluate_workdir(workdir, results_dir=out,
+                                        overrides={"bootstrap_samples": 0})
+    assert (workdir / tracking.RUN_FILE).read_bytes() == run_file
+    mlflow_client = client(store)
+    experiment = mlflow_client.get_experiment_by_name(tracking.DEFAULT_EXPERIMENT)
+    runs = {r.info.run_id: r for r in mlflow_client.search_runs([experiment.experiment_id])}
+    assert set(runs) - {trained_id} and len(runs) == 2
+    (evaluation,) = [r for r in runs.values() if r.info.run_id != trained_id]
+    assert evaluation.data.tags["mlflow.parentRunId"] == trained_id
+    assert evaluation.info.run_name == "evaluate out" and evaluation.info.status == "FINISHED"
+    params = evaluation.data.params
+    assert params["results_dir"] == str(out.absolute()) and params["extra_ood"] == "[]"
+    assert params["override.bootstrap_samples"] == "0"
+    (accuracy,) = mlflow_client.get_metric_history(evaluation.info.run_id, "eval/accuracy")
+    assert accuracy.value == results["id"]["accuracy"]
+    steps = [s for s, _, _ in jsonl_series(workdir)["train/loss"]]
+    assert 0 < accuracy.step <= max(steps)
+    local = mlflow_client.download_artifacts(evaluation.info.run_id, "eval_results.json",
+                                             str(tmp_path))
+    assert pathlib.Path(local).read_bytes() == (out / "eval_results.json").read_bytes()
+    capsys.readouterr()
+    # without MLflow: the results, and one line
+    monkeypatch.setitem(sys.modules, "mlflow", None)
+    again = evaluate.evaluate_workdir(workdir, results_dir=tmp_path / "out2",
+                                      overrides={"bootstrap_samples": 0})
+    assert again["id"]["accuracy"] == results["id"]["accuracy"]
+    said = capsys.readouterr().out
+    assert "MLflow does not import" in said and "not logged to MLflow" in said
+    assert (tmp_path / "out2" / "eval_results.json").is_file()

@@ -9,6 +9,9 @@ logs each run to MLflow as well; metrics.jsonl and TensorBoard are written eithe
   at the record's step and time, logged where the loop writes the record, without waiting for
   MLflow; the final evaluation's headline numbers as `eval/<name>` at the evaluated
   checkpoint's step. Artifacts: config.json, eval_results.json, eval_table.md and the plots.
+- A later evaluation of a workdir (`gedl-evaluate --workdir`) is an MLflow run of its own,
+  nested under the training run (`MlflowRun.open_evaluation`): what it chose as params, its
+  headline numbers and its result files; MLflow missing there is a line, not an error.
 - The run's id is kept in `<workdir>/mlflow_run.json`: a resumed run continues its MLflow run
   and first logs the records of metrics.jsonl that MLflow does not have (those of a run killed
   before they reached it, or trained with the tracker off), so the MLflow run holds every
@@ -189,6 +192,47 @@ class MlflowRun:
         log(f"MLflow: run {run_id} ({'continued' if resumed else 'new'}) in {uri}{more}")
         return run
 
+    @classmethod
+    def open_evaluation(cls, config, workdir: str | os.PathLike,
+                        results_dir: str | os.PathLike, params: dict[str, Any]
+                        ) -> MlflowRun | None:
+        """A later evaluation of `workdir` (`gedl-evaluate --workdir`) as an MLflow run of its
+        own, nested under the workdir's training run where `<workdir>/mlflow_run.json` names one
+        (in that run's store), else in `tracking_uri(config)`; None unless config.tracker is
+        "mlflow", and on processes other than 0. `params`: what this evaluation chose (its
+        extra OOD sets, the results folder, the fields it changed). Nothing is written into the
+        workdir, and the results are files whatever MLflow does: MLflow missing or refusing
+        the run is one line, and the evaluation goes on (None)."""
+        if not enabled(config) or jax.process_index() != 0:
+            return None
+        workdir, results_dir = pathlib.Path(workdir), pathlib.Path(results_dir)
+        uri, parent = tracking_uri(config), None
+        try:
+            recorded = json.loads((workdir / RUN_FILE).read_text())
+            uri, parent = str(recorded["tracking_uri"]), str(recorded["run_id"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass   # trained with the tracker off: the evaluation's run stands alone
+        try:
+            client = _client(uri)
+            from mlflow.entities import Metric, Param
+
+            if parent is not None and _existing_run(client, workdir, uri) is None:
+                parent = None   # the training run was deleted from the store
+            run_id = _new_run(client, experiment_name(config), workdir, parent,
+                              run_name=f"evaluate {results_dir.absolute().name}",
+                              tags={"gedl.results_dir": str(results_dir.absolute())})
+            client.log_batch(run_id, params=[Param(k, param_text(v))
+                                             for k, v in sorted(params.items())])
+        except Exception as e:  # noqa: BLE001 (MLflow's stores and REST client raise many kinds)
+            why = (f"MLflow does not import ({INSTALL})" if isinstance(e, TrackerError)
+                   else f"MLflow at {uri}: {_one_line(e)}")
+            log(f"{why}: this evaluation of {workdir} is not logged to MLflow; its results are "
+                f"the files in {results_dir}")
+            return None
+        nested = f", nested under the training run {parent}" if parent else ""
+        log(f"MLflow: evaluation run {run_id} in {uri}{nested}")
+        return cls(client, run_id, uri, Metric)
+
     def _log_params(self, params: dict[str, Any]) -> None:
         """The params MLflow does not have: all of a new run's; those added since for a
         resumed one (MLflow keeps a param's first value: a resume-safe field changed on resume
@@ -304,14 +348,15 @@ def _existing_run(client, workdir: pathlib.Path, uri: str) -> str | None:
     return run_id if run.info.lifecycle_stage == "active" else None
 
 
-def _new_run(client, name: str, workdir: pathlib.Path, parent: str | None) -> str:
+def _new_run(client, name: str, workdir: pathlib.Path, parent: str | None,
+             run_name: str | None = None, tags: dict[str, str] | None = None) -> str:
     experiment = client.get_experiment_by_name(name)
     experiment_id = (experiment.experiment_id if experiment is not None
                      else client.create_experiment(name))
-    tags = {"gedl.workdir": str(workdir.absolute())}
+    tags = {"gedl.workdir": str(workdir.absolute()), **(tags or {})}
     if parent is not None:
         tags["mlflow.parentRunId"] = parent
-    return client.create_run(experiment_id, run_name=workdir.absolute().name,
+    return client.create_run(experiment_id, run_name=run_name or workdir.absolute().name,
                              tags=tags).info.run_id
 
 
