@@ -9,13 +9,16 @@ import sys
 from training_fixtures import REPO
 
 
-def _check(data_dir, tmp_path, script="tools/gpu_check.sh"):
+def _check(data_dir, tmp_path, script="tools/gpu_check.sh", relative_out=False):
+    """The check's tests part, collecting one file's tests; started in the repository with an
+    absolute --out, or (`relative_out`) in `tmp_path` with --out=out, which is read from there."""
     env = {**os.environ, "PYTHON": sys.executable, "GEDL_DATA_DIR": str(data_dir),
            "JAX_PLATFORMS": "cpu"}
+    out, cwd = ("out", tmp_path) if relative_out else (tmp_path / "out", REPO)
     return subprocess.run(
-        ["bash", script, "--dry-run", "--parts=tests", f"--out={tmp_path / 'out'}",
+        ["bash", str(REPO / script), "--dry-run", "--parts=tests", f"--out={out}",
          "--tests=--collect-only -q tests/test_numerics.py"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
 def test_a_sha256sums_listing_absent_files_is_refused_before_any_work(tmp_path):
@@ -36,7 +39,7 @@ def test_a_sha256sums_listing_absent_files_is_refused_before_any_work(tmp_path):
     assert (old.returncode, old.stderr.splitlines()[1:]) == (2, proc.stderr.splitlines())
 
     (data / "SHA256SUMS").write_text(f"{'0' * 64}  {listed[0]}\n")
-    proc = _check(data, tmp_path)
+    proc = _check(data, tmp_path, relative_out=True)   # --out=out, from tmp_path
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "=== tests" in proc.stdout
     # its wall times written, and no lock file left among the results

@@ -9,7 +9,7 @@
 #
 #   bash tools/gpu_check.sh                 # everything, on this machine's GPU
 #   bash tools/gpu_check.sh --dry-run       # every part tiny, on a CPU (CI runs this)
-#   bash tools/gpu_check.sh --parts=bench,train --out=DIR
+#   bash tools/gpu_check.sh --parts=bench,train --out=DIR   # DIR: relative to where it starts
 #   bash tools/gpu_check.sh --parts=resume --out=DIR --append   # add parts to DIR's results
 #   bash tools/gpu_check.sh --parts=tests --tests='-x tests/test_train.py'   # pytest's arguments
 #   GEDL_CHECK_ROW=gedl bash tools/gpu_check.sh --parts=cifar10   # one CIFAR-10 row, 5 seeds
@@ -43,6 +43,7 @@
 # keeps the parts DIR already has in its wall_times.json (two checks into one folder, one
 # after the other or side by side).
 set -uo pipefail
+STARTED_IN="$PWD"   # a relative --out=DIR is read from here, where the user typed it
 cd "$(dirname "$0")/.."
 
 DRY_RUN=0
@@ -54,7 +55,8 @@ for arg in "$@"; do
   case "$arg" in
     --dry-run|--dry_run) DRY_RUN=1 ;;
     --parts=*) PARTS="${arg#--parts=}" ;;
-    --out=*) OUT="${arg#--out=}" ;;
+    --out=*) OUT="${arg#--out=}"
+             case "$OUT" in /*|"") ;; *) OUT="$STARTED_IN/$OUT" ;; esac ;;
     --append) APPEND=1 ;;
     --tests=*) read -r -a TEST_ARGS <<< "${arg#--tests=}" ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' tools/gpu_check.sh
