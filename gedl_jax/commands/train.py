@@ -47,9 +47,8 @@ if __name__ == "__main__":   # first: the imports below take seconds (run/startu
 
 from gedl_jax import config as config_lib  # noqa: E402
 from gedl_jax import configs, data  # noqa: E402
-from gedl_jax import train as entry_points  # noqa: E402
 from gedl_jax.commands import cli  # noqa: E402
-from gedl_jax.run import heartbeat, numerics, preemption  # noqa: E402
+from gedl_jax.run import heartbeat, numerics, preemption, training  # noqa: E402
 from gedl_jax.run.distributed import initialize_distributed  # noqa: E402
 from gedl_jax.run.heartbeat import log  # noqa: E402
 from gedl_jax.run.progress import NonFiniteLossError  # noqa: E402
@@ -114,7 +113,7 @@ def main(argv=None) -> int:
             log(f"workdir: {workdir} (the default for this config; --workdir=DIR to choose)")
         preemption.install(prompt=True)   # a signal while compiling acts at once
         with heartbeat.compilations_announced():
-            results = entry_points.train(config, workdir)
+            results = training.train(config, workdir)
         status = _exit_status(config, results)
         log(results_line(workdir, results))
         return status
