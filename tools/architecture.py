@@ -50,7 +50,8 @@ FLOORS: tuple[tuple[Layer, ...], ...] = (
      Layer("train.py, evaluate.py", ("gedl_jax.train", "gedl_jax.evaluate"), (
          "the engine's entry points for code (notebooks, scripts): train.train, "
          "train_and_evaluate[_vmapped], train_ensemble, each holding its workdir; "
-         "evaluate.evaluate_workdir, predict_outputs, restore_run, corruption_study",)),
+         "evaluate.evaluate_workdir, predict_outputs, restore_run, corruption_study (the "
+         "run/ floor's, by the names notebooks use)",)),
      Layer("notebook.py", ("gedl_jax.notebook",), (
          "what the notebooks share: their smoke setting, the check that jax uses the GPU",)),
      Layer("configuration.py", ("gedl_jax.configuration",), (
@@ -80,6 +81,8 @@ FLOORS: tuple[tuple[Layer, ...], ...] = (
         "(params, records, results; continued on resume; mlflow imported only for it)",
         "workdir.py: restore a run, predict (test, validation, OOD), evaluate, write results, "
         "tables, predictions.npz, plots",
+        "evaluating.py: evaluate_workdir: a trained workdir (or ensemble) evaluated into its "
+        "results folder, held meanwhile, and logged to the tracker",
         "ensemble.py, corruption_study.py, inference.py: members -> one model; CIFAR-10-C "
         "study; a method's predictor over a whole split (pad, mask, gather)")),
      Layer("configs/", ("gedl_jax.configs",), (

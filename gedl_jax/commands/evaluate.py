@@ -24,10 +24,10 @@ from gedl_jax import config as config_lib
 from gedl_jax import data, evaluation, files
 from gedl_jax.commands import cli
 from gedl_jax.data import registry
-from gedl_jax.evaluate import evaluate_workdir
 from gedl_jax.evaluation import bootstrap
 from gedl_jax.run import heartbeat, lock, preemption
 from gedl_jax.run.corruption_study import corruption_study, study_table
+from gedl_jax.run.evaluating import evaluate_workdir
 from gedl_jax.run.workdir import saved_config
 
 __all__ = ["main"]
