@@ -1,5 +1,5 @@
 """Regenerate CIFAR-10-C from the CIFAR-10 test split into the data folder
-(`gedl_jax.data.regenerate.regenerate_cifar10c`).
+(`gedl_jax.data.regeneration.regenerate_cifar10c`).
 
     python -m gedl_jax.data.regenerate --data_dir=D --corruptions=snow,brightness --seed=0
 """
@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from gedl_jax.data.errors import DataError
-from gedl_jax.data.regenerate import (
+from gedl_jax.data.regeneration import (
     REGENERABLE,
     REGENERATED_FOLDER,
     RELEASE_SUBFOLDER,
