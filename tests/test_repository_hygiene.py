@@ -19,7 +19,8 @@ read, and the test fails naming `file:line` for:
        (the old name of `studies/`), or a module `studies.<name>`, `tools.<name>` or
        `benchmarks.<name>`, mentioned anywhere, that does not exist. Not checked: templates (the
        path goes on with `*`, `{`, `<` or `$`) and outputs a command would write (after `--out=`,
-       `--out ` or `>`). A path that no longer exists may be named as history: it passes when
+       `--out ` or `>`), and the pages the docs build writes (`BUILT_PAGES`). A path that no
+       longer exists may be named as history: it passes when
        its paragraph (the block of non-blank lines around it) cites a commit that holds it,
        as "commit abc1234" or "abc1234:path" (checked with `git cat-file` when the clone has
        that commit).
@@ -75,6 +76,9 @@ REPO_PATH = re.compile(
     r"(?<![\w./~$-])((?:docs|bin|tools|studies|benchmarks)/[\w.-]+(?:/[\w.-]+)*/?)")
 SCRIPT_MODULE = re.compile(r"(?<![\w./-])(studies|tools|benchmarks)\.([A-Za-z_]\w*)")
 OUTPUT_BEFORE = re.compile(r"(?:--out[= ]|>\s*)$")
+# What tools/docs.sh writes among the pages it stages for each build, which git ignores: named
+# and linked as the site holds them, never committed.
+BUILT_PAGES = ("docs/executed",)
 COMMIT = re.compile(r"\bcommits?\s+([0-9a-f]{7,40})\b|\b([0-9a-f]{7,40}):")
 RECORDED_SUFFIXES = (".json", ".txt", ".log", ".tex")
 RECORDED_MARKDOWN = re.compile(r"(?:results|table|corruption_study|benchmark_[\w-]+)\.md")
@@ -119,6 +123,11 @@ def _paragraphs(lines: list[str]) -> list[str]:
                 out[j] = block
             start = i + 1
     return out
+
+
+def _built(path: str) -> bool:
+    """Whether `path` is a page the docs build writes (`BUILT_PAGES`), or their folder."""
+    return any(path == p or path.startswith(p + "/") for p in BUILT_PAGES)
 
 
 class _History:
@@ -180,7 +189,8 @@ def violations(files: list[str], root: pathlib.Path = REPO) -> list[tuple[str, i
                     target = target.split("#")[0].split("?")[0]
                     resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path),
                                                                  target))
-                    if resolved not in present and resolved not in folders:
+                    if (resolved not in present and resolved not in folders
+                            and not _built(resolved)):
                         found.append((path, number, target, f"links to {resolved}, which the "
                                       "repository does not hold"))
             for m in REPO_PATH.finditer(line):
@@ -188,7 +198,7 @@ def violations(files: list[str], root: pathlib.Path = REPO) -> list[tuple[str, i
                 after = line[m.end():m.end() + 1]
                 if after in ("*", "{", "<", "$") or OUTPUT_BEFORE.search(line[:m.start()]):
                     continue
-                if mention in present or mention in folders:
+                if mention in present or mention in folders or _built(mention):
                     continue
                 if history.holds(paragraphs[number - 1], mention):
                     continue

@@ -1,10 +1,11 @@
-"""docs/executed/quickstart.ipynb: notebooks/quickstart.ipynb executed top to bottom in its smoke
-setting on the CPU (GEDL_NOTEBOOK_SMOKE=1: one epoch on a few hundred examples, offline), so that
-the docs site shows what its cells print and draw. Its code cells are the notebook's, unchanged
-(a test checks); a first cell says what the copy is and what ran it. The notebooks themselves
-stay without outputs (tests/test_notebooks.py).
+"""The docs site's docs/executed/quickstart.ipynb: notebooks/quickstart.ipynb executed top to
+bottom in its smoke setting on the CPU (GEDL_NOTEBOOK_SMOKE=1: one epoch on a few hundred
+examples, offline), so that the site shows what its cells print and draw. tools/docs.sh runs it
+into the pages it stages for every build; nothing executed is committed. Its code cells are the
+notebook's, unchanged (a test checks); a first cell says what the copy is and what ran it. The
+notebooks themselves stay without outputs (tests/test_notebooks.py).
 
-    GEDL_DATA_DIR=DATA_DIR python -m tools.executed_notebook   # MNIST, KMNIST, Fashion-MNIST
+    GEDL_DATA_DIR=DATA_DIR python -m tools.executed_notebook [--out=PATH]   # MNIST, KMNIST, FMNIST
 
 Machine paths in the outputs are written as `$GEDL_DATA_DIR`, `$GEDL_CACHE_DIR`, `WORKDIR` and
 `VENV` (the repository's own files relative to it), execution times are dropped, and the figures
@@ -132,7 +133,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="GEDL_DATA_DIR=DATA_DIR python -m tools.executed_notebook",
         description=__doc__.split("\n\n")[0] + " DATA_DIR holds MNIST, KMNIST and Fashion-MNIST.")
-    parser.parse_args(argv)
+    parser.add_argument("--out", type=pathlib.Path, default=OUT,
+                        help=f"where the executed notebook goes (default: "
+                             f"{OUT.relative_to(REPO)}, which git ignores)")
+    args = parser.parse_args(argv)
     if not os.environ.get("GEDL_DATA_DIR"):
         parser.error("set GEDL_DATA_DIR to a folder holding MNIST, KMNIST and Fashion-MNIST")
     data_dir = pathlib.Path(os.environ["GEDL_DATA_DIR"]).resolve()
@@ -146,9 +150,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         f"{REPO}/": "", sys.prefix: "VENV"}
         notebook = tidy(notebook, replacements)
     notebook["cells"].insert(0, header(provenance()))
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    files.write_text(OUT, json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
-    print(f"wrote {OUT.relative_to(REPO)} ({OUT.stat().st_size // 1024} KiB)")
+    out = args.out.absolute()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    files.write_text(out, json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
+    print(f"wrote {out} ({out.stat().st_size // 1024} KiB)")
     return 0
 
 
