@@ -120,13 +120,8 @@ def _training(folder: pathlib.Path, bench: dict | None) -> list[str]:
             lines.append(f"Its floor, {steps} steps x {step['step_ms']:.3f} ms (the benchmarked "
                          f"ConvNet step in the device loop): {floor:.1f} s; the loop took "
                          f"**{seconds / floor:.2f}x** the floor.")
-        cost = epoch_end_cost(records)
-        if cost:
-            lines.append(cost)
         log = folder / "train.log"
-        by_saves = epochs_by_saves(records, log.read_text()) if log.exists() else None
-        if by_saves:
-            lines.append(by_saves)
+        lines += _epoch_notes(records, log)
         etas = eta_against_time_left(records, log.read_text()) if log.exists() else None
         if etas:
             lines.append(etas)
@@ -143,6 +138,14 @@ def _training(folder: pathlib.Path, bench: dict | None) -> list[str]:
         lines.append(f"Its result: test accuracy {100 * results['id']['accuracy']:.2f} %"
                      f"{'; ' + ood if ood else ''}.")
     return lines
+
+
+def _epoch_notes(records: list[dict], log: pathlib.Path) -> list[str]:
+    """What the epoch ends cost (`epoch_end_cost`) and the epochs between checkpoint saves
+    (`epochs_by_saves`, from the run's log when it was kept): the lines that exist."""
+    notes = [epoch_end_cost(records),
+             epochs_by_saves(records, log.read_text()) if log.exists() else None]
+    return [note for note in notes if note]
 
 
 def epoch_end_cost(records: list[dict]) -> str | None:
@@ -274,14 +277,7 @@ def _seeds(folder: pathlib.Path) -> list[str]:
         lines.append(f"Its floor, {steps} steps x {row['step_ms']:.3f} ms (the benchmarked "
                      f"{row['seeds']}-seed step): {floor:.1f} s; the run took "
                      f"**{seconds / floor:.2f}x** the floor.")
-    cost = epoch_end_cost(records)
-    if cost:
-        lines.append(cost)
-    log = folder / "seeds.log"
-    by_saves = epochs_by_saves(records, log.read_text()) if log.exists() else None
-    if by_saves:
-        lines.append(by_saves)
-    return lines
+    return lines + _epoch_notes(records, folder / "seeds.log")
 
 
 def _resume(folder: pathlib.Path) -> list[str]:
