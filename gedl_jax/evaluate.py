@@ -18,6 +18,12 @@ if __name__ == "__main__":   # `python -m gedl_jax.evaluate`: the command (comma
 
 from gedl_jax.run.corruption_study import corruption_study  # noqa: E402
 from gedl_jax.run.evaluating import evaluate_workdir  # noqa: E402
-from gedl_jax.run.workdir import predict_outputs, restore_run  # noqa: E402
+from gedl_jax.run.workdir import (  # noqa: E402
+    evaluate_run,
+    predict_outputs,
+    restore_run,
+    saved_config,
+)
 
-__all__ = ["corruption_study", "evaluate_workdir", "predict_outputs", "restore_run"]
+__all__ = ["corruption_study", "evaluate_run", "evaluate_workdir", "predict_outputs",
+           "restore_run", "saved_config"]
